@@ -1,0 +1,151 @@
+"""Checks of the notebook pipeline: sources -> papermill -> executed notebooks -> book.
+
+nbval itself re-executes every executed notebook (``--nbval`` in pytest's
+configuration); the tests here make sure that what nbval checks is what the
+sources say, that nothing broken or noisy was committed, and that the book
+builds strictly.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import capassign
+
+ROOT = capassign.ROOT
+CHAPTERS = capassign.chapter_names()
+EXECUTED = sorted(p.stem for p in capassign.EXECUTED_DIR.glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_executed_notebook_matches_source(name):
+    problems = capassign.chapter_drift(name)
+    assert not problems, (
+        f"book/executed/{name}.ipynb is stale; re-run `python -m capassign reproduce {name}` "
+        f"(or `python -m capassign sync-text {name}` for prose-only edits):\n" + "\n".join(problems))
+
+
+@pytest.mark.parametrize("name", EXECUTED)
+def test_executed_notebook_has_a_source(name):
+    assert name in CHAPTERS, f"book/executed/{name}.ipynb has no source book/chapters/{name}.md"
+
+
+@pytest.mark.parametrize("name", EXECUTED)
+def test_executed_outputs_are_clean(name):
+    nb = nbformat.read(capassign.EXECUTED_DIR / f"{name}.ipynb", as_version=4)
+    assert "papermill" not in nb.metadata, "run-dependent papermill metadata was committed"
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        assert cell.execution_count is not None, f"cell {i} was never executed"
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", f"cell {i} stored an error: {out.get('ename')}"
+            if out.output_type == "stream":
+                assert out.name != "stderr", f"cell {i} wrote to stderr: {out.text[:200]!r}"
+            text = out.get("text", "") or out.get("data", {}).get("text/plain", "")
+            assert " at 0x" not in text, f"cell {i} prints a memory address: {text[:200]!r}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_has_parameters_cell_and_is_in_toc(name):
+    nb = nbformat.read(capassign.EXECUTED_DIR / f"{name}.ipynb", as_version=4) \
+        if (capassign.EXECUTED_DIR / f"{name}.ipynb").exists() else None
+    import jupytext
+    src = jupytext.read(capassign.CHAPTER_DIR / f"{name}.md")
+    assert src.metadata.get("kernelspec", {}).get("name") == "python3"
+    tagged = [c for c in src.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "each chapter needs exactly one cell tagged 'parameters'"
+    toc = (ROOT / "_toc.yml").read_text()
+    assert f"file: book/executed/{name}\n" in toc, f"chapter {name} is not in _toc.yml"
+    assert nb is not None
+
+
+TINY = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+# Tiny
+
+```{code-cell} ipython3
+:tags: [parameters]
+n = 3
+```
+
+Some prose.
+
+```{code-cell} ipython3
+print(sum(range(n)))
+```
+"""
+
+
+def test_reproduce_drift_and_sync_on_a_tiny_chapter(tmp_path, monkeypatch):
+    chapters, executed = tmp_path / "chapters", tmp_path / "executed"
+    chapters.mkdir()
+    (chapters / "tiny.md").write_text(TINY)
+    monkeypatch.setattr(capassign, "CHAPTER_DIR", chapters)
+    monkeypatch.setattr(capassign, "EXECUTED_DIR", executed)
+    monkeypatch.setattr(capassign, "ROOT", tmp_path)
+
+    assert capassign.chapter_drift("tiny")  # not executed yet
+    capassign.reproduce(["tiny"], kernel_name="python3")
+    nb = nbformat.read(executed / "tiny.ipynb", as_version=4)
+    assert "papermill" not in nb.metadata
+    assert nb.cells[-1].outputs[0].text == "3\n"
+    assert capassign.chapter_drift("tiny") == []
+
+    # a papermill override is injected as its own cell and still counts as in sync
+    capassign.reproduce(["tiny"], parameters={"n": 5}, kernel_name="python3")
+    nb = nbformat.read(executed / "tiny.ipynb", as_version=4)
+    assert nb.cells[-1].outputs[0].text == "10\n"
+    assert capassign.chapter_drift("tiny") == []
+    capassign.reproduce(["tiny"], kernel_name="python3")
+
+    # prose edits are synced without re-execution; code edits are detected and refused
+    (chapters / "tiny.md").write_text(TINY.replace("Some prose.", "Better prose."))
+    assert capassign.chapter_drift("tiny")
+    assert capassign.sync_text(["tiny"]) == ["tiny"]
+    assert capassign.chapter_drift("tiny") == []
+    (chapters / "tiny.md").write_text(TINY.replace("range(n)", "range(n + 1)"))
+    assert any("differs" in p for p in capassign.chapter_drift("tiny"))
+    with pytest.raises(ValueError, match="re-execute"):
+        capassign.sync_text(["tiny"])
+    with pytest.raises(ValueError, match="unknown chapter"):
+        capassign.reproduce(["nope"])
+
+
+def test_failing_cell_fails_reproduce(tmp_path, monkeypatch):
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    (chapters / "bad.md").write_text(TINY.replace("print(sum(range(n)))", "raise RuntimeError('boom')"))
+    monkeypatch.setattr(capassign, "CHAPTER_DIR", chapters)
+    monkeypatch.setattr(capassign, "EXECUTED_DIR", tmp_path / "executed")
+    monkeypatch.setattr(capassign, "ROOT", tmp_path)
+    import papermill
+    with pytest.raises(papermill.PapermillExecutionError):
+        capassign.reproduce(["bad"], kernel_name="python3")
+    assert not (tmp_path / "executed" / "bad.ipynb").exists()
+
+
+def test_strict_book_build(tmp_path):
+    """The book builds from the stored notebooks with zero warnings (-W -n)."""
+    exe = Path(sys.executable).parent / "jupyter-book"
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(ROOT), "--all", "-W", "-n",
+           "--keep-going", "--path-output", str(tmp_path)]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    html = tmp_path / "_build" / "html"
+    assert (html / "index.html").exists()
+    for name in EXECUTED:
+        assert (html / "book" / "executed" / f"{name}.html").exists(), name
