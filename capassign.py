@@ -154,10 +154,144 @@ def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float):
 # 7. Experiments
 # =============================================================================
 
+#: Numbers reported in the paper, quoted so every chapter can print them beside
+#: ours.  Table 3 (App. H.1): features, online tasks and the two agents'
+#: marginal accuracies.
+PAPER_TABLE3 = {
+    "bank": {"features": 15, "tasks": 12357, "acc": (0.91, 0.53)},
+    "credit": {"features": 23, "tasks": 9000, "acc": (0.82, 0.67)},
+    "coupon": {"features": 24, "tasks": 3624, "acc": (0.72, 0.57)},
+    "cardio": {"features": 11, "tasks": 21000, "acc": (0.74, 0.58)},
+    "mmlu": {"features": 1, "tasks": 217, "acc": (0.32, 0.47)},
+    "imagenet16h": {"features": 1, "tasks": 2000, "acc": (0.77, 0.86)},
+}
+
+#: Table 4 (App. H.2): error rates at alpha = (0.5, 0.5), 10 runs, agent
+#: construction seeds 0-4, for (non-contextual, logistic greedy, tree greedy).
+PAPER_TABLE4 = {
+    "bank": [(0.128, 0.122, 0.113), (0.136, 0.129, 0.117), (0.278, 0.195, 0.171),
+             (0.260, 0.187, 0.180), (0.124, 0.097, 0.097)],
+    "credit": [(0.195, 0.190, 0.188), (0.194, 0.190, 0.188), (0.256, 0.241, 0.222),
+               (0.257, 0.242, 0.224), (0.197, 0.192, 0.188)],
+    "coupon": [(0.352, 0.343, 0.342), (0.369, 0.357, 0.360), (0.357, 0.335, 0.341),
+               (0.347, 0.331, 0.340), (0.349, 0.341, 0.345)],
+    "cardio": [(0.334, 0.332, 0.309), (0.373, 0.354, 0.309), (0.338, 0.335, 0.306),
+               (0.340, 0.338, 0.307), (0.343, 0.338, 0.311)],
+}
+
+#: The experimental protocol of Sec. 4: capacities of agent 1 on the x-axis of
+#: the main figures, 100 randomised task orders, queue penalty 0.5.
+PAPER_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
+PAPER_RUNS = 100
+PAPER_ETA = 0.5
+#: The online policies of the main figures (Fig. 3), in the paper's order.
+CONTEXTUAL_POLICIES = ("logistic-greedy", "logistic-ts", "tree-greedy", "tree-ts")
+OFFLINE_POLICIES = ("offline-logistic", "offline-tree")
+
+
+def mean_ci(errors, level=0.95):
+    """Mean of per-run errors with a Student-t confidence interval across runs.
+
+    Returns ``(mean, low, high)``; with a single run the interval is the point.
+    """
+    from scipy import stats
+
+    e = np.asarray(errors, dtype=float)
+    m = float(e.mean())
+    if e.size < 2:
+        return m, m, m
+    half = float(stats.t.ppf(0.5 + level / 2, e.size - 1) * e.std(ddof=1) / math.sqrt(e.size))
+    return m, m - half, m + half
+
+
+def two_agent_capacities(alpha1):
+    """The capacity vector (alpha_1, 1 - alpha_1) of the two-agent figures."""
+    a = float(alpha1)
+    return (a, round(1.0 - a, 12))
+
+
+def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
+                      eta=PAPER_ETA, seed=0, engine="fast", label=None):
+    """Error rate of each policy at each two-agent capacity (Sec. 5.1, Fig. 3).
+
+    Runs :func:`simulate` for every (policy, alpha_1) pair with capacities
+    ``(alpha_1, 1 - alpha_1)`` and returns a tidy ``pandas.DataFrame`` with one
+    row per pair: ``task`` (``label``), ``policy``, ``alpha1``, ``runs``,
+    ``error`` (mean over runs), ``std``, ``ci_low``, ``ci_high`` (95% across
+    runs) and ``frac1`` (mean realised share of agent 1).  Offline policies
+    ignore capacities, so they are run once and reported at every alpha.
+    """
+    import pandas as pd
+
+    rows = []
+    for policy in policies:
+        offline = policy.startswith("offline")
+        cached = None
+        for a1 in alphas:
+            if offline and cached is not None:
+                res = cached
+            else:
+                res = simulate(X, R, two_agent_capacities(a1), policy, eta=eta,
+                               runs=runs, seed=seed, engine=engine)
+                cached = res
+            m, lo, hi = mean_ci(res.errors)
+            rows.append({"task": label, "policy": policy, "alpha1": float(a1), "runs": runs,
+                         "error": m, "std": float(np.std(res.errors, ddof=1)) if runs > 1 else 0.0,
+                         "ci_low": lo, "ci_high": hi,
+                         "frac1": float(np.mean(res.assigned[:, 0]))})
+    return pd.DataFrame(rows)
+
+
+def error_table(df, value="error", digits=3):
+    """Pivot a tidy result table to policies x alpha_1, rounded for printing."""
+    t = df.pivot_table(index="policy", columns="alpha1", values=value, sort=False)
+    return t.round(digits)
+
 
 # =============================================================================
 # 8. Plotting
 # =============================================================================
+
+#: Colours and line styles shared by every figure of the book.
+POLICY_STYLE = {
+    "random": dict(color="0.35", ls=":", marker="o", label="non-contextual (random)"),
+    "marginal": dict(color="0.55", ls=":", marker="x", label="learned marginal"),
+    "logistic-greedy": dict(color="tab:blue", ls="-", marker="s", label="logistic greedy"),
+    "logistic-ts": dict(color="tab:cyan", ls="--", marker="^", label="logistic TS"),
+    "tree-greedy": dict(color="tab:red", ls="-", marker="D", label="tree greedy"),
+    "tree-ts": dict(color="tab:orange", ls="--", marker="v", label="tree TS"),
+    "offline-logistic": dict(color="tab:blue", ls=(0, (1, 3)), marker="", label="offline logistic (unconstrained)"),
+    "offline-tree": dict(color="tab:red", ls=(0, (1, 3)), marker="", label="offline tree (unconstrained)"),
+    "hindsight": dict(color="k", ls="-.", marker="", label="hindsight optimum"),
+}
+
+
+def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
+    """Error rate against agent 1's capacity, one line per policy (Fig. 3 style).
+
+    ``df`` is a table from :func:`error_vs_capacity`.  Online policies are drawn
+    with markers and a shaded 95% band across runs; offline benchmarks, which
+    ignore capacities, as dotted horizontal lines.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    for policy, g in df.groupby("policy", sort=False):
+        g = g.sort_values("alpha1")
+        style = dict(POLICY_STYLE.get(policy, dict(label=policy)))
+        ax.plot(g["alpha1"], g["error"], lw=1.6, ms=4, **style)
+        if bands and not policy.startswith("offline"):
+            ax.fill_between(g["alpha1"], g["ci_low"], g["ci_high"],
+                            color=style.get("color"), alpha=0.15, lw=0)
+    ax.set_xlabel(r"capacity of agent 1, $\alpha_1$")
+    ax.set_ylabel("error rate")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=7, frameon=False)
+    return ax
 
 
 # =============================================================================
