@@ -18,7 +18,7 @@ from scipy.optimize import linear_sum_assignment
 
 import capassign as ca
 
-FAST = settings(max_examples=60, deadline=None, derandomize=True)
+FAST = settings(max_examples=40, deadline=None, derandomize=True)
 
 # ----------------------------------------------------------------------------- strategies
 
