@@ -173,6 +173,9 @@ def _validate_weights(weights, n, name="weights"):
 #: Two adjusted rewards mu_a(x) - lambda_a closer than this count as a tie.
 TIE_TOL = 1e-9
 
+#: Probability masses closer than this count as equal in the threshold rule.
+_MASS_TOL = 1e-12
+
 #: HiGHS tolerances for the assignment programmes (tighter than the defaults,
 #: so that rewards differing by 1e-7 are still told apart).
 _HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10,
@@ -503,8 +506,9 @@ def two_agent_threshold(delta, alpha, weights=None):
     mu_2(x).  On a discrete distribution (``delta`` at n points with
     probabilities ``weights``, uniform by default) this needs a fraction of the
     mass at the boundary value; both are returned in a
-    :class:`TwoAgentThreshold` (``float(result)`` is tau).  Masses that agree
-    within :data:`CAPACITY_TOL` count as equal.  ``tau`` equals the shadow-price
+    :class:`TwoAgentThreshold` (``float(result)`` is tau).  Probability masses
+    that agree within 1e-12 count as equal (this absorbs the rounding of
+    cumulative sums; a context of smaller weight at the boundary may be left out).  ``tau`` equals the shadow-price
     difference lambda_1 - lambda_2 of :func:`optimal_assignment` whenever that
     difference is unique (``result.unique``); otherwise every point of
     ``result.interval`` is an optimal difference.
@@ -515,18 +519,20 @@ def two_agent_threshold(delta, alpha, weights=None):
         raise ValueError("delta must have at least one entry")
     alpha = _validate_share(alpha, "alpha")
     w = _validate_weights(weights, n)
-    support = np.unique(delta[w > 0])[::-1]            # descending distinct values
-    mass = np.array([w[delta == v].sum() for v in support])
+    values, inverse = np.unique(delta[w > 0], return_inverse=True)
+    support = values[::-1]                              # descending distinct values
+    mass = np.bincount(inverse, weights=w[w > 0], minlength=values.size)[::-1]
     upper_tail = np.cumsum(mass)                        # P(Delta >= v)
-    ok = np.flatnonzero(upper_tail >= alpha - CAPACITY_TOL)
+    ok = np.flatnonzero(upper_tail >= alpha - _MASS_TOL)
     j = int(ok[0])                                      # largest v reaching alpha
     tau = float(support[j])
     above = float(upper_tail[j] - mass[j])              # P(Delta > tau)
-    frac = float(np.clip((alpha - above) / mass[j], 0.0, 1.0))
-    if frac <= CAPACITY_TOL / mass[j]:
+    if alpha - above <= _MASS_TOL:                      # only at alpha ~ 0
         frac = 0.0
-    if frac >= 1.0 - CAPACITY_TOL / mass[j]:
+    elif upper_tail[j] - alpha <= _MASS_TOL:            # alpha on a gap
         frac = 1.0
+    else:
+        frac = float(np.clip((alpha - above) / mass[j], 0.0, 1.0))
     if 0.0 < frac < 1.0:
         interval = (tau, tau)
     elif frac == 0.0:                                   # only when alpha == 0

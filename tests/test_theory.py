@@ -456,3 +456,17 @@ def test_weights_are_not_normalised_silently():
         ca.optimal_assignment(MU, [0.5, 0.5], w)
     res = ca.optimal_assignment(MU, [0.5, 0.5], w / w.sum())
     assert math.isclose(res.weights.sum(), 1.0)
+
+
+def test_threshold_with_tiny_tail_weights():
+    # Gaussian weights on a wide grid have masses ~1e-11 in the tails; alpha = 0
+    # and alpha = 1 must still give agent 1 nothing and everything
+    x = np.linspace(-6, 6, 401)
+    w = np.exp(-0.5 * x**2)
+    w /= w.sum()
+    delta = np.tanh(x)
+    none = ca.two_agent_threshold(delta, 0.0, w)
+    assert none.boundary_fraction == 0.0 and np.all(none.assignment == 0.0)
+    everything = ca.two_agent_threshold(delta, 1.0, w)
+    assert np.all(everything.assignment == 1.0)
+    assert math.isclose(everything.delta_integral, float(w @ delta), abs_tol=1e-15)
