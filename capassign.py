@@ -125,9 +125,489 @@ def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float):
     return arr
 
 
+def _validate_share(x, name="alpha"):
+    """Check a single share/probability ``x`` in [0, 1] and return it as float."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number in [0, 1], got {x!r}")
+    x = float(x)
+    if not math.isfinite(x) or x < 0.0 or x > 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1], got {x!r}")
+    return x
+
+
+def _validate_weights(weights, n, name="weights"):
+    """Check probabilities of ``n`` context points; ``None`` means uniform.
+
+    The weights must be finite, non-negative and sum to one within
+    :data:`CAPACITY_TOL`; they are not silently normalised, because weights that
+    do not sum to one usually signal counts passed where probabilities were
+    meant.  The returned copy is divided by its sum to remove rounding drift.
+    """
+    if weights is None:
+        return np.full(n, 1.0 / n)
+    w = _validate_matrix(weights, name, ndim=1)
+    if w.shape[0] != n:
+        raise ValueError(f"{name} has {w.shape[0]} entries but there are {n} "
+                         f"context points")
+    if np.any(w < 0):
+        raise ValueError(f"{name} must be non-negative, got minimum {w.min()!r}")
+    total = float(w.sum())
+    if abs(total - 1.0) > CAPACITY_TOL:
+        raise ValueError(f"{name} sum to {total!r}; they must be probabilities "
+                         f"summing to 1 (within {CAPACITY_TOL:g})")
+    return w / total
+
+
 # =============================================================================
 # 2. Theory / oracle
 # =============================================================================
+#
+# The oracle problem of the paper (Sec. 2.3, Thm 1, App. C): with the
+# conditional expected rewards mu_a(x) known, choose assignment probabilities
+# P(a | x) that maximise E_x[sum_a P(a | x) mu_a(x)] subject to the capacity
+# constraints E_x[P(a | x)] = alpha_a.  For a context distribution with finitely
+# many points x_1..x_n (probabilities w_i) this is a linear programme in the
+# n x A numbers P[i, a]; its dual variables of the capacity rows are the shadow
+# prices lambda_a, and the optimal policy is argmax_a mu_a(x) - lambda_a.
+
+#: Two adjusted rewards mu_a(x) - lambda_a closer than this count as a tie.
+TIE_TOL = 1e-9
+
+#: Probability masses closer than this count as equal in the threshold rule.
+_MASS_TOL = 1e-12
+
+#: HiGHS tolerances for the assignment programmes (tighter than the defaults,
+#: so that rewards differing by 1e-7 are still told apart).
+_HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10,
+                  "dual_feasibility_tolerance": 1e-10}
+
+
+@dataclass(frozen=True)
+class OptimalAssignment:
+    """Solution of the capacity-constrained oracle problem (Sec. 2.3, App. C).
+
+    Attributes
+    ----------
+    assignment : ndarray, shape (n, A)
+        Optimal probabilities P(a | x_i); every row sums to one.
+    shadow_prices : ndarray, shape (A,)
+        Lagrange multipliers lambda_a of the capacity constraints, read from the
+        solver's dual values.  The optimal policy is argmax_a mu_a(x) - lambda_a
+        (Thm 1), so a larger lambda_a makes agent a dearer.  When every agent is
+        constrained they are shifted so that the smallest one is 0 (only
+        differences matter then); an unconstrained agent has lambda_a = 0.
+    value : float
+        Expected reward per task, sum_i w_i sum_a P[i, a] mu[i, a].
+    random_value : float
+        Expected reward of the non-contextual policy that picks agent a with
+        probability alpha_a, sum_a alpha_a mu_a (Sec. 2.3); free agents get share 0.
+    loads : ndarray, shape (A,)
+        Realised shares sum_i w_i P[i, a]; equal to the capacities for
+        constrained agents (at most the capacities when a free agent exists).
+    capacities : ndarray, shape (A,)
+        The capacities alpha_a, with NaN for unconstrained agents.
+    weights : ndarray, shape (n,)
+        Probabilities of the context points.
+    mu : ndarray, shape (n, A)
+        The conditional expected rewards the problem was solved for.
+    """
+
+    assignment: np.ndarray
+    shadow_prices: np.ndarray
+    value: float
+    random_value: float
+    loads: np.ndarray
+    capacities: np.ndarray
+    weights: np.ndarray
+    mu: np.ndarray
+
+    @property
+    def gain(self):
+        """Improvement over random assignment, value - random_value (>= 0, App. C)."""
+        return self.value - self.random_value
+
+    @property
+    def constrained(self):
+        """Boolean mask of the capacity-constrained agents."""
+        return ~np.isnan(self.capacities)
+
+    def adjusted_rewards(self, mu=None):
+        """mu_a(x) - lambda_a for the stored contexts or for new ones (Thm 1)."""
+        mu = self.mu if mu is None else _validate_matrix(mu, "mu")
+        if mu.shape[1] != self.shadow_prices.shape[0]:
+            raise ValueError(f"mu has {mu.shape[1]} columns but there are "
+                             f"{self.shadow_prices.shape[0]} agents")
+        return mu - self.shadow_prices
+
+    def policy(self, mu=None):
+        """Agent index argmax_a mu_a(x) - lambda_a per context (ties: lowest index).
+
+        Applied to new contexts this is the deterministic rule of Thm 1 with the
+        shadow prices held fixed; use :func:`shadow_price_policy` for the
+        tie-splitting that meets capacities exactly on a discrete distribution.
+        """
+        return np.argmax(self.adjusted_rewards(mu), axis=1)
+
+
+def _theory_inputs(mu, capacities, weights):
+    mu = _validate_matrix(mu, "mu")
+    n, A = mu.shape
+    if n < 1:
+        raise ValueError("mu must have at least one row (context point)")
+    alpha, constrained = _validate_capacities(capacities, A)
+    w = _validate_weights(weights, n)
+    return mu, alpha, constrained, w
+
+
+def random_assignment_value(mu, capacities, weights=None):
+    """Reward of the non-contextual policy P(a) = alpha_a: sum_a alpha_a mu_a (Sec. 2.3).
+
+    ``mu`` is n x A, ``capacities`` one share per agent (``None`` for a free
+    agent, which then gets share 0), ``weights`` the context probabilities
+    (uniform by default).
+    """
+    mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
+    return float(w @ mu @ alpha)
+
+
+def optimal_assignment(mu, capacities, weights=None):
+    """Optimal capacity-constrained assignment and its shadow prices (Thm 1, App. C).
+
+    Solves the linear programme
+
+        max_P  sum_i w_i sum_a P[i, a] mu[i, a]
+        s.t.   sum_a P[i, a] = 1                      for every context i,
+               sum_i w_i P[i, a] = alpha_a            for every constrained agent a,
+               P >= 0
+
+    with HiGHS (``scipy.optimize.linprog``), written in the masses
+    y[i, a] = w_i P[i, a] (a transportation problem with row sums w_i and
+    column sums alpha_a) for numerical robustness.  When some agent is unconstrained
+    (capacity ``None``, the paper, App. I.3) the capacity rows become long-run
+    upper bounds ``<= alpha_a`` (App. F) and the free agent's shadow price is 0.
+
+    Parameters
+    ----------
+    mu : array_like, shape (n, A)
+        Conditional expected rewards mu_a(x_i) at n context points.
+    capacities : sequence of length A
+        Shares alpha_a in [0, 1] of the constrained agents, summing to one
+        within :data:`CAPACITY_TOL`, or ``None`` for an unconstrained agent.
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).  They must be
+        non-negative and sum to one within :data:`CAPACITY_TOL`; they are not
+        normalised for you.  Points of weight zero do not enter the programme;
+        their rows are filled with the rule argmax_a mu_a(x) - lambda_a.
+
+    Returns
+    -------
+    OptimalAssignment
+        ``shadow_prices`` are the negated dual values of the capacity rows
+        (``res.eqlin.marginals`` or ``res.ineqlin.marginals``), i.e. the change
+        of the optimal value per unit of extra capacity, with the sign
+        convention that the policy is argmax_a mu_a(x) - lambda_a.  With every
+        agent constrained the duals are determined only up to a common shift
+        (absorbed by the duals of the per-context rows); they are normalised so
+        that the smallest is 0, which makes them comparable with the
+        non-negative queue penalties eta * Q of the online algorithm (Eq. 2).
+        On a discrete distribution the duals may also be non-unique beyond the
+        shift (a capacity boundary that falls between two context points); the
+        returned values are then one optimal choice, the one HiGHS reports.
+    """
+    from scipy.optimize import linprog
+    from scipy import sparse
+
+    mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
+    n, A = mu.shape
+    active = np.flatnonzero(w > 0)
+    m = active.size
+    mu_act, w_act = mu[active], w[active]
+    # Variables are the masses y[i, a] = w_i P[i, a] (k = i * A + a), so that the
+    # objective coefficients are the rewards themselves and tiny context weights
+    # do not fall below the solver's tolerances.
+    cols = np.arange(m * A)
+    rows_ctx = sparse.csr_matrix((np.ones(m * A), (np.repeat(np.arange(m), A), cols)),
+                                 shape=(m, m * A))
+    cons_agents = np.flatnonzero(constrained)
+    k = cons_agents.size
+    cap = sparse.csr_matrix((np.ones(m * k), (np.repeat(np.arange(k), m),
+                                              (np.arange(m)[None, :] * A
+                                               + cons_agents[:, None]).ravel())),
+                            shape=(k, m * A))
+    c = -mu_act.ravel()
+    all_constrained = bool(constrained.all())
+    if all_constrained:
+        res = linprog(c, A_eq=sparse.vstack([rows_ctx, cap]).tocsr(),
+                      b_eq=np.concatenate([w_act, alpha[cons_agents]]),
+                      bounds=(0, None), method="highs", options=_HIGHS_OPTIONS)
+    else:
+        res = linprog(c, A_ub=cap, b_ub=alpha[cons_agents], A_eq=rows_ctx,
+                      b_eq=w_act, bounds=(0, None), method="highs",
+                      options=_HIGHS_OPTIONS)
+    if res.status != 0:  # pragma: no cover - the programme is always feasible and bounded
+        raise RuntimeError(f"HiGHS failed on the assignment programme: {res.message}")
+    if all_constrained:
+        duals = -np.asarray(res.eqlin.marginals)[m:]
+    else:
+        duals = -np.asarray(res.ineqlin.marginals)
+    lam = np.zeros(A)
+    lam[cons_agents] = duals
+    if all_constrained:
+        lam -= lam.min()
+    lam[np.abs(lam) < 1e-15] = 0.0
+    P = np.zeros((n, A))
+    P_act = np.clip(np.asarray(res.x).reshape(m, A), 0.0, None)
+    P[active] = P_act / P_act.sum(axis=1, keepdims=True)
+    idle = np.flatnonzero(w == 0)
+    if idle.size:
+        P[idle, np.argmax(mu[idle] - lam, axis=1)] = 1.0
+    caps = np.where(constrained, alpha, np.nan)
+    return OptimalAssignment(
+        assignment=P, shadow_prices=lam, value=float(np.sum(w[:, None] * P * mu)),
+        random_value=float(w @ mu @ alpha), loads=w @ P, capacities=caps,
+        weights=w, mu=mu)
+
+
+def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
+                        tol=TIE_TOL):
+    """The policy argmax_a mu_a(x) - lambda_a for given shadow prices (Thm 1).
+
+    Without ``capacities`` every context goes to one agent with the largest
+    adjusted reward mu_a(x) - lambda_a (ties to the lowest index).  With
+    ``capacities`` the probability of contexts at which several agents tie
+    (within ``tol``) is split among the tied agents so that the capacities are
+    met exactly - the stochastic tie-breaking at boundary contexts that a
+    discrete context distribution needs (Sec. 2.3).  A constrained agent must
+    then receive exactly alpha_a, except, when a free agent exists, an agent
+    with lambda_a = 0, which may receive less (App. F).  The split is found by
+    a feasibility linear programme over the tied entries only.  Every context
+    still goes to a maximiser of the adjusted reward, so, by complementary
+    slackness, when the shadow prices are optimal the result is an optimal
+    assignment.
+
+    Returns an n x A array of probabilities.  Raises ``ValueError`` when no
+    split meets the capacities, i.e. the shadow prices are not optimal for
+    them.
+    """
+    mu = _validate_matrix(mu, "mu")
+    n, A = mu.shape
+    lam = _validate_matrix(shadow_prices, "shadow_prices", ndim=1)
+    if lam.shape[0] != A:
+        raise ValueError(f"shadow_prices has {lam.shape[0]} entries but mu has "
+                         f"{A} columns (agents)")
+    tol = float(tol)
+    if not math.isfinite(tol) or tol < 0:
+        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
+    adj = mu - lam
+    tied = adj >= adj.max(axis=1, keepdims=True) - tol
+    P = np.zeros((n, A))
+    P[np.arange(n), np.argmax(tied, axis=1)] = 1.0
+    if capacities is None:
+        return P
+    alpha, constrained = _validate_capacities(capacities, A)
+    w = _validate_weights(weights, n)
+    free_exists = not constrained.all()
+    ambiguous = np.flatnonzero((tied.sum(axis=1) > 1) & (w > 0))
+    fixed = np.setdiff1d(np.arange(n), ambiguous)
+    load0 = w[fixed] @ P[fixed]
+    exact = constrained & ~(free_exists & (lam <= tol))
+    upper = constrained & ~exact
+    if ambiguous.size == 0:
+        bad = (exact & (np.abs(load0 - alpha) > 1e-7)) | (upper & (load0 > alpha + 1e-7))
+        if bad.any():
+            raise ValueError("shadow_prices do not meet the capacities: no context is "
+                             "at a tie, and the loads are "
+                             f"{np.round(load0, 6).tolist()} instead of "
+                             f"{np.round(alpha, 6).tolist()}")
+        return P
+    from scipy.optimize import linprog
+    from scipy import sparse
+
+    ii, aa = np.nonzero(tied[ambiguous])
+    nv = ii.size
+    rows_ctx = sparse.csr_matrix((np.ones(nv), (ii, np.arange(nv))),
+                                 shape=(ambiguous.size, nv))
+    wv = w[ambiguous][ii]
+
+    def cap_matrix(mask):
+        agents = np.flatnonzero(mask)
+        r = np.searchsorted(agents, aa)
+        keep = np.isin(aa, agents)
+        return agents, sparse.csr_matrix((wv[keep], (r[keep], np.arange(nv)[keep])),
+                                         shape=(agents.size, nv))
+
+    ex_agents, ex = cap_matrix(exact)
+    up_agents, up = cap_matrix(upper)
+    A_eq = sparse.vstack([rows_ctx, ex]).tocsr()
+    b_eq = np.concatenate([np.ones(ambiguous.size), alpha[ex_agents] - load0[ex_agents]])
+    kw = {}
+    if up_agents.size:
+        kw = dict(A_ub=up, b_ub=alpha[up_agents] - load0[up_agents])
+    res = linprog(np.zeros(nv), A_eq=A_eq, b_eq=b_eq, bounds=(0, None),
+                  method="highs", options=_HIGHS_OPTIONS, **kw)
+    if res.status != 0:
+        raise ValueError("shadow_prices do not meet the capacities: no split of the "
+                         "tied contexts reaches them (are the shadow prices optimal "
+                         "for these capacities?)")
+    x = np.clip(res.x, 0.0, None)
+    Pa = np.zeros((ambiguous.size, A))
+    Pa[ii, aa] = x
+    P[ambiguous] = Pa / Pa.sum(axis=1, keepdims=True)
+    return P
+
+
+@dataclass(frozen=True)
+class TwoAgentThreshold:
+    """Threshold rule of the two-agent constrained problem (Prop. 1, App. D.1).
+
+    Agent 1 receives every context with Delta(x) > tau, the fraction
+    ``boundary_fraction`` of the mass at Delta(x) == tau, and nothing else, so
+    that its share is exactly alpha.
+
+    Attributes
+    ----------
+    tau : float
+        The threshold tau_alpha: the largest value t of Delta on the support
+        with P(Delta >= t) >= alpha (so agent 1's region starts at tau).
+    boundary_fraction : float
+        Share in [0, 1] of the mass at Delta == tau assigned to agent 1.
+    interval : tuple of float
+        All thresholds that are optimal shadow-price differences
+        lambda_1 - lambda_2 (App. D.1).  It is the single point ``(tau, tau)``
+        when 0 < boundary_fraction < 1; when alpha falls exactly on a gap
+        between two support values it is the whole gap (with +-inf at alpha in
+        {0, 1}), and ``tau`` is its upper end.
+    assignment : ndarray, shape (n,)
+        Probability that each context point goes to agent 1.
+    delta_integral : float
+        sum_i w_i P(agent 1 | x_i) Delta(x_i) = mu^{phi*} - mu_2 (App. D.1).
+    """
+
+    tau: float
+    boundary_fraction: float
+    interval: tuple
+    assignment: np.ndarray
+    delta_integral: float
+
+    def __float__(self):
+        return float(self.tau)
+
+    @property
+    def unique(self):
+        """True when the optimal shadow-price difference is unique (= tau)."""
+        return self.interval[0] == self.interval[1]
+
+
+def two_agent_threshold(delta, alpha, weights=None):
+    """Top-alpha-mass threshold of the reward gap Delta(x) (Prop. 1, App. D.1).
+
+    With two agents and capacities (alpha, 1 - alpha), the optimal policy gives
+    agent 1 the alpha-mass of contexts with the largest Delta(x) = mu_1(x) -
+    mu_2(x).  On a discrete distribution (``delta`` at n points with
+    probabilities ``weights``, uniform by default) this needs a fraction of the
+    mass at the boundary value; both are returned in a
+    :class:`TwoAgentThreshold` (``float(result)`` is tau).  Probability masses
+    that agree within 1e-12 count as equal (this absorbs the rounding of
+    cumulative sums; a context of smaller weight at the boundary may be left out).  ``tau`` equals the shadow-price
+    difference lambda_1 - lambda_2 of :func:`optimal_assignment` whenever that
+    difference is unique (``result.unique``); otherwise every point of
+    ``result.interval`` is an optimal difference.
+    """
+    delta = _validate_matrix(delta, "delta", ndim=1)
+    n = delta.shape[0]
+    if n < 1:
+        raise ValueError("delta must have at least one entry")
+    alpha = _validate_share(alpha, "alpha")
+    w = _validate_weights(weights, n)
+    values, inverse = np.unique(delta[w > 0], return_inverse=True)
+    support = values[::-1]                              # descending distinct values
+    mass = np.bincount(inverse, weights=w[w > 0], minlength=values.size)[::-1]
+    upper_tail = np.cumsum(mass)                        # P(Delta >= v)
+    ok = np.flatnonzero(upper_tail >= alpha - _MASS_TOL)
+    j = int(ok[0])                                      # largest v reaching alpha
+    tau = float(support[j])
+    above = float(upper_tail[j] - mass[j])              # P(Delta > tau)
+    if alpha - above <= _MASS_TOL:                      # only at alpha ~ 0
+        frac = 0.0
+    elif upper_tail[j] - alpha <= _MASS_TOL:            # alpha on a gap
+        frac = 1.0
+    else:
+        frac = float(np.clip((alpha - above) / mass[j], 0.0, 1.0))
+    if 0.0 < frac < 1.0:
+        interval = (tau, tau)
+    elif frac == 0.0:                                   # only when alpha == 0
+        interval = (tau, math.inf)
+    else:
+        lower = float(support[j + 1]) if j + 1 < support.size else -math.inf
+        interval = (lower, tau)
+    p1 = np.where(delta > tau, 1.0, 0.0)
+    p1[(delta == tau)] = frac
+    p1[w == 0] = (delta[w == 0] >= tau).astype(float)
+    return TwoAgentThreshold(tau=tau, boundary_fraction=frac, interval=interval,
+                             assignment=p1, delta_integral=float(w @ (p1 * delta)))
+
+
+@dataclass(frozen=True)
+class DisagreementRegions:
+    """Masses and mean gaps of the disagreement regions (App. B.4, App. D.4).
+
+    ``p1`` = P(Delta > 0), ``p2`` = P(Delta < 0), ``mean_gap_1`` =
+    E[Delta | D1] and ``mean_gap_2`` = E[-Delta | D2] (NaN for an empty
+    region).  Full exploitation of disagreement is feasible for capacities
+    ``alpha_range`` = (p1, 1 - p2) (Prop. 2).
+    """
+
+    p1: float
+    p2: float
+    mean_gap_1: float
+    mean_gap_2: float
+
+    @property
+    def alpha_range(self):
+        return (self.p1, 1.0 - self.p2)
+
+
+def disagreement_regions(delta, weights=None):
+    """Summarise D1 = {Delta > 0} and D2 = {Delta < 0} (App. B.4, App. D.4)."""
+    delta = _validate_matrix(delta, "delta", ndim=1)
+    if delta.shape[0] < 1:
+        raise ValueError("delta must have at least one entry")
+    w = _validate_weights(weights, delta.shape[0])
+    pos, neg = delta > 0, delta < 0
+    p1, p2 = float(w[pos].sum()), float(w[neg].sum())
+    m1 = float(w[pos] @ delta[pos] / p1) if p1 > 0 else math.nan
+    m2 = float(-(w[neg] @ delta[neg]) / p2) if p2 > 0 else math.nan
+    return DisagreementRegions(p1=p1, p2=p2, mean_gap_1=m1, mean_gap_2=m2)
+
+
+def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
+    """Closed-form gain over random assignment (Prop. 2-3, App. D.4).
+
+    Returns (1 - alpha) p1 E[Delta | D1] + alpha p2 E[-Delta | D2], with
+    D1 = {Delta > 0}, D2 = {Delta < 0}, p_k = P(D_k).  For capacities
+    p1 <= alpha <= 1 - p2 (checked within :data:`CAPACITY_TOL`) this is exactly
+    the gain mu^{phi*} - mu^rand of the optimal constrained policy (Prop. 2).
+
+    Outside that range the formula describes the policy "D1 to agent 1, D2 to
+    agent 2", which violates the capacities, and it is then only an upper
+    bound on the optimal gain.  A ``ValueError`` is raised there unless
+    ``allow_outside=True``, in which case the (upper-bound) formula is returned.
+    """
+    alpha = _validate_share(alpha, "alpha")
+    delta = _validate_matrix(delta, "delta", ndim=1)
+    if delta.shape[0] < 1:
+        raise ValueError("delta must have at least one entry")
+    w = _validate_weights(weights, delta.shape[0])
+    pos, neg = delta > 0, delta < 0
+    p1, p2 = float(w[pos].sum()), float(w[neg].sum())
+    if not allow_outside and not (p1 - CAPACITY_TOL <= alpha <= 1.0 - p2 + CAPACITY_TOL):
+        raise ValueError(f"alpha = {alpha!r} is outside [p1, 1 - p2] = "
+                         f"[{p1:.6g}, {1.0 - p2:.6g}], where the closed form is the "
+                         f"optimal gain; pass allow_outside=True to get the formula "
+                         f"(then an upper bound on the gain)")
+    int1 = float(w[pos] @ delta[pos])       # p1 E[Delta | D1]
+    int2 = float(-(w[neg] @ delta[neg]))    # p2 E[-Delta | D2]
+    return (1.0 - alpha) * int1 + alpha * int2
 
 
 # =============================================================================
