@@ -827,33 +827,45 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
     ``parameters`` cell (the paper's settings) unless ``parameters`` overrides
     them, cleaned of run-dependent metadata, and written to
     ``book/executed/NAME.ipynb``.  A failing cell raises and nothing is written
-    for that chapter.
+    for that chapter.  Returns the paths written.
     """
+    names = _resolve_chapters(chapters)
+    EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
+    # The kernel runs in book/executed: make this checkout's module importable
+    # there even when the package is not installed.
+    old_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([old_path] if old_path else []))
+    try:
+        return [_execute_chapter(name, parameters or {}, kernel_name, log_output)
+                for name in names]
+    finally:
+        if old_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_path
+
+
+def _execute_chapter(name, parameters, kernel_name, log_output):
+    """Execute one chapter source with papermill; write and return its notebook."""
+    import tempfile
+
     import jupytext
     import nbformat
     import papermill
-    import tempfile
 
-    names = _resolve_chapters(chapters)
-    EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in names:
-        src = CHAPTER_DIR / f"{name}.md"
-        nb = jupytext.read(src)
-        with tempfile.TemporaryDirectory() as tmp:
-            raw = Path(tmp) / f"{name}.ipynb"
-            done = Path(tmp) / f"{name}.out.ipynb"
-            nbformat.write(nb, raw)
-            papermill.execute_notebook(
-                str(raw), str(done), parameters=parameters or {},
-                kernel_name=kernel_name, cwd=str(EXECUTED_DIR),
-                progress_bar=sys.stderr.isatty(), log_output=log_output)
-            out = _clean_executed(nbformat.read(done, as_version=4))
-        target = EXECUTED_DIR / f"{name}.ipynb"
-        nbformat.write(out, target)
-        written.append(target)
-        print(f"executed {src.relative_to(ROOT)} -> {target.relative_to(ROOT)}")
-    return written
+    src = CHAPTER_DIR / f"{name}.md"
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / f"{name}.ipynb"
+        done = Path(tmp) / f"{name}.out.ipynb"
+        nbformat.write(jupytext.read(src), raw)
+        papermill.execute_notebook(
+            str(raw), str(done), parameters=parameters, kernel_name=kernel_name,
+            cwd=str(EXECUTED_DIR), progress_bar=sys.stderr.isatty(), log_output=log_output)
+        out = _clean_executed(nbformat.read(done, as_version=4))
+    target = EXECUTED_DIR / f"{name}.ipynb"
+    nbformat.write(out, target)
+    print(f"executed {src.relative_to(ROOT)} -> {target.relative_to(ROOT)}")
+    return target
 
 
 def _cell_key(cell):
