@@ -722,6 +722,51 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     return pd.DataFrame(rows)
 
 
+#: Largest gap in mean error (absolute) that still counts as "greedy and
+#: Thompson sampling perform similarly" when the paper's claims are checked.
+SIMILAR_TOL = 0.01
+
+
+def paper_claims(df):
+    """Check the paper's three qualitative claims on one error-vs-capacity table.
+
+    The claims of Sec. 5.1 are: (1) every contextual policy beats the
+    non-contextual baseline at every interior capacity, (2) tree models are at
+    least as good as logistic ones, (3) greedy and Thompson sampling perform
+    alike.  Each is judged on the mean errors of ``df`` (a table from
+    :func:`error_vs_capacity`) at the interior capacities 0 < alpha_1 < 1, and
+    returned as rows ``claim``, ``holds`` (bool) and ``detail`` (the numbers
+    behind the verdict).  Claim (3) holds when the largest greedy-vs-TS gap is
+    at most :data:`SIMILAR_TOL`.
+    """
+    import pandas as pd
+
+    inner = df[(df.alpha1 > 0) & (df.alpha1 < 1)]
+    err = inner.pivot_table(index="alpha1", columns="policy", values="error")
+    rows = []
+    ctx = [p for p in CONTEXTUAL_POLICIES if p in err]
+    if "random" in err and ctx:
+        wins = (err[ctx].lt(err["random"], axis=0))
+        rows.append({"claim": "contextual < random at every interior alpha",
+                     "holds": bool(wins.values.all()),
+                     "detail": f"{int(wins.values.sum())}/{wins.size} (policy, alpha) pairs"})
+    pairs = [("tree-greedy", "logistic-greedy"), ("tree-ts", "logistic-ts")]
+    pairs = [(t, l) for t, l in pairs if t in err and l in err]
+    if pairs:
+        diffs = [float((err[t] - err[l]).mean()) for t, l in pairs]
+        rows.append({"claim": "tree <= logistic (mean error over interior alpha)",
+                     "holds": all(d <= 0 for d in diffs),
+                     "detail": ", ".join(f"{t} - {l}: {d:+.4f}" for (t, l), d in zip(pairs, diffs))})
+    pairs = [("logistic-greedy", "logistic-ts"), ("tree-greedy", "tree-ts")]
+    pairs = [(g, t) for g, t in pairs if g in err and t in err]
+    if pairs:
+        gaps = [float((err[g] - err[t]).abs().max()) for g, t in pairs]
+        rows.append({"claim": f"greedy ~ TS (max gap <= {SIMILAR_TOL})",
+                     "holds": all(g <= SIMILAR_TOL for g in gaps),
+                     "detail": ", ".join(f"{g.split('-')[0]}: {v:.4f}" for (g, _), v in zip(pairs, gaps))})
+    return pd.DataFrame(rows)
+
+
 def error_table(df, value="error", digits=3):
     """Pivot a tidy result table to policies x alpha_1, rounded for printing."""
     t = df.pivot_table(index="policy", columns="alpha1", values=value, sort=False)
