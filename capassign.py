@@ -1207,7 +1207,66 @@ def _build_parser():
                                    "notebooks when no code cell changed.")
     p.add_argument("chapters", nargs="*", metavar="CHAPTER")
     p.set_defaults(func=lambda a: sync_text(a.chapters))
+    _add_data_parser(sub)
     return parser
+
+
+def _add_data_parser(sub):
+    """``python -m capassign data list|verify|fetch|embed-mmlu``."""
+    p = sub.add_parser("data", help="list, verify and fetch the data files",
+                       description="Manage the data files of the paper's experiments. Files are "
+                                   f"read from ${DATA_ENV} when it is set, otherwise from the "
+                                   f"download cache (${CACHE_ENV}, default data/cache).")
+    dsub = p.add_subparsers(dest="data_command", metavar="ACTION")
+    q = dsub.add_parser("list", help="list the registry: path, size, dataset, public URL",
+                        description="List every file of the data registry.")
+    q.set_defaults(func=_cmd_data_list)
+    q = dsub.add_parser("verify", help="check every file's sha256 (ok / missing / MISMATCH)",
+                        description="Check the sha256 of every registry file where it is read "
+                                    "from, without downloading anything.")
+    q.set_defaults(func=_cmd_data_verify)
+    q = dsub.add_parser("fetch", help="download (or rebuild) the files into the cache",
+                        description="Download every file with a public URL into the cache with "
+                                    "pooch (sha256-checked) and rebuild derived files.")
+    q.add_argument("paths", nargs="*", metavar="PATH", help="registry paths (default: all)")
+    q.set_defaults(func=_cmd_data_fetch)
+    q = dsub.add_parser("embed-mmlu", help="recompute data/mmlu_embeddings.npz",
+                        description="Embed the MMLU question stems with all-MiniLM-L6-v2 "
+                                    "(needs the mmlu-embed extra).")
+    q.add_argument("--out", default=None, help="output .npz (default data/mmlu_embeddings.npz)")
+    q.set_defaults(func=lambda a: print(f"wrote {embed_mmlu_questions(a.out)}"))
+    p.set_defaults(func=lambda a: p.print_help())
+
+
+def _print_status(rows):
+    bad = 0
+    for path, status, detail in rows:
+        print(f"{status:8s} {path}" + (f"  ({detail})" if detail else ""))
+        bad += status != "ok"
+    print(f"{len(rows) - bad} ok, {bad} not ok")
+    return bad
+
+
+def _cmd_data_list(args):
+    reg = data_registry()
+    root = reg.data_dir
+    print(f"data root: {root if root is not None else reg.cache_dir}"
+          f" ({'from ' + DATA_ENV if root is not None else 'download cache'})")
+    for e in reg.registry["files"]:
+        src = e["urls"][0] if e.get("urls") else (
+            f"rebuilt from {len(e['derived_from'])} files" if e.get("rebuild")
+            else f"no public URL ({DATA_ENV} only)")
+        print(f"{e['path']:50s} {e['bytes']:>9d}  {e['dataset']:14s} {src}")
+
+
+def _cmd_data_verify(args):
+    if _print_status(data_registry().verify()):
+        sys.exit(1)
+
+
+def _cmd_data_fetch(args):
+    if _print_status(data_registry().fetch(args.paths or None)):
+        sys.exit(1)
 
 
 def _cmd_reproduce(args):
