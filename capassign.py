@@ -1005,6 +1005,8 @@ def accuracy_by_context(x, R, *, bins=10):
     The binned estimate of mu_a(x) used for the paper's Fig. 1 and 2a.
     Returns ``(centers, acc, counts)`` with ``acc`` of shape (n_bins, A);
     bins are quantiles of ``x`` (ties merged), centres are bin means of x.
+    A context with at most ``bins`` distinct values (e.g. ImageNet-16H's four
+    noise levels) gets one bin per value.
     """
     x = _validate_matrix(x, "x", ndim=1)
     R = _validate_matrix(R, "R")
@@ -1012,11 +1014,14 @@ def accuracy_by_context(x, R, *, bins=10):
         raise ValueError(f"x has {x.shape[0]} entries but R has {R.shape[0]} rows")
     if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
         raise ValueError(f"bins must be a positive integer, got {bins!r}")
-    edges = np.unique(np.quantile(x, np.linspace(0, 1, bins + 1)))
-    if len(edges) < 2:
-        edges = np.array([x.min(), x.max() + 1.0])
-    which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
-    nb = len(edges) - 1
+    levels = np.unique(x)
+    if len(levels) <= bins:
+        which = np.searchsorted(levels, x)
+        nb = len(levels)
+    else:
+        edges = np.unique(np.quantile(x, np.linspace(0, 1, bins + 1)))
+        which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
+        nb = len(edges) - 1
     counts = np.bincount(which, minlength=nb)
     keep = counts > 0
     centers = np.bincount(which, weights=x, minlength=nb)[keep] / counts[keep]

@@ -468,6 +468,17 @@ def test_accuracy_by_context_bins():
     np.testing.assert_allclose(centers, [0, 1, 2, 3])
     np.testing.assert_allclose(acc, [[1, 0], [1, 0], [0, 1], [0, 1]])
     assert counts.tolist() == [25, 25, 25, 25]
+    # few distinct values: one bin per value, whatever ``bins`` says
+    c2, a2, n2 = ca.accuracy_by_context(x, R, bins=10)
+    np.testing.assert_allclose(c2, [0, 1, 2, 3])
+    np.testing.assert_allclose(a2, acc)
+    # a continuous context: quantile bins of equal size
+    xc = np.random.default_rng(1).normal(size=1000)
+    cc, ac, nc = ca.accuracy_by_context(xc, np.column_stack([xc > 0, xc <= 0]), bins=5)
+    assert nc.tolist() == [200] * 5 and np.all(np.diff(cc) > 0)
+    q = np.quantile(xc, [0.4, 0.6])
+    middle = (xc >= q[0]) & (xc < q[1])
+    np.testing.assert_allclose(ac[:, 0], [0, 0, np.mean(xc[middle] > 0), 1, 1])
     with pytest.raises(ValueError, match="rows"):
         ca.accuracy_by_context(x[:10], R)
 
