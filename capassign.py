@@ -1239,7 +1239,7 @@ def _add_data_parser(sub):
                         description="Embed the MMLU question stems with all-MiniLM-L6-v2 "
                                     "(needs the mmlu-embed extra).")
     q.add_argument("--out", default=None, help="output .npz (default data/mmlu_embeddings.npz)")
-    q.set_defaults(func=lambda a: print(f"wrote {embed_mmlu_questions(a.out)}"))
+    q.set_defaults(func=_cmd_data_embed)
     p.set_defaults(func=lambda a: p.print_help())
 
 
@@ -1267,6 +1267,13 @@ def _cmd_data_list(args):
 def _cmd_data_verify(args):
     if _print_status(data_registry().verify()):
         sys.exit(1)
+
+
+def _cmd_data_embed(args):
+    try:
+        print(f"wrote {embed_mmlu_questions(args.out)}")
+    except DataUnavailable as exc:
+        sys.exit(f"capassign data embed-mmlu: {exc}")
 
 
 def _cmd_data_fetch(args):
