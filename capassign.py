@@ -468,7 +468,7 @@ _REBUILDERS = {"imagenet16h_human48": _rebuild_imagenet16h_human48}
 # --- 6b. Tasks ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Task:
     """An online stream of prediction tasks and every agent's reward on it.
 

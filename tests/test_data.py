@@ -502,3 +502,13 @@ def test_data_cli_verify_reports_mismatch(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "no public URL" in out and "bank+marketing.zip" in out
     monkeypatch.setattr(ca, "_REGISTRY", None)
+
+
+def test_loaders_raise_data_unavailable_without_data(tmp_path, monkeypatch):
+    monkeypatch.setenv(ca.DATA_ENV, str(tmp_path))  # an empty data folder
+    with pytest.raises(ca.DataUnavailable, match="cardio/cardio_train.csv"):
+        ca._tabular_task("cardio", 0, "random")
+    with pytest.raises(ca.DataUnavailable, match="correctness.csv"):
+        ca.mmlu_models()
+    with pytest.raises(ca.DataUnavailable, match="imagenet16h"):
+        ca._imagenet16h_task()
