@@ -879,19 +879,50 @@ def _first_pc(E):
     return Ec @ v
 
 
-def _mmlu_task(name):
-    """An MMLU experiment of the paper with its agents substituted by rule.
+def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
+    """A task stream of MMLU questions answered by any chosen HELM models.
 
-    Tasks are the val and test questions of the experiment's subjects that
-    every chosen model answered (exact-id HELM rows); context = the first
-    principal component of the questions' MiniLM embeddings, computed on this
-    question set and standardised (the paper, Sec. 5.1, App. H.1 and I.2).
+    Tasks are the val and test questions of ``subjects`` (exact-id HELM rows,
+    see :func:`mmlu_models`); ``R`` holds each chosen model's correctness and
+    the context is the first principal component of the questions' MiniLM
+    embeddings, computed on this question set and standardised (the paper,
+    Sec. 5.1 and App. H.1).  Useful for running every pair of models.
+    Cached per process.
     """
-    spec = MMLU_EXPERIMENTS[name]
-    subs = mmlu_substitutes(name)
-    models, questions, C = mmlu_models(spec["subjects"])
-    cols = [models.index(s["model"]) for s in subs]
-    R = C[:, cols]
+    if isinstance(models, str):
+        raise TypeError("models must be a sequence of HELM model ids, not a single string")
+    return _cached_mmlu_task(tuple(models), _validate_subjects(subjects))
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_mmlu_task(models, subjects):
+    available, questions, C = _cached_mmlu_models(subjects)
+    unknown = [m for m in models if m not in available]
+    if unknown or len(models) < 2 or len(set(models)) != len(models):
+        raise ValueError(f"models must be at least two distinct ids among {', '.join(available)}; "
+                         f"got {list(models)}")
+    R = C[:, [available.index(m) for m in models]]
+    pc1 = _mmlu_pc1(subjects)
+    X = ((pc1 - pc1.mean()) / pc1.std())[:, None]
+    meta = dict(source="mmlu/agents/correctness.csv (source == helm_v0.2.2_efficbench), "
+                       "mmlu/questions, data/mmlu_embeddings.npz",
+                subjects=subjects, questions=questions, accuracies=tuple(R.mean(axis=0)),
+                pc1=pc1, subject_of_task=questions["subject"].to_numpy(dtype=str))
+    return _freeze(Task("mmlu", X, R, tuple(models),
+                        ("PC1 of MiniLM question embedding (standardised)",), None, meta))
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_mmlu_models(subjects):
+    models, questions, C = mmlu_models(subjects)
+    C.setflags(write=False)
+    return models, questions, C
+
+
+@functools.lru_cache(maxsize=16)
+def _mmlu_pc1(subjects):
+    """PC1 scores of the embeddings of the question set of ``subjects``."""
+    _, questions, _ = _cached_mmlu_models(subjects)
     keys, E = mmlu_embeddings()
     pos = {k: i for i, k in enumerate(zip(keys["subject"], keys["split"], keys["question_index"]))}
     try:
@@ -901,18 +932,26 @@ def _mmlu_task(name):
         raise DataUnavailable(f"no embedding for MMLU question {exc}; recompute "
                               "data/mmlu_embeddings.npz") from None
     pc1 = _first_pc(E[rows])
-    X = ((pc1 - pc1.mean()) / pc1.std())[:, None]
-    agent_names = tuple(f"{s['model']}" for s in subs)
-    meta = dict(source="mmlu/agents/correctness.csv (source == helm_v0.2.2_efficbench), "
-                       "mmlu/questions, data/mmlu_embeddings.npz",
-                subjects=spec["subjects"], questions=questions, substitution=subs,
-                paper_agents=tuple(s["paper_agent"] for s in subs),
-                accuracies=tuple(R.mean(axis=0)), pc1=pc1,
-                subject_of_task=questions["subject"].to_numpy(dtype=str))
+    pc1.setflags(write=False)
+    return pc1
+
+
+def _mmlu_task(name):
+    """An MMLU experiment of the paper with its agents substituted by rule.
+
+    The stream of :func:`mmlu_task` for the experiment's subjects and the
+    models chosen by :func:`mmlu_substitutes` (the paper, Sec. 5.1 and
+    App. I.2); ``meta["substitution"]`` records which model stands for which
+    paper agent.
+    """
+    spec = MMLU_EXPERIMENTS[name]
+    subs = mmlu_substitutes(name)
+    base = mmlu_task([s["model"] for s in subs], spec["subjects"])
+    meta = dict(base.meta, substitution=subs,
+                paper_agents=tuple(s["paper_agent"] for s in subs))
     if name in PAPER_TABLE3:
         meta["paper"] = PAPER_TABLE3[name]
-    return Task(name, X, R, agent_names, ("PC1 of MiniLM question embedding (standardised)",),
-                None, meta)
+    return Task(name, base.X, base.R, base.agent_names, base.feature_names, None, meta)
 
 
 # --- synthetic agents with known mu_a(x) ----------------------------------------

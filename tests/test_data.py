@@ -512,3 +512,19 @@ def test_loaders_raise_data_unavailable_without_data(tmp_path, monkeypatch):
         ca.mmlu_models()
     with pytest.raises(ca.DataUnavailable, match="imagenet16h"):
         ca._imagenet16h_task()
+
+
+def test_mmlu_task_for_any_pair_of_models():
+    need("mmlu/agents/correctness.csv")
+    models, _, C = ca.mmlu_models(("college_chemistry", "us_foreign_policy"))
+    t = ca.mmlu_task([models[3], models[7]])
+    np.testing.assert_array_equal(t.R, C[:, [3, 7]])
+    ref = ca.load_task("mmlu")
+    np.testing.assert_array_equal(t.X, ref.X)  # same question set, same context
+    assert ca.mmlu_task(ref.agent_names) is ca.mmlu_task(list(ref.agent_names))
+    with pytest.raises(ValueError, match="distinct"):
+        ca.mmlu_task([models[0], models[0]])
+    with pytest.raises(ValueError, match="at least two"):
+        ca.mmlu_task(["cohere_small-20220720", models[0]])
+    with pytest.raises(TypeError):
+        ca.mmlu_task("openai_davinci")
