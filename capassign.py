@@ -865,13 +865,15 @@ def _load_minilm():
     return pkg.load_model(device="cpu")
 
 
-def _first_pc(E):
+def first_pc(E):
     """Scores on the first principal component of the rows of ``E`` (sign fixed).
 
     The sign is chosen so that the component's largest-magnitude loading is
     positive, which makes the result independent of the SVD routine.
     """
-    E = np.asarray(E, dtype=float)
+    E = _validate_matrix(E, "E")
+    if E.shape[0] < 2:
+        raise ValueError(f"E needs at least two rows, got shape {E.shape}")
     Ec = E - E.mean(axis=0)
     _, _, Vt = np.linalg.svd(Ec, full_matrices=False)
     v = Vt[0]
@@ -931,7 +933,7 @@ def _mmlu_pc1(subjects):
     except KeyError as exc:
         raise DataUnavailable(f"no embedding for MMLU question {exc}; recompute "
                               "data/mmlu_embeddings.npz") from None
-    pc1 = _first_pc(E[rows])
+    pc1 = first_pc(E[rows])
     pc1.setflags(write=False)
     return pc1
 

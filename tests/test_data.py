@@ -436,10 +436,10 @@ def test_embeddings_recompute_to_the_committed_values(tmp_path):
 def test_first_pc_sign_and_values():
     rng = np.random.default_rng(0)
     E = rng.normal(size=(200, 5)) * np.array([3.0, 1, 1, 0.5, 0.2])
-    pc = ca._first_pc(E)
+    pc = ca.first_pc(E)
     np.testing.assert_allclose(np.abs(np.corrcoef(pc, E[:, 0])[0, 1]), 1, atol=0.05)
     # the sign convention makes the scores independent of the data's orientation
-    np.testing.assert_allclose(ca._first_pc(-E), -pc, atol=1e-9)
+    np.testing.assert_allclose(ca.first_pc(-E), -pc, atol=1e-9)
     np.testing.assert_allclose(pc.mean(), 0, atol=1e-9)
 
 
