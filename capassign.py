@@ -341,6 +341,8 @@ class DataRegistry:
         path = self.location(relpath)
         if path.exists():
             return self.check(relpath, path)
+        if e.get("rebuild"):
+            return self._rebuild(e, download)
         if self.data_dir is not None:
             raise DataUnavailable(f"data file {relpath} is not in {DATA_ENV}={self.data_dir}; "
                                   f"{self.how_to_get(relpath)}")
@@ -349,21 +351,31 @@ class DataRegistry:
                                   f"{self.how_to_get(relpath)}")
         if e.get("urls"):
             self._download(e, path)
-        elif e.get("rebuild"):
-            recipe = _REBUILDERS[e["rebuild"]]
-            inputs = {p: self.path(p, download=download) for p in e.get("derived_from", [])}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".part")
-            tmp.write_bytes(recipe(inputs))
-            if _sha256(tmp) != e["sha256"]:
-                got = _sha256(tmp)
-                tmp.unlink()
-                raise DataIntegrityError(f"rebuilt {relpath} does not match the registry: expected "
-                                         f"sha256 {e['sha256']}, got {got}; it was not used")
-            os.replace(tmp, path)
         else:
             raise DataUnavailable(f"data file {relpath} is not available: {self.how_to_get(relpath)}")
         return self.check(relpath, path)
+
+    def _rebuild(self, e, download):
+        """Rebuild a derived file from its (verified) inputs into the cache."""
+        relpath = e["path"]
+        target = self.cache_dir / relpath
+        if target.exists():
+            return self.check(relpath, target)
+        try:
+            inputs = {p: self.path(p, download=download) for p in e.get("derived_from", [])}
+        except DataUnavailable as exc:
+            raise DataUnavailable(f"data file {relpath} is rebuilt from public files, and one of "
+                                  f"them is missing: {exc}") from None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".part")
+        tmp.write_bytes(_REBUILDERS[e["rebuild"]](inputs))
+        got = _sha256(tmp)
+        if got != e["sha256"]:
+            tmp.unlink()
+            raise DataIntegrityError(f"rebuilt {relpath} does not match the registry: expected "
+                                     f"sha256 {e['sha256']}, got {got}; it was not used")
+        os.replace(tmp, target)
+        return self.check(relpath, target)
 
     def _download(self, e, path):
         import pooch

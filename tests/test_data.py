@@ -282,13 +282,19 @@ def test_imagenet16h_join_is_rebuilt_from_public_files(tmp_path, monkeypatch):
     inputs = need(*entry["derived_from"])
     cache = tmp_path / "cache"
     for rel, src in zip(entry["derived_from"], inputs):
-        (cache / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, cache / rel)
+        for folder in (cache, tmp_path / "inputs"):
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, folder / rel)
     monkeypatch.delenv(ca.DATA_ENV, raising=False)
     reg2 = ca.DataRegistry(cache_dir=cache)
     path = reg2.path("imagenet16h/derived/human48_vgg19_epoch10.csv")
     assert sha(path.read_bytes()) == entry["sha256"]
     assert path.stat().st_size == entry["bytes"]
+    # a data folder holding only the public inputs: rebuilt into the cache
+    reg3 = ca.DataRegistry(data_dir=tmp_path / "inputs", cache_dir=tmp_path / "cache2")
+    path3 = reg3.path("imagenet16h/derived/human48_vgg19_epoch10.csv")
+    assert path3 == tmp_path / "cache2" / "imagenet16h/derived/human48_vgg19_epoch10.csv"
+    assert path3.read_bytes() == path.read_bytes()
 
 
 # --- tasks -------------------------------------------------------------------------
@@ -510,7 +516,8 @@ def test_loaders_raise_data_unavailable_without_data(tmp_path, monkeypatch):
         ca._tabular_task("cardio", 0, "random")
     with pytest.raises(ca.DataUnavailable, match="correctness.csv"):
         ca.mmlu_models()
-    with pytest.raises(ca.DataUnavailable, match="imagenet16h"):
+    monkeypatch.setenv(ca.CACHE_ENV, str(tmp_path / "cache"))
+    with pytest.raises(ca.DataUnavailable, match="rebuilt from public files"):
         ca._imagenet16h_task()
 
 
