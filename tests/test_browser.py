@@ -406,13 +406,40 @@ def test_page_as_a_reader_sees_it(page, visit, site, book_html):
 
 
 def test_math_pages_really_have_math(visit):
-    """Guards the math check itself: the theory chapters are full of typeset equations."""
-    v = visit("book/executed/theory_unconstrained.html")
+    """Guards the math check itself: the first chapter (theory) is full of typeset equations."""
+    v = visit(next(p for p in PAGES if p.startswith("book/executed/")))
     math = v.page.evaluate(MATH_JS)
     assert math["math"] >= 5 and math["containers"] >= math["math"], math
     # a display equation typeset by MathJax has a non-empty box
     box = v.page.locator("div.math mjx-container").first.bounding_box()
     assert box is not None and box["width"] > 20 and box["height"] > 5, box
+
+
+SEARCH_JS = """
+async () => {
+  for (let i = 0; i < 200; i++) {
+    const items = document.querySelectorAll('ul.search li a');
+    if (items.length) return Array.from(items, a => a.href);
+    await new Promise(r => setTimeout(r, 50));
+  }
+  return [];
+}
+"""
+
+
+def test_search_finds_a_chapter_by_its_title(visit, site, book_html):
+    """The search page (Sphinx's JavaScript index) finds the first chapter from its title."""
+    chapter = next(p for p in PAGES if p.startswith("book/executed/"))
+    h1 = re.search(r"<h1>(.*?)<a class=\"headerlink\"", (book_html / chapter).read_text(encoding="utf-8"),
+                   re.S)
+    assert h1, f"no title found in {chapter}"
+    words = re.findall(r"[A-Za-z]{4,}", re.sub(r"<[^>]+>", " ", h1[1]))[:3]
+    v = visit("search.html?q=" + "+".join(words))
+    found = [urldefrag(h).url for h in v.page.evaluate(SEARCH_JS)]
+    assert site + chapter in found, f"searching {words} found {found}"
+    for url in found:
+        assert _fetch(url)[0] == 200, url
+    assert not v.problems, "\n".join(v.problems)
 
 
 def test_screenshot_of_the_main_results_page(visit, book_html):
