@@ -610,6 +610,236 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
     return (1.0 - alpha) * int1 + alpha * int2
 
 
+# --- Hindsight optimum of a realised stream ----------------------------------
+#
+# Once a stream has been played, every agent's reward on every task is known
+# (the experiments record all of them), so the best assignment that respects
+# the capacities can be computed after the fact.  No policy that keeps the
+# capacities can do better on that stream: it is a floor under the error of
+# every online policy of Sec. 3.  With integer task counts the problem is a
+# transportation problem (tasks supply one unit each, agents take between a
+# lower and an upper number of tasks); its constraint matrix is totally
+# unimodular, so a vertex of the linear programme is an integral assignment.
+
+#: Solvers of the capacitated assignment: ``"auto"`` picks ``"sort"`` for two
+#: agents and ``"lp"`` otherwise.
+HINDSIGHT_METHODS = ("auto", "sort", "lp")
+
+
+#: Above this many variables the transportation programme is solved by the
+#: interior-point method (with crossover to a vertex) instead of dual simplex.
+_DS_MAX_VARIABLES = 20_000
+
+
+def _count_bounds(total, alpha, constrained):
+    """Integer count bounds ``(lower, upper)`` for ``total`` tasks.
+
+    A constrained agent's share alpha_a * total is rounded down for the lower
+    and up for the upper bound (values within 1e-8 * total of an integer count
+    as that integer, so that e.g. 0.1 * 10 is exactly 1).  When some agent is
+    free, the capacities are long-run upper bounds (the paper, App. F and
+    App. H.4): every lower bound becomes 0 and a free agent may take all tasks.
+    """
+    x = np.asarray(alpha, dtype=float) * total
+    r = np.rint(x)
+    x = np.where(np.abs(x - r) <= 1e-8 * max(total, 1), r, x)
+    lower = np.floor(x).astype(np.int64)
+    upper = np.ceil(x).astype(np.int64)
+    if not constrained.all():
+        lower[:] = 0
+        upper[~constrained] = total
+    if lower.sum() > total or upper.sum() < total:  # pragma: no cover - sum(alpha) = 1
+        raise ValueError(f"capacities cannot be met with {total} tasks: count bounds "
+                         f"{lower.tolist()} to {upper.tolist()}")
+    return lower, upper
+
+
+def _two_agent_split(V, lower, upper):
+    """Exact two-agent assignment with count bounds, by sorting (Prop. 1).
+
+    Agent 0 takes the k tasks with the largest V[:, 0] - V[:, 1] (stable order,
+    so ties go to the earlier task), with k the best feasible count; the
+    smallest best k is chosen.
+    """
+    n = V.shape[0]
+    d = V[:, 0] - V[:, 1]
+    order = np.argsort(-d, kind="stable")
+    gain = np.concatenate([[0.0], np.cumsum(d[order])])
+    k_lo = int(max(lower[0], n - upper[1]))
+    k_hi = int(min(upper[0], n - lower[1]))
+    k = k_lo + int(np.argmax(gain[k_lo:k_hi + 1]))
+    agent = np.ones(n, dtype=np.int64)
+    agent[order[:k]] = 0
+    return agent
+
+
+def _transport_assignment(V, lower, upper):
+    """Exact capacitated assignment by a transportation LP (HiGHS dual simplex).
+
+    Identical rows of ``V`` are merged first: with 0/1 rewards and A agents
+    there are at most 2^A distinct rows, whatever the number of tasks.  The
+    programme in y[p, a] (tasks of row pattern p sent to agent a) is
+
+        max sum_{p,a} V[p, a] y[p, a]
+        s.t. sum_a y[p, a] = n_p,  lower_a <= sum_p y[p, a] <= upper_a,  y >= 0,
+
+    whose constraint matrix (a bipartite incidence matrix, with some rows
+    negated) is totally unimodular; the simplex method returns a vertex, so y
+    is integral.  The tasks of each pattern are then handed out in stream
+    order: the first y[p, 0] to agent 0, the next y[p, 1] to agent 1, and so on.
+    """
+    from scipy.optimize import linprog
+    from scipy import sparse
+
+    n, A = V.shape
+    patterns, inverse, supply = np.unique(V, axis=0, return_inverse=True,
+                                          return_counts=True)
+    inverse = inverse.reshape(-1)
+    P = patterns.shape[0]
+    cols = np.arange(P * A)
+    rows_p = sparse.csr_matrix((np.ones(P * A), (np.repeat(np.arange(P), A), cols)),
+                               shape=(P, P * A))
+    rows_a = sparse.csr_matrix((np.ones(P * A), (np.tile(np.arange(A), P), cols)),
+                               shape=(A, P * A))
+    problem = dict(c=-patterns.ravel(), A_ub=sparse.vstack([rows_a, -rows_a]).tocsr(),
+                   b_ub=np.concatenate([upper, -lower]).astype(float),
+                   A_eq=rows_p, b_eq=supply.astype(float), bounds=(0, None),
+                   options=_HIGHS_OPTIONS)
+    # Dual simplex for the usual small aggregated programme; for many distinct
+    # rows (real-valued rewards) the interior-point method with crossover, which
+    # also ends at a vertex, is an order of magnitude faster.
+    methods = ["highs-ds"] if P * A <= _DS_MAX_VARIABLES else ["highs-ipm", "highs-ds"]
+    for lp_method in methods:
+        res = linprog(method=lp_method, **problem)
+        if res.status != 0:  # pragma: no cover - feasible and bounded by construction
+            raise RuntimeError(f"HiGHS failed on the transportation programme: {res.message}")
+        y = np.rint(res.x).astype(np.int64).reshape(P, A)
+        if (np.abs(res.x - y.ravel()).max() <= 1e-6 and np.all(y >= 0)
+                and np.array_equal(y.sum(axis=1), supply)):
+            break
+    else:  # pragma: no cover - a simplex vertex of a unimodular programme is integral
+        raise RuntimeError("the transportation programme returned a non-integral solution")
+    # rank of each task among the tasks of its pattern, in stream order
+    order = np.argsort(inverse, kind="stable")
+    starts = np.cumsum(supply) - supply
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - starts[inverse[order]]
+    cum = np.cumsum(y, axis=1)
+    return (cum[inverse] <= rank[:, None]).sum(axis=1).astype(np.int64)
+
+
+def _capacitated_assignment(V, lower, upper, method):
+    """Per-row agent maximising sum_i V[i, a_i] with lower_a <= N_a <= upper_a."""
+    if method == "sort" or (method == "auto" and V.shape[1] == 2):
+        return _two_agent_split(V, lower, upper)
+    return _transport_assignment(V, lower, upper)
+
+
+def _validate_method(method, allowed, name="method"):
+    if not isinstance(method, str):
+        raise TypeError(f"{name} must be one of {allowed}, got {method!r}")
+    if method not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {method!r}")
+    return method
+
+
+@dataclass(frozen=True)
+class HindsightOptimum:
+    """Best capacity-feasible assignment of a realised stream (see :func:`hindsight_optimum`).
+
+    Attributes
+    ----------
+    assignment : ndarray of int, shape (T,)
+        The agent each task goes to.
+    counts : ndarray of int, shape (A,)
+        Tasks per agent, ``np.bincount(assignment, minlength=A)``.
+    reward : float
+        Mean reward of the assignment, (1/T) sum_t R[t, assignment[t]].
+    lower, upper : ndarray of int, shape (A,)
+        The count bounds the assignment had to meet.
+    capacities : ndarray, shape (A,)
+        The capacities alpha_a, NaN for free agents.
+    """
+
+    assignment: np.ndarray
+    counts: np.ndarray
+    reward: float
+    lower: np.ndarray
+    upper: np.ndarray
+    capacities: np.ndarray
+
+    @property
+    def error(self):
+        """Error floor 1 - reward: no capacity-feasible assignment of the stream errs less."""
+        return 1.0 - self.reward
+
+    @property
+    def shares(self):
+        """Realised fractions counts / T."""
+        return self.counts / self.assignment.shape[0]
+
+
+def hindsight_optimum(R, capacities, *, method="auto"):
+    """Best capacity-feasible assignment of a realised stream: the error floor.
+
+    The oracle of Sec. 2.3 (Thm 1) needs the unknown mu_a(x); on a stream that
+    has been played, every agent's reward on every task is known, and the best
+    assignment of those very tasks under the capacities can be found exactly.
+    It bounds every policy of Sec. 3 that keeps the capacities: none has a
+    lower error on the stream.  (Online policies keep the capacities only in
+    the long run, Eq. 1; a policy whose realised counts overshoot the bounds
+    below may come in slightly under the floor.)
+
+    Integer counts.  alpha_a T is in general not an integer.  The assignment
+    may give a constrained agent any count between alpha_a T rounded down and
+    alpha_a T rounded up (counts summing to T), and the best such counts are
+    chosen together with the assignment, so realised shares are within 1/T of
+    the capacities.  When some agent is free (capacity ``None``), the
+    capacities are upper bounds (the paper, App. F; App. H.4): a constrained
+    agent takes at most alpha_a T rounded up, and the free agents take any
+    number.  Adding a free agent can therefore only lower the floor.
+
+    Parameters
+    ----------
+    R : array_like, shape (T, A)
+        Rewards in [0, 1] of every agent on every task (for classification,
+        r_{t,a} = 1{prediction of agent a on task t is correct}, Sec. 4).
+    capacities : sequence of length A
+        As in :func:`optimal_assignment`: shares summing to one, ``None`` for a
+        free agent.
+    method : {"auto", "sort", "lp"}
+        ``"sort"`` (two agents only): agent 1 takes the tasks with the largest
+        R[:, 0] - R[:, 1] (Prop. 1), with the best count in the bounds.
+        ``"lp"``: the transportation linear programme over distinct reward
+        rows (at most 2^A of them for 0/1 rewards) solved by HiGHS; integral
+        by total unimodularity.  ``"auto"`` sorts for two agents.
+
+    Returns
+    -------
+    HindsightOptimum
+        ``.error`` (the floor), ``.reward``, ``.assignment``, ``.counts``.
+        When several assignments are optimal, one of them is returned.
+    """
+    R = _validate_matrix(R, "R")
+    T, A = R.shape
+    if T < 1:
+        raise ValueError("R must have at least one row (task)")
+    if np.any(R < 0) or np.any(R > 1):
+        raise ValueError(f"R must hold rewards in [0, 1], got values in "
+                         f"[{R.min()!r}, {R.max()!r}]")
+    alpha, constrained = _validate_capacities(capacities, A)
+    method = _validate_method(method, HINDSIGHT_METHODS)
+    if method == "sort" and A != 2:
+        raise ValueError(f"method='sort' needs exactly two agents, R has {A} columns")
+    lower, upper = _count_bounds(T, alpha, constrained)
+    agent = _capacitated_assignment(R, lower, upper, method)
+    counts = np.bincount(agent, minlength=A)
+    return HindsightOptimum(
+        assignment=agent, counts=counts,
+        reward=float(R[np.arange(T), agent].sum() / T), lower=lower, upper=upper,
+        capacities=np.where(constrained, alpha, np.nan))
+
+
 # =============================================================================
 # 3. Reward models
 # =============================================================================
@@ -618,6 +848,263 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
 # =============================================================================
 # 4. Capacity control
 # =============================================================================
+
+
+# --- Mini-batch allocation (paper Sec. 4.2, App. H.5) -------------------------
+#
+# In the mini-batch setting B tasks are assigned at once and their rewards are
+# seen only after the batch.  Each batch is allocated in two steps: integer
+# counts N_{t,a} per agent, from the capacities and the queues carried over
+# from earlier batches (batch_counts), then the assignment of the batch's tasks
+# that maximises the summed adjusted scores mu_{a,t}(x) - eta Q_{t,a} under
+# those counts (batch_assign).  The queues then move by the batch's counts
+# (batch_queue_update): Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.
+
+#: Solvers of the within-batch assignment: ``"auto"`` sorts for two agents,
+#: uses ``"lsa"`` while the replicated cost matrix is small and ``"lp"`` beyond.
+BATCH_METHODS = ("auto", "sort", "lsa", "lp")
+
+#: Largest replicated cost matrix (tasks x agent slots) that ``"auto"`` hands
+#: to ``scipy.optimize.linear_sum_assignment``.
+_LSA_MAX_ENTRIES = 4_000_000
+
+
+def _validate_batch_size(B, name="B"):
+    if isinstance(B, (bool, np.bool_)) or not isinstance(B, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive integer, got {B!r}")
+    if B < 1:
+        raise ValueError(f"{name} must be a positive integer, got {B!r}")
+    return int(B)
+
+
+def _batch_capacities(alpha, constrained, name="alpha"):
+    """(alpha, constrained) from a share vector and an optional free-agent mask."""
+    alpha = _validate_matrix(alpha, name, ndim=1)
+    if constrained is None:
+        constrained = np.ones(alpha.shape[0], dtype=bool)
+    else:
+        mask = np.asarray(constrained)
+        if mask.dtype != bool:
+            raise TypeError(f"constrained must be a boolean mask, got dtype {mask.dtype}")
+        if mask.shape != alpha.shape:
+            raise ValueError(f"constrained has shape {mask.shape} but {name} has "
+                             f"shape {alpha.shape}")
+        constrained = mask
+    caps = [float(x) if c else None for x, c in zip(alpha, constrained)]
+    return _validate_capacities(caps, name=name)
+
+
+def _validate_counts(N, A, name):
+    arr = np.asarray(N)
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
+                                 or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} must be an array of non-negative integers")
+    if arr.shape != (A,):
+        raise ValueError(f"{name} must have shape ({A},), got {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must hold non-negative integers, got {arr.tolist()}")
+    return arr.astype(np.int64)
+
+
+def batch_counts(B, alpha, Q, constrained=None):
+    """Integer tasks per agent for one batch of B tasks (Sec. 4.2, App. H.5).
+
+    The counts steer the long-run fractions to the capacities.  The queue
+    Q_{t,a} is how many tasks agent a is ahead of its share; it is worked off
+    by asking for B alpha_a - Q_{t,a} tasks in this batch.  These targets sum
+    to B - sum_a Q_{t,a}, so
+
+    1. the continuous counts N*_a are the point of {N >= 0, sum_a N_a = B}
+       closest (in Euclidean distance) to the targets B alpha_a - Q_{t,a}:
+       N*_a = max(B alpha_a - Q_{t,a} + c, 0) with the common shift c >= 0
+       that makes them sum to B (the share the clipped queues cannot tell
+       apart is spread evenly);
+    2. they are rounded by largest remainders (Hamilton's method): every
+       agent gets floor(N*_a), and the tasks left over go one each to the
+       agents with the largest fractional parts, ties to the smaller queue and
+       then the lower index.
+
+    So |N_{t,a} - N*_a| < 1, and the queue update of :func:`batch_queue_update`
+    carries the rounding to later batches: e.g. with B = 11 and
+    alpha = (0.5, 0.5) the batches alternate 6/5 and 5/6 (App. H.5's example).
+    Agents with alpha_a = 0 get no tasks.  Started from empty queues, the
+    queues stay small: below 1.5 tasks in simulations of 300 batches for
+    1200 random settings (B from 1 to 300, up to six agents), and the tests
+    check that they stay below 2.  This is observed, not proved.  As the
+    cumulative count of agent a exceeds alpha_a t by at most Q_{t,a}, and
+    those excesses sum to zero over the agents, the realised fractions then
+    differ from alpha by at most (A - 1) max_a Q_{t,a} / t.
+
+    Free agents (``constrained[a]`` False, App. H.4) have no queue and no share;
+    they get count 0 here, the constrained counts still sum to B, and
+    :func:`batch_assign` reads them as upper bounds, the free agents taking the
+    tasks the constrained agents are not given.
+
+    Parameters
+    ----------
+    B : int
+        Batch size, >= 1.
+    alpha : array_like, shape (A,)
+        Capacities; the constrained ones sum to one (entries of free agents
+        are ignored).
+    Q : array_like, shape (A,)
+        Virtual queues Q_{t,a} >= 0 in tasks (entries of free agents ignored).
+    constrained : array_like of bool, shape (A,), optional
+        False for free agents; all agents are constrained by default.
+
+    Returns
+    -------
+    ndarray of int, shape (A,)
+        N_{t,a} >= 0, summing to B.
+    """
+    B = _validate_batch_size(B)
+    alpha, constrained = _batch_capacities(alpha, constrained)
+    A = alpha.shape[0]
+    Q = _validate_matrix(Q, "Q", ndim=1)
+    if Q.shape != (A,):
+        raise ValueError(f"Q must have shape ({A},) like alpha, got {Q.shape}")
+    if np.any(Q < 0):
+        raise ValueError(f"Q must be non-negative, got minimum {Q.min()!r}")
+    return _batch_counts_core(B, alpha, Q, constrained)
+
+
+def _batch_counts_core(B, alpha, Q, constrained):
+    """:func:`batch_counts` without input checks, for loops over many batches."""
+    A = alpha.shape[0]
+    Q = np.where(constrained, Q, 0.0)
+    active = np.flatnonzero(constrained & (alpha > 0))
+    target = B * alpha[active] - Q[active]
+    # Euclidean projection of the targets onto {N >= 0, sum N = B}
+    u = np.sort(target)[::-1]
+    shift = (B - np.cumsum(u)) / np.arange(1, u.size + 1)
+    k = int(np.flatnonzero(u + shift > 0)[-1])
+    n_star = np.maximum(target + shift[k], 0.0)
+    near = np.rint(n_star)
+    n_star = np.where(np.abs(n_star - near) <= 1e-9 * B, near, n_star)
+    base = np.floor(n_star)
+    left = B - int(base.sum())
+    frac = n_star - base
+    # largest fractional part first; ties: smaller queue, then lower index
+    rank = np.lexsort((active, Q[active], -frac))
+    base[rank[:left]] += 1
+    N = np.zeros(A, dtype=np.int64)
+    N[active] = base.astype(np.int64)
+    return N
+
+
+def batch_queue_update(Q, N, alpha, B, constrained=None):
+    """Virtual queues after a batch: Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.
+
+    The batch form of Eq. 1 (the paper, App. H.5): ``N`` are the tasks each agent
+    received in the batch of ``B`` (summing to B).  Free agents
+    (``constrained[a]`` False, App. H.4) keep a zero queue.
+    """
+    B = _validate_batch_size(B)
+    alpha, constrained = _batch_capacities(alpha, constrained)
+    A = alpha.shape[0]
+    Q = _validate_matrix(Q, "Q", ndim=1)
+    if Q.shape != (A,):
+        raise ValueError(f"Q must have shape ({A},) like alpha, got {Q.shape}")
+    if np.any(Q < 0):
+        raise ValueError(f"Q must be non-negative, got minimum {Q.min()!r}")
+    N = _validate_counts(N, A, "N")
+    if int(N.sum()) != B:
+        raise ValueError(f"N must sum to the batch size B = {B}, got {int(N.sum())}")
+    return np.where(constrained, np.maximum(Q + N - B * alpha, 0.0), 0.0)
+
+
+def batch_assign(scores, counts, constrained=None, *, method="auto"):
+    """Within-batch assignment maximising the summed scores under per-agent counts.
+
+    Solves the min-cost-flow step of the mini-batch setting (the paper,
+    Sec. 4.2, App. H.5): with ``scores`` the B x A adjusted scores
+    mu_{a,t}(x_i) - eta Q_{t,a} of the batch's tasks, find the agent a_i of
+    every task maximising sum_i scores[i, a_i] such that agent a receives
+    exactly ``counts[a]`` tasks.  With exact counts the queue term is the same
+    for all of an agent's tasks and does not change the optimum.  When some
+    agent is free (``constrained[a]`` False, App. H.4), the counts of the
+    constrained agents are upper bounds and free agents take any number, so
+    the queue term then does matter.
+
+    The problem is a transportation problem, solved exactly:
+    ``"sort"`` (two agents): agent 0 takes the tasks with the largest score
+    difference scores[:, 0] - scores[:, 1] (Prop. 1 on the batch);
+    ``"lsa"``: ``scipy.optimize.linear_sum_assignment`` on the score matrix
+    with agent a's column repeated counts[a] times (B times for a free agent);
+    ``"lp"``: the transportation linear programme of
+    :func:`hindsight_optimum` (HiGHS; integral by total unimodularity).
+    ``"auto"`` sorts for two agents, and otherwise uses ``"lsa"`` up to
+    4 million cost entries and ``"lp"`` beyond.  Ties between equally good
+    assignments are broken differently by the methods.
+
+    Parameters
+    ----------
+    scores : array_like, shape (B, A)
+    counts : array_like of int, shape (A,)
+        Tasks per agent, e.g. from :func:`batch_counts`; they sum to B when
+        every agent is constrained.  Entries of free agents are ignored.
+    constrained : array_like of bool, shape (A,), optional
+        False for free agents; all agents are constrained by default.
+
+    Returns
+    -------
+    ndarray of int, shape (B,)
+        The agent index of each task.
+    """
+    S = _validate_matrix(scores, "scores")
+    B, A = S.shape
+    if B < 1:
+        raise ValueError("scores must have at least one row (task)")
+    if A < 2:
+        raise ValueError(f"scores must have a column for each of at least two agents, "
+                         f"got {A}")
+    counts = _validate_counts(counts, A, "counts")
+    if constrained is None:
+        constrained = np.ones(A, dtype=bool)
+    else:
+        constrained = np.asarray(constrained)
+        if constrained.dtype != bool:
+            raise TypeError(f"constrained must be a boolean mask, got dtype "
+                            f"{constrained.dtype}")
+        if constrained.shape != (A,):
+            raise ValueError(f"constrained must have shape ({A},), got "
+                             f"{constrained.shape}")
+        if not constrained.any():
+            raise ValueError("constrained: at least one agent must be "
+                             "capacity-constrained")
+    method = _validate_method(method, BATCH_METHODS)
+    if method == "sort" and A != 2:
+        raise ValueError(f"method='sort' needs exactly two agents, scores has {A} columns")
+    if constrained.all() and int(counts.sum()) != B:
+        raise ValueError(f"counts must sum to the batch size {B} (rows of "
+                         f"scores), got {int(counts.sum())}")
+    return _batch_assign_core(S, counts, constrained, method)
+
+
+def _batch_assign_core(S, counts, constrained, method="auto"):
+    """:func:`batch_assign` without input checks, for loops over many batches."""
+    B, A = S.shape
+    if constrained.all():
+        lower = upper = counts
+    else:
+        lower = np.zeros(A, dtype=np.int64)
+        upper = np.where(constrained, np.minimum(counts, B), B)
+    if method == "auto":
+        if A == 2:
+            method = "sort"
+        else:
+            method = "lsa" if B * int(upper.sum()) <= _LSA_MAX_ENTRIES else "lp"
+    if method == "sort":
+        return _two_agent_split(S, lower, upper)
+    if method == "lp":
+        return _transport_assignment(S, lower, upper)
+    from scipy.optimize import linear_sum_assignment
+
+    slots = np.repeat(np.arange(A), upper)
+    rows, cols = linear_sum_assignment(S[:, slots], maximize=True)
+    agent = np.empty(B, dtype=np.int64)
+    agent[rows] = slots[cols]
+    return agent
 
 
 # =============================================================================

@@ -1,0 +1,518 @@
+"""Tests of the hindsight optimum (section 2) and the mini-batch allocation
+(section 4) of capassign (the paper, Sec. 4.2, App. F, App. H.4-H.5).
+
+Every optimum is compared with an independent computation: enumeration of
+all assignments on tiny streams and batches, the two-agent sort against the
+transportation programme, and ``scipy.optimize.linear_sum_assignment`` on
+replicated agent columns.  Count bounds are recomputed with exact fractions.
+"""
+
+import itertools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linear_sum_assignment
+
+import capassign as ca
+
+FAST = settings(max_examples=40, deadline=None, derandomize=True)
+
+unit = st.floats(0.0, 1.0, allow_nan=False, allow_infinity=False)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+@st.composite
+def weights(draw, A, free=False, zero=True):
+    """Integer capacity weights k_a (capacities k_a / K) and a free-agent mask."""
+    k = draw(st.lists(st.integers(0 if zero else 1, 9), min_size=A, max_size=A))
+    free_mask = [False] * A
+    if free:
+        free_mask = draw(st.lists(st.booleans(), min_size=A, max_size=A))
+        assume(not all(free_mask))
+    assume(sum(x for x, f in zip(k, free_mask) if not f) > 0)
+    return k, free_mask
+
+
+def capacities_from(k, free_mask):
+    K = sum(x for x, f in zip(k, free_mask) if not f)
+    return [None if f else x / K for x, f in zip(k, free_mask)]
+
+
+def exact_bounds(k, free_mask, T):
+    """Count bounds from exact fractions k_a T / K (the documented rounding rule)."""
+    K = sum(x for x, f in zip(k, free_mask) if not f)
+    lo, hi = [], []
+    for x, f in zip(k, free_mask):
+        if f:
+            lo.append(0)
+            hi.append(T)
+            continue
+        q = Fraction(x * T, K)
+        lo.append(math.floor(q))
+        hi.append(math.ceil(q))
+    if any(free_mask):
+        lo = [0] * len(k)
+    return np.array(lo), np.array(hi)
+
+
+def brute_force(V, lo, hi):
+    """Best summed value over all assignments with lo <= counts <= hi."""
+    n, A = V.shape
+    best = -np.inf
+    for agents in itertools.product(range(A), repeat=n):
+        c = np.bincount(agents, minlength=A)
+        if np.all(c >= lo) and np.all(c <= hi):
+            best = max(best, float(V[np.arange(n), list(agents)].sum()))
+    return best
+
+
+@st.composite
+def reward_matrix(draw, T_min, T_max, A, binary=None):
+    T = draw(st.integers(T_min, T_max))
+    if binary is None:
+        binary = draw(st.booleans())
+    cell = st.sampled_from([0.0, 1.0]) if binary else unit
+    return np.array(draw(st.lists(st.lists(cell, min_size=A, max_size=A),
+                                  min_size=T, max_size=T)))
+
+
+def total(V, agent):
+    return float(V[np.arange(V.shape[0]), agent].sum())
+
+
+# ----------------------------------------------------------------------------- hindsight optimum
+
+@FAST
+@given(st.integers(2, 3), st.data())
+def test_hindsight_matches_enumeration(A, data):
+    R = data.draw(reward_matrix(1, 7 if A == 2 else 6, A))
+    k, free_mask = data.draw(weights(A, free=data.draw(st.booleans())))
+    T = R.shape[0]
+    caps = capacities_from(k, free_mask)
+    h = ca.hindsight_optimum(R, caps)
+    lo, hi = exact_bounds(k, free_mask, T)
+    np.testing.assert_array_equal(h.lower, lo)
+    np.testing.assert_array_equal(h.upper, hi)
+    assert math.isclose(h.reward * T, brute_force(R, lo, hi), abs_tol=1e-9)
+    assert h.assignment.shape == (T,) and h.assignment.dtype.kind == "i"
+    np.testing.assert_array_equal(h.counts, np.bincount(h.assignment, minlength=A))
+    assert np.all(h.counts >= lo) and np.all(h.counts <= hi)
+    assert math.isclose(h.reward, total(R, h.assignment) / T, abs_tol=1e-12)
+    if A == 2:
+        # auto sorts for two agents; the transportation programme must agree
+        lp = ca.hindsight_optimum(R, caps, method="lp")
+        assert math.isclose(lp.reward * T, brute_force(R, lo, hi), abs_tol=1e-9)
+        assert np.all(lp.counts >= lo) and np.all(lp.counts <= hi)
+
+
+@FAST
+@given(st.data())
+def test_hindsight_sort_equals_lp_for_two_agents(data):
+    R = data.draw(reward_matrix(1, 120, 2))
+    free = data.draw(st.sampled_from([None, 0, 1]))
+    if free is None:
+        k, free_mask = data.draw(weights(2))
+    else:
+        k, free_mask = [1, 1], [free == 0, free == 1]
+    caps = capacities_from(k, free_mask)
+    s = ca.hindsight_optimum(R, caps, method="sort")
+    lp = ca.hindsight_optimum(R, caps, method="lp")
+    auto = ca.hindsight_optimum(R, caps)
+    assert math.isclose(s.reward, lp.reward, abs_tol=1e-9)
+    np.testing.assert_array_equal(auto.assignment, s.assignment)
+    for h in (s, lp):
+        assert np.all(h.counts >= h.lower) and np.all(h.counts <= h.upper)
+
+
+@pytest.mark.parametrize("A", [2, 3])
+def test_hindsight_interior_point_path(A, monkeypatch):
+    # real-valued rewards: every row is distinct.  Lowering the dual-simplex
+    # limit sends the programme to the interior-point method with crossover
+    rng = np.random.default_rng(7 + A)
+    T = 1500
+    R = rng.random((T, A))
+    caps = [0.3, 0.7] if A == 2 else [0.2, 0.3, 0.5]
+    ds = ca.hindsight_optimum(R, caps, method="lp")
+    monkeypatch.setattr(ca, "_DS_MAX_VARIABLES", 10)
+    ipm = ca.hindsight_optimum(R, caps, method="lp")
+    assert math.isclose(ipm.reward, ds.reward, rel_tol=0, abs_tol=1e-9)
+    assert np.all(ipm.counts >= ipm.lower) and np.all(ipm.counts <= ipm.upper)
+    if A == 2:
+        s = ca.hindsight_optimum(R, caps, method="sort")
+        assert math.isclose(ipm.reward, s.reward, rel_tol=0, abs_tol=1e-9)
+        np.testing.assert_array_equal(ipm.lower, [450, 1050])
+    else:
+        # integral alpha_a T: compare with the assignment problem on agent slots
+        slots = np.repeat(np.arange(A), ipm.lower)
+        np.testing.assert_array_equal(ipm.counts, ipm.lower)
+        rows, cols = linear_sum_assignment(R[:, slots], maximize=True)
+        assert math.isclose(ipm.reward * T, R[rows, slots[cols]].sum(), abs_tol=1e-9)
+
+
+@pytest.mark.parametrize("A", [3, 4, 5])
+def test_hindsight_many_agents_equals_assignment_problem(A):
+    # integral alpha_a T: exact counts, so the optimum is an assignment problem
+    # of the T tasks to T agent slots (agent a repeated alpha_a T times)
+    rng = np.random.default_rng(A)
+    T = 400
+    R = (rng.random((T, A)) < rng.uniform(0.5, 0.9, A)).astype(float)
+    counts = np.full(A, T // A)
+    counts[0] += T - counts.sum()
+    caps = list(counts / T)
+    h = ca.hindsight_optimum(R, caps)
+    np.testing.assert_array_equal(h.counts, counts)
+    slots = np.repeat(np.arange(A), counts)
+    rows, cols = linear_sum_assignment(R[:, slots], maximize=True)
+    assert math.isclose(h.reward * T, R[rows, slots[cols]].sum(), abs_tol=1e-9)
+    # at most 2^A distinct reward patterns enter the programme
+    assert np.unique(R, axis=0).shape[0] <= 2 ** A
+
+
+def test_hindsight_count_bounds_and_rounding():
+    R = np.zeros((10, 3))
+    h = ca.hindsight_optimum(R, [0.1, 0.2, 0.7])      # 0.1 * 10 is exactly 1
+    np.testing.assert_array_equal(h.lower, [1, 2, 7])
+    np.testing.assert_array_equal(h.upper, [1, 2, 7])
+    np.testing.assert_array_equal(h.counts, [1, 2, 7])
+    h = ca.hindsight_optimum(np.zeros((10, 2)), [0.25, 0.75])
+    np.testing.assert_array_equal(h.lower, [2, 7])
+    np.testing.assert_array_equal(h.upper, [3, 8])
+
+
+def test_hindsight_two_agent_example_by_hand():
+    # agent 0 is better on tasks 0 and 2, agent 1 on task 3; task 1 is a tie
+    R = np.array([[1, 0], [1, 1], [1, 0], [0, 1]], float)
+    h = ca.hindsight_optimum(R, [0.5, 0.5])
+    assert h.reward == 1.0 and h.error == 0.0
+    np.testing.assert_array_equal(h.assignment, [0, 1, 0, 1])
+    # capacity 0.25 for agent 0: one of tasks 0 and 2 must go to agent 1
+    h = ca.hindsight_optimum(R, [0.25, 0.75])
+    assert h.reward == 0.75
+    assert h.counts[0] == 1
+
+
+def test_hindsight_error_is_a_floor_of_feasible_assignments():
+    rng = np.random.default_rng(3)
+    T, A = 500, 3
+    R = (rng.random((T, A)) < [0.7, 0.8, 0.6]).astype(float)
+    caps = [0.2, 0.3, 0.5]
+    h = ca.hindsight_optimum(R, caps)
+    for _ in range(50):
+        agent = rng.permutation(np.repeat(np.arange(A), [100, 150, 250]))
+        assert 1.0 - total(R, agent) / T >= h.error - 1e-12
+    # it never beats the unconstrained best agent per task
+    assert h.reward <= R.max(axis=1).mean() + 1e-12
+
+
+@FAST
+@given(st.data())
+def test_free_agent_can_only_lower_the_floor(data):
+    R = data.draw(reward_matrix(1, 60, 3))
+    k, _ = data.draw(weights(2))
+    caps2 = capacities_from(k, [False, False])
+    h2 = ca.hindsight_optimum(R[:, :2], caps2)
+    h3 = ca.hindsight_optimum(R, caps2 + [None])
+    assert h3.reward >= h2.reward - 1e-9
+    assert np.all(h3.counts[:2] <= h3.upper[:2])
+    assert h3.upper[2] == R.shape[0] and np.all(h3.lower == 0)
+
+
+def test_free_agent_extremes():
+    rng = np.random.default_rng(11)
+    T = 300
+    R = (rng.random((T, 2)) < 0.7).astype(float)
+    perfect = np.column_stack([R, np.ones(T)])
+    h = ca.hindsight_optimum(perfect, [0.4, 0.6, None])
+    assert h.error == 0.0
+    useless = np.column_stack([R, np.zeros(T)])
+    h = ca.hindsight_optimum(useless, [0.4, 0.6, None])
+    h2 = ca.hindsight_optimum(R, [0.4, 0.6])
+    assert h.reward >= h2.reward - 1e-12
+    # the useless free agent only gets tasks no constrained agent solves
+    on_free = h.assignment == 2
+    assert np.all(R[on_free].max(axis=1) == 0) or not on_free.any()
+    # free agent placed first
+    h_first = ca.hindsight_optimum(useless[:, [2, 0, 1]], [None, 0.4, 0.6])
+    assert math.isclose(h_first.reward, h.reward, abs_tol=1e-12)
+
+
+def test_hindsight_is_deterministic():
+    rng = np.random.default_rng(5)
+    R = (rng.random((2000, 4)) < 0.6).astype(float)
+    a = ca.hindsight_optimum(R, [0.1, 0.2, 0.3, 0.4])
+    b = ca.hindsight_optimum(R.copy(), [0.1, 0.2, 0.3, 0.4])
+    np.testing.assert_array_equal(a.assignment, b.assignment)
+    assert a.reward == b.reward
+
+
+def test_hindsight_validation():
+    R = np.array([[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="R"):
+        ca.hindsight_optimum(np.array([1.0, 0.0]), [0.5, 0.5])
+    with pytest.raises(ValueError, match="R"):
+        ca.hindsight_optimum(np.array([[np.nan, 0.0]]), [0.5, 0.5])
+    with pytest.raises(ValueError, match=r"R must hold rewards in \[0, 1\]"):
+        ca.hindsight_optimum(np.array([[1.5, 0.0]]), [0.5, 0.5])
+    with pytest.raises(ValueError, match="at least one row"):
+        ca.hindsight_optimum(np.zeros((0, 2)), [0.5, 0.5])
+    with pytest.raises(TypeError, match="R"):
+        ca.hindsight_optimum([["a", "b"]], [0.5, 0.5])
+    with pytest.raises(ValueError, match="capacities"):
+        ca.hindsight_optimum(R, [0.5, 0.5, 0.0])
+    with pytest.raises(ValueError, match="capacities"):
+        ca.hindsight_optimum(R, [0.5, 0.6])
+    with pytest.raises(ValueError, match="method"):
+        ca.hindsight_optimum(R, [0.5, 0.5], method="simplex")
+    with pytest.raises(TypeError, match="method"):
+        ca.hindsight_optimum(R, [0.5, 0.5], method=None)
+    with pytest.raises(ValueError, match="two agents"):
+        ca.hindsight_optimum(np.zeros((2, 3)), [0.2, 0.3, 0.5], method="sort")
+
+
+# ----------------------------------------------------------------------------- batch counts
+
+def projection(target, B):
+    """max(target + c, 0) summing to B, by bisection on c (independent of the sort)."""
+    lo, hi = -1.0 - target.max(), B + np.abs(target).max() + 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if np.maximum(target + mid, 0).sum() > B:
+            hi = mid
+        else:
+            lo = mid
+    return np.maximum(target + 0.5 * (lo + hi), 0)
+
+
+@FAST
+@given(st.integers(2, 5), st.integers(1, 60), st.data())
+def test_batch_counts_are_a_rounding_of_the_projected_targets(A, B, data):
+    k, free_mask = data.draw(weights(A, free=data.draw(st.booleans())))
+    alpha = np.array([0.0 if c is None else c for c in capacities_from(k, free_mask)])
+    constrained = ~np.array(free_mask)
+    Q = np.array(data.draw(st.lists(st.floats(0, 3 * B), min_size=A, max_size=A)))
+    N = ca.batch_counts(B, alpha, Q, constrained)
+    assert N.dtype.kind == "i" and N.shape == (A,)
+    assert N.sum() == B and np.all(N >= 0)
+    assert np.all(N[~constrained] == 0) and np.all(N[alpha == 0] == 0)
+    act = constrained & (alpha > 0)
+    n_star = projection(B * alpha[act] - Q[act], B)
+    assert np.all(N[act] >= np.floor(n_star - 1e-7))
+    assert np.all(N[act] <= np.ceil(n_star + 1e-7))
+
+
+def test_batch_counts_examples():
+    # App. H.5: B = 11 at alpha = (0.5, 0.5) must split 6/5; the queue makes the
+    # next batch 5/6 and so on
+    alpha, Q, seen = np.array([0.5, 0.5]), np.zeros(2), []
+    for _ in range(4):
+        N = ca.batch_counts(11, alpha, Q)
+        seen.append(N.tolist())
+        Q = ca.batch_queue_update(Q, N, alpha, 11)
+    assert seen == [[6, 5], [5, 6], [6, 5], [5, 6]]
+    # integral B alpha and empty queues: exactly B alpha
+    np.testing.assert_array_equal(ca.batch_counts(100, [0.2, 0.3, 0.5], [0, 0, 0]),
+                                  [20, 30, 50])
+    # a long queue is worked off: agent 0 is 30 tasks ahead
+    np.testing.assert_array_equal(ca.batch_counts(100, [0.5, 0.5], [30.0, 0.0]),
+                                  [35, 65])
+    # beyond the batch, agent 0 gets nothing
+    np.testing.assert_array_equal(ca.batch_counts(10, [0.5, 0.5], [30.0, 0.0]), [0, 10])
+    # B = 1 reduces to one task for the agent with the largest target
+    np.testing.assert_array_equal(ca.batch_counts(1, [0.3, 0.7], [0.0, 0.4]), [1, 0])
+    # free agent: count 0, the constrained counts sum to B
+    np.testing.assert_array_equal(
+        ca.batch_counts(10, [0.5, 0.5, 0.0], [0.0, 0.0, 5.0], [True, True, False]), [5, 5, 0])
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(st.integers(2, 6), st.integers(1, 300), st.data())
+def test_long_run_fractions_converge_to_alpha(A, B, data):
+    k, _ = data.draw(weights(A))
+    alpha = np.array(capacities_from(k, [False] * A))
+    Q, C = np.zeros(A), np.zeros(A)
+    n_batches = 300
+    max_q = 0.0
+    for _ in range(n_batches):
+        N = ca.batch_counts(B, alpha, Q)
+        Q = ca.batch_queue_update(Q, N, alpha, B)
+        C += N
+        max_q = max(max_q, Q.max())
+        t = C.sum()
+        # cumulative counts N_{1..t,a} = alpha_a t + E_a with E_a <= Q_a and
+        # sum_a E_a = 0, so |E_a| <= (A - 1) max_b Q_b
+        assert np.all(np.abs(C - alpha * t) <= (A - 1) * max_q + 1e-9)
+    # the queues stay bounded (well under two tasks), so the fractions converge
+    assert max_q < 2.0
+    t = C.sum()
+    assert t == n_batches * B
+    np.testing.assert_allclose(C / t, alpha, atol=2.0 * (A - 1) / t)
+
+
+def test_free_agent_queues_stay_zero():
+    Q = ca.batch_queue_update([1.0, 0.0, 0.0], [3, 2, 5], [0.5, 0.5, 0.0], 10,
+                              [True, True, False])
+    np.testing.assert_allclose(Q, [0.0, 0.0, 0.0])
+    Q = ca.batch_queue_update([1.0, 0.0, 0.0], [7, 2, 1], [0.5, 0.5, 0.0], 10,
+                              [True, True, False])
+    np.testing.assert_allclose(Q, [3.0, 0.0, 0.0])
+
+
+def test_batch_queue_update_formula():
+    Q = ca.batch_queue_update([0.5, 2.0, 0.0], [6, 1, 3], [0.3, 0.3, 0.4], 10)
+    np.testing.assert_allclose(Q, [3.5, 0.0, 0.0])
+
+
+def test_batch_counts_and_queue_validation():
+    with pytest.raises(TypeError, match="B"):
+        ca.batch_counts(2.0, [0.5, 0.5], [0, 0])
+    with pytest.raises(TypeError, match="B"):
+        ca.batch_counts(True, [0.5, 0.5], [0, 0])
+    with pytest.raises(ValueError, match="B"):
+        ca.batch_counts(0, [0.5, 0.5], [0, 0])
+    with pytest.raises(ValueError, match="alpha"):
+        ca.batch_counts(5, [0.5, 0.6], [0, 0])
+    with pytest.raises(ValueError, match="alpha"):
+        ca.batch_counts(5, [[0.5, 0.5]], [0, 0])
+    with pytest.raises(ValueError, match="Q"):
+        ca.batch_counts(5, [0.5, 0.5], [0, 0, 0])
+    with pytest.raises(ValueError, match="Q"):
+        ca.batch_counts(5, [0.5, 0.5], [-1.0, 0])
+    with pytest.raises(ValueError, match="Q"):
+        ca.batch_counts(5, [0.5, 0.5], [np.inf, 0])
+    with pytest.raises(TypeError, match="constrained"):
+        ca.batch_counts(5, [0.5, 0.5], [0, 0], [1, 1])
+    with pytest.raises(ValueError, match="constrained"):
+        ca.batch_counts(5, [0.5, 0.5], [0, 0], [True])
+    with pytest.raises(ValueError, match="alpha"):
+        ca.batch_counts(5, [1.0, 0.0], [0, 0], [False, False])
+    with pytest.raises(ValueError, match="N"):
+        ca.batch_queue_update([0, 0], [3, 3], [0.5, 0.5], 5)
+    with pytest.raises(ValueError, match="N"):
+        ca.batch_queue_update([0, 0], [2.5, 2.5], [0.5, 0.5], 5)
+    with pytest.raises(ValueError, match="N"):
+        ca.batch_queue_update([0, 0], [-1, 6], [0.5, 0.5], 5)
+    with pytest.raises(ValueError, match="Q"):
+        ca.batch_queue_update([0, -1], [2, 3], [0.5, 0.5], 5)
+
+
+# ----------------------------------------------------------------------------- batch assignment
+
+@FAST
+@given(st.integers(2, 3), st.data())
+def test_batch_assign_matches_enumeration(A, data):
+    B = data.draw(st.integers(1, 7 if A == 2 else 6))
+    S = np.array(data.draw(st.lists(st.lists(st.floats(-2, 2), min_size=A, max_size=A),
+                                    min_size=B, max_size=B)))
+    cuts = sorted(data.draw(st.lists(st.integers(0, B), min_size=A - 1, max_size=A - 1)))
+    counts = np.diff([0, *cuts, B])
+    best = brute_force(S, counts, counts)
+    for method in (["auto", "sort", "lsa", "lp"] if A == 2 else ["auto", "lsa", "lp"]):
+        agent = ca.batch_assign(S, counts, method=method)
+        assert agent.shape == (B,) and agent.dtype.kind == "i"
+        np.testing.assert_array_equal(np.bincount(agent, minlength=A), counts)
+        assert math.isclose(total(S, agent), best, abs_tol=1e-9), method
+
+
+@FAST
+@given(st.integers(2, 3), st.data())
+def test_batch_assign_with_free_agent_matches_enumeration(A, data):
+    B = data.draw(st.integers(1, 6))
+    S = np.array(data.draw(st.lists(st.lists(st.floats(-2, 2), min_size=A, max_size=A),
+                                    min_size=B, max_size=B)))
+    free = data.draw(st.integers(0, A - 1))
+    constrained = np.ones(A, bool)
+    constrained[free] = False
+    counts = np.array(data.draw(st.lists(st.integers(0, B), min_size=A, max_size=A)))
+    hi = np.where(constrained, counts, B)
+    best = brute_force(S, np.zeros(A, int), hi)
+    for method in (["auto", "sort", "lsa", "lp"] if A == 2 else ["auto", "lsa", "lp"]):
+        agent = ca.batch_assign(S, counts, constrained, method=method)
+        got = np.bincount(agent, minlength=A)
+        assert np.all(got[constrained] <= counts[constrained])
+        assert math.isclose(total(S, agent), best, abs_tol=1e-9), method
+
+
+@FAST
+@given(st.integers(1, 200), st.data())
+def test_two_agent_sort_equals_general_paths(B, data):
+    seed = data.draw(st.integers(0, 2 ** 16))
+    rng = np.random.default_rng(seed)
+    S = rng.random((B, 2)) - 0.3 * rng.random(2)     # e.g. mu_hat - eta Q
+    if data.draw(st.booleans()):
+        S = np.round(S, 1)                           # many ties
+    n0 = data.draw(st.integers(0, B))
+    counts = np.array([n0, B - n0])
+    values = {}
+    for method in ("sort", "lsa", "lp"):
+        agent = ca.batch_assign(S, counts, method=method)
+        np.testing.assert_array_equal(np.bincount(agent, minlength=2), counts)
+        values[method] = total(S, agent)
+    assert math.isclose(values["sort"], values["lsa"], abs_tol=1e-9)
+    assert math.isclose(values["sort"], values["lp"], abs_tol=1e-9)
+    np.testing.assert_array_equal(ca.batch_assign(S, counts),
+                                  ca.batch_assign(S, counts, method="sort"))
+
+
+@pytest.mark.parametrize("A", [3, 5])
+def test_lsa_equals_lp_and_auto_switches(A, monkeypatch):
+    rng = np.random.default_rng(20 + A)
+    B = 120
+    S = rng.random((B, A))
+    counts = ca.batch_counts(B, np.full(A, 1.0 / A), rng.random(A))
+    lsa = ca.batch_assign(S, counts, method="lsa")
+    lp = ca.batch_assign(S, counts, method="lp")
+    np.testing.assert_array_equal(np.bincount(lsa, minlength=A), counts)
+    np.testing.assert_array_equal(np.bincount(lp, minlength=A), counts)
+    assert math.isclose(total(S, lsa), total(S, lp), abs_tol=1e-9)
+    np.testing.assert_array_equal(ca.batch_assign(S, counts), lsa)
+    monkeypatch.setattr(ca, "_LSA_MAX_ENTRIES", 10)
+    np.testing.assert_array_equal(ca.batch_assign(S, counts), lp)
+
+
+def test_queue_shift_does_not_change_exact_count_assignment():
+    # App. H.5: with fixed counts, subtracting eta Q_a from agent a's column
+    # leaves the optimal assignment's value unchanged up to a constant
+    rng = np.random.default_rng(2)
+    mu = rng.random((50, 3))
+    counts = np.array([10, 15, 25])
+    shift = np.array([0.4, 0.0, 0.9])
+    a = ca.batch_assign(mu, counts, method="lp")
+    b = ca.batch_assign(mu - shift, counts, method="lp")
+    assert math.isclose(total(mu, a), total(mu, b), abs_tol=1e-9)
+
+
+def test_batch_assign_validation():
+    S = np.zeros((4, 2))
+    with pytest.raises(ValueError, match="sum to the batch size"):
+        ca.batch_assign(S, [2, 1])
+    with pytest.raises(ValueError, match="counts"):
+        ca.batch_assign(S, [5, -1])
+    with pytest.raises(ValueError, match="counts"):
+        ca.batch_assign(S, [2.5, 1.5])
+    with pytest.raises(ValueError, match="counts"):
+        ca.batch_assign(S, [1, 1, 2])
+    with pytest.raises(TypeError, match="counts"):
+        ca.batch_assign(S, [True, False])
+    with pytest.raises(ValueError, match="scores"):
+        ca.batch_assign(np.zeros(4), [2, 2])
+    with pytest.raises(ValueError, match="scores"):
+        ca.batch_assign(np.array([[np.nan, 0.0]]), [1, 0])
+    with pytest.raises(ValueError, match="scores"):
+        ca.batch_assign(np.zeros((0, 2)), [0, 0])
+    with pytest.raises(ValueError, match="scores"):
+        ca.batch_assign(np.zeros((3, 1)), [3])
+    with pytest.raises(ValueError, match="method"):
+        ca.batch_assign(S, [2, 2], method="hungarian")
+    with pytest.raises(ValueError, match="two agents"):
+        ca.batch_assign(np.zeros((3, 3)), [1, 1, 1], method="sort")
+    with pytest.raises(TypeError, match="constrained"):
+        ca.batch_assign(S, [2, 2], [1, 0])
+    with pytest.raises(ValueError, match="constrained"):
+        ca.batch_assign(S, [2, 2], [False, False])
+    with pytest.raises(ValueError, match="constrained"):
+        ca.batch_assign(S, [2, 2], [True, False, True])
