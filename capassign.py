@@ -519,128 +519,6 @@ def _bin_contexts(X, max_bins):
 
 
 @njit(cache=True)
-def _build_hist(h, Xb, R, agent, idx, w, start, end):
-    """Histogram of (weighted count, weighted reward sum) per feature bin."""
-    h[:] = 0
-    d = Xb.shape[1]
-    for k in range(start, end):
-        i = idx[k]
-        wk = w[k]
-        y = wk * R[i, agent]
-        for j in range(d):
-            b = Xb[i, j]
-            h[j, b, 0] += wk
-            h[j, b, 1] += y
-
-
-@njit(cache=True)
-def _grow_tree(Xb, n_bins, R, agent, idx, w, m, max_depth, min_leaf,
-               hist, nstart, nend, ncount, nsum, feat, thr, val):
-    """Grow one regression tree (squared error) by histogram split search.
-
-    The sample is ``idx[:m]`` (task ids) with bootstrap multiplicities
-    ``w[:m]`` (every multiplicity counts as that many rows, as in a resampled
-    data set).  Nodes are stored in heap order (children of k are 2k+1 and
-    2k+2); ``feat[k] = -1`` marks a leaf.  A node is split, like
-    scikit-learn's best splitter, at the bin threshold that maximises
-    ``S_L^2/n_L + S_R^2/n_R`` subject to ``min_leaf`` rows on each side, unless
-    it is pure or at ``max_depth``.  Children histograms use the sibling
-    subtraction trick: only the smaller child is scanned.
-    """
-    n_nodes = feat.shape[0]
-    n_int = (n_nodes + 1) // 2 - 1
-    d = Xb.shape[1]
-    for k in range(n_nodes):
-        feat[k] = -1
-        thr[k] = 0
-        val[k] = 0.0
-        ncount[k] = 0
-        nsum[k] = 0
-    c0 = 0
-    s0 = 0
-    for k in range(m):
-        c0 += w[k]
-        s0 += w[k] * R[idx[k], agent]
-    nstart[0] = 0
-    nend[0] = m
-    ncount[0] = c0
-    nsum[0] = s0
-    if c0 == 0:
-        val[0] = 0.5
-        return
-    _build_hist(hist[0], Xb, R, agent, idx, w, 0, m)
-    for k in range(n_nodes):
-        C = ncount[k]
-        if C == 0:
-            continue
-        S = nsum[k]
-        val[k] = S / C
-        if k >= n_int or C < 2 * min_leaf or S == 0 or S == C:
-            continue
-        best = -1.0
-        bf = -1
-        bt = -1
-        bcl = 0
-        bsl = 0
-        h = hist[k]
-        for j in range(d):
-            cl = 0
-            sl = 0
-            for b in range(n_bins[j] - 1):
-                cl += h[j, b, 0]
-                sl += h[j, b, 1]
-                if cl < min_leaf:
-                    continue
-                cr = C - cl
-                if cr < min_leaf:
-                    break
-                sr = S - sl
-                proxy = sl * sl / cl + sr * sr / cr
-                if proxy > best:
-                    best = proxy
-                    bf = j
-                    bt = b
-                    bcl = cl
-                    bsl = sl
-        if bf < 0:
-            continue
-        feat[k] = bf
-        thr[k] = bt
-        # partition idx/w of this node: rows with bin <= bt first
-        lo = nstart[k]
-        hi = nend[k] - 1
-        while lo <= hi:
-            if Xb[idx[lo], bf] <= bt:
-                lo += 1
-            else:
-                ti = idx[lo]
-                idx[lo] = idx[hi]
-                idx[hi] = ti
-                tw = w[lo]
-                w[lo] = w[hi]
-                w[hi] = tw
-                hi -= 1
-        left = 2 * k + 1
-        right = left + 1
-        nstart[left] = nstart[k]
-        nend[left] = lo
-        nstart[right] = lo
-        nend[right] = nend[k]
-        ncount[left] = bcl
-        nsum[left] = bsl
-        ncount[right] = C - bcl
-        nsum[right] = S - bsl
-        if left < n_int:
-            if nend[left] - nstart[left] <= nend[right] - nstart[right]:
-                small, large = left, right
-            else:
-                small, large = right, left
-            _build_hist(hist[small], Xb, R, agent, idx, w, nstart[small], nend[small])
-            hist[large][:] = h
-            hist[large] -= hist[small]
-
-
-@njit(cache=True)
 def _tree_predict_nb(feat, thr, val, xb):
     k = 0
     while feat[k] >= 0:
@@ -653,28 +531,163 @@ def _tree_predict_nb(feat, thr, val, xb):
 
 
 @njit(cache=True)
-def _fit_ensemble_nb(Xb, n_bins, R, agent, obs, n, n_trees, max_depth, min_leaf,
-                     rng, cnt, idx, w, hist, nstart, nend, ncount, nsum,
-                     feat, thr, val):
-    """Refit all trees of one agent on ``obs[:n]``, each on a fresh bootstrap.
+def _fit_forest_nb(Xb, n_bins, max_bins, R, agent, obs, n, max_depth, min_leaf, rng,
+                   cnt, H, HS, node_c, node_s, wl, can, cl, sl, best, bf, bt, bcl, bsl,
+                   feat, thr, val):
+    """Refit all B trees of one agent at once, each on a fresh bootstrap (App. E.2).
 
-    A bootstrap resample is drawn as multiplicities: n uniform draws from
-    {0..n-1} are counted, and the rows drawn at least once are passed to
-    :func:`_grow_tree` with their counts.
+    The online engine's tree kernel.  Tree b's bootstrap resample of the n
+    observations ``obs[:n]`` is drawn as multiplicities ``cnt[:, b]`` (n
+    uniform draws, counted).  The trees are then grown level by level in
+    lockstep: one pass over the observations per level adds each row's
+    multiplicity, for every tree at once (a contiguous vector over trees),
+    to the histogram of (count, reward sum) per feature bin of the node the
+    row reaches in that tree.  Only left children are accumulated; a right
+    child's histogram is its parent's minus its sibling's (sibling
+    subtraction).  Each node then takes the bin threshold maximising
+    ``S_L^2/n_L + S_R^2/n_R`` with at least ``min_leaf`` rows per side (the
+    squared-error criterion of scikit-learn's best splitter), unless it is
+    pure, too small, or at ``max_depth``.
+
+    Layout: ``H[u, j * max_bins + bin, b]`` (counts) and ``HS`` (reward sums)
+    for heap node u of tree b; ``feat[b, u] = -1`` marks a leaf.
     """
-    for b in range(n_trees):
-        for k in range(n):
-            cnt[k] = 0
-        for k in range(n):
-            cnt[_randint(rng, n)] += 1
-        m = 0
-        for k in range(n):
-            if cnt[k] > 0:
-                idx[m] = obs[k]
-                w[m] = cnt[k]
-                m += 1
-        _grow_tree(Xb, n_bins, R, agent, idx, w, m, max_depth, min_leaf,
-                   hist, nstart, nend, ncount, nsum, feat[b], thr[b], val[b])
+    B = cnt.shape[1]
+    d = Xb.shape[1]
+    n_nodes = feat.shape[1]
+    n_cols = H.shape[1]
+    for k in range(n):
+        for b in range(B):
+            cnt[k, b] = 0
+    for b in range(B):
+        for _ in range(n):
+            cnt[_randint(rng, n), b] += 1
+    for b in range(B):
+        for u in range(n_nodes):
+            feat[b, u] = -1
+            thr[b, u] = 0
+            val[b, u] = 0.0
+    for u in range(n_nodes):
+        for b in range(B):
+            node_c[u, b] = 0
+            node_s[u, b] = 0
+    for c in range(n_cols):
+        for b in range(B):
+            H[0, c, b] = 0
+            HS[0, c, b] = 0
+    # level 0: totals and the root histogram
+    for k in range(n):
+        i = obs[k]
+        y = R[i, agent]
+        for b in range(B):
+            node_c[0, b] += cnt[k, b]
+        if y:
+            for b in range(B):
+                node_s[0, b] += cnt[k, b]
+        for j in range(d):
+            col = j * max_bins + Xb[i, j]
+            for b in range(B):
+                H[0, col, b] += cnt[k, b]
+            if y:
+                for b in range(B):
+                    HS[0, col, b] += cnt[k, b]
+    for level in range(max_depth):
+        first = 2 ** level - 1
+        last = 2 ** (level + 1) - 1
+        if level > 0:
+            n_par = 2 ** (level - 1)
+            pfirst = first - n_par
+            for u in range(first, last, 2):
+                for c in range(n_cols):
+                    for b in range(B):
+                        H[u, c, b] = 0
+                        HS[u, c, b] = 0
+            for k in range(n):
+                i = obs[k]
+                y = R[i, agent]
+                hit = False
+                for p in range(n_par):
+                    for b in range(B):
+                        wl[p, b] = 0
+                for b in range(B):
+                    if cnt[k, b] == 0:
+                        continue
+                    u = 0
+                    for _ in range(level):
+                        f = feat[b, u]
+                        if f < 0:
+                            u = -1
+                            break
+                        u = 2 * u + 1 if Xb[i, f] <= thr[b, u] else 2 * u + 2
+                    if u >= 0 and (u - first) % 2 == 0:
+                        wl[(u - first) // 2, b] = cnt[k, b]
+                        hit = True
+                if not hit:
+                    continue
+                for j in range(d):
+                    col = j * max_bins + Xb[i, j]
+                    for p in range(n_par):
+                        u = first + 2 * p
+                        for b in range(B):
+                            H[u, col, b] += wl[p, b]
+                        if y:
+                            for b in range(B):
+                                HS[u, col, b] += wl[p, b]
+            for p in range(n_par):
+                u = first + 2 * p
+                par = pfirst + p
+                for c in range(n_cols):
+                    for b in range(B):
+                        H[u + 1, c, b] = H[par, c, b] - H[u, c, b]
+                        HS[u + 1, c, b] = HS[par, c, b] - HS[u, c, b]
+        # split search for every node of this level, all trees side by side
+        for u in range(first, last):
+            any_can = False
+            for b in range(B):
+                C = node_c[u, b]
+                S = node_s[u, b]
+                if C > 0:
+                    val[b, u] = S / C
+                can[b] = C >= 2 * min_leaf and 0 < S < C
+                any_can = any_can or can[b]
+                best[b] = -1.0
+                bf[b] = -1
+            if not any_can:
+                continue
+            for j in range(d):
+                for b in range(B):
+                    cl[b] = 0
+                    sl[b] = 0
+                for q in range(n_bins[j] - 1):
+                    col = j * max_bins + q
+                    for b in range(B):
+                        cl[b] += H[u, col, b]
+                        sl[b] += HS[u, col, b]
+                    for b in range(B):
+                        c_l = cl[b]
+                        c_r = node_c[u, b] - c_l
+                        if can[b] and c_l >= min_leaf and c_r >= min_leaf:
+                            s_l = sl[b]
+                            s_r = node_s[u, b] - s_l
+                            pr = s_l * s_l / c_l + s_r * s_r / c_r
+                            if pr > best[b]:
+                                best[b] = pr
+                                bf[b] = j
+                                bt[b] = q
+                                bcl[b] = c_l
+                                bsl[b] = s_l
+            for b in range(B):
+                if bf[b] >= 0:
+                    feat[b, u] = bf[b]
+                    thr[b, u] = bt[b]
+                    node_c[2 * u + 1, b] = bcl[b]
+                    node_s[2 * u + 1, b] = bsl[b]
+                    node_c[2 * u + 2, b] = node_c[u, b] - bcl[b]
+                    node_s[2 * u + 2, b] = node_s[u, b] - bsl[b]
+    for u in range(2 ** max_depth - 1, n_nodes):
+        for b in range(B):
+            if node_c[u, b] > 0:
+                val[b, u] = node_s[u, b] / node_c[u, b]
 
 
 # =============================================================================
@@ -1152,14 +1165,21 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
     fitted = np.zeros(A, dtype=np.bool_)
     obs = np.empty((A, T), dtype=np.int32)
     nobs = np.zeros(A, dtype=np.int64)
-    cnt = np.empty(T, dtype=np.int32)
-    idx = np.empty(T, dtype=np.int32)
-    w = np.empty(T, dtype=np.int32)
-    hist = np.zeros((n_int, d, max_bins, 2), dtype=np.int32)
-    nstart = np.empty(n_nodes, dtype=np.int64)
-    nend = np.empty(n_nodes, dtype=np.int64)
-    ncount = np.empty(n_nodes, dtype=np.int64)
-    nsum = np.empty(n_nodes, dtype=np.int64)
+    # workspace of the lockstep forest builder
+    cnt = np.empty((T, n_trees), dtype=np.int32)
+    H = np.empty((n_int, d * max_bins, n_trees), dtype=np.int32)
+    HS = np.empty((n_int, d * max_bins, n_trees), dtype=np.int32)
+    node_c = np.empty((n_nodes, n_trees), dtype=np.int64)
+    node_s = np.empty((n_nodes, n_trees), dtype=np.int64)
+    wl = np.empty((max(n_int // 2 + 1, 1), n_trees), dtype=np.int32)
+    can = np.empty(n_trees, dtype=np.bool_)
+    cl = np.empty(n_trees, dtype=np.int64)
+    sl = np.empty(n_trees, dtype=np.int64)
+    best = np.empty(n_trees)
+    bf = np.empty(n_trees, dtype=np.int64)
+    bt = np.empty(n_trees, dtype=np.int64)
+    bcl = np.empty(n_trees, dtype=np.int64)
+    bsl = np.empty(n_trees, dtype=np.int64)
     Q = np.zeros(A)
     mu = np.empty(A)
     total = 0
@@ -1188,9 +1208,9 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
         obs[a, nobs[a]] = i
         nobs[a] += 1
         if nobs[a] % refit_every == 0:
-            _fit_ensemble_nb(Xb, n_bins, R, a, obs[a], nobs[a], n_trees, max_depth,
-                             min_leaf, rng, cnt, idx, w, hist, nstart, nend, ncount,
-                             nsum, feat[a], thr[a], val[a])
+            _fit_forest_nb(Xb, n_bins, max_bins, R, a, obs[a], nobs[a], max_depth, min_leaf,
+                           rng, cnt, H, HS, node_c, node_s, wl, can, cl, sl, best, bf, bt,
+                           bcl, bsl, feat[a], thr[a], val[a])
             fitted[a] = True
         _queue_step_nb(Q, alpha, constrained, a)
     return total
@@ -1301,30 +1321,37 @@ def _logistic_map(Z, y, gamma, *, tol=1e-10, max_iter=100):
 
 @njit(parallel=True, cache=True)
 def _offline_tree_runs(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states):
+    """Fast ``offline-tree``: per run and agent, one forest on all T tasks."""
     runs = states.shape[0]
     T, A = R.shape
     d = Xb.shape[1]
     choice = np.zeros((runs, T), dtype=np.int32)
+    n_nodes = 2 ** (max_depth + 1) - 1
+    n_int = 2 ** max_depth - 1
     for k in prange(runs):
-        n_nodes = 2 ** (max_depth + 1) - 1
-        n_int = 2 ** max_depth - 1
         feat = np.full((n_trees, n_nodes), -1, dtype=np.int32)
         thr = np.zeros((n_trees, n_nodes), dtype=np.int32)
         val = np.zeros((n_trees, n_nodes))
         obs = np.arange(T).astype(np.int32)
-        cnt = np.empty(T, dtype=np.int32)
-        idx = np.empty(T, dtype=np.int32)
-        w = np.empty(T, dtype=np.int32)
-        hist = np.zeros((n_int, d, max_bins, 2), dtype=np.int32)
-        nstart = np.empty(n_nodes, dtype=np.int64)
-        nend = np.empty(n_nodes, dtype=np.int64)
-        ncount = np.empty(n_nodes, dtype=np.int64)
-        nsum = np.empty(n_nodes, dtype=np.int64)
+        cnt = np.empty((T, n_trees), dtype=np.int32)
+        H = np.empty((n_int, d * max_bins, n_trees), dtype=np.int32)
+        HS = np.empty((n_int, d * max_bins, n_trees), dtype=np.int32)
+        node_c = np.empty((n_nodes, n_trees), dtype=np.int64)
+        node_s = np.empty((n_nodes, n_trees), dtype=np.int64)
+        wl = np.empty((max(n_int // 2 + 1, 1), n_trees), dtype=np.int32)
+        can = np.empty(n_trees, dtype=np.bool_)
+        cl = np.empty(n_trees, dtype=np.int64)
+        sl = np.empty(n_trees, dtype=np.int64)
+        best_s = np.empty(n_trees)
+        bf = np.empty(n_trees, dtype=np.int64)
+        bt = np.empty(n_trees, dtype=np.int64)
+        bcl = np.empty(n_trees, dtype=np.int64)
+        bsl = np.empty(n_trees, dtype=np.int64)
         best = np.full(T, -1.0)
         for a in range(A):
-            _fit_ensemble_nb(Xb, n_bins, R, a, obs, T, n_trees, max_depth, min_leaf,
-                             states[k], cnt, idx, w, hist, nstart, nend, ncount, nsum,
-                             feat, thr, val)
+            _fit_forest_nb(Xb, n_bins, max_bins, R, a, obs, T, max_depth, min_leaf, states[k],
+                           cnt, H, HS, node_c, node_s, wl, can, cl, sl, best_s, bf, bt,
+                           bcl, bsl, feat, thr, val)
             for i in range(T):
                 acc = 0.0
                 for b in range(n_trees):

@@ -125,24 +125,34 @@ def test_tree_prior_and_cadence_in_engine(engine):
         assert (a_k[first_fit + 1:] == 1).all()
 
 
-def test_compiled_tree_matches_sklearn_without_bootstrap():
+def test_compiled_forest_matches_sklearn_on_its_bootstraps():
+    # Features with few distinct values bin exactly, so every compiled tree must
+    # equal scikit-learn's tree grown on the same bootstrap resample.
     from sklearn.tree import DecisionTreeRegressor
 
     rng = np.random.default_rng(5)
-    T = 3000
-    X = rng.integers(0, 12, size=(T, 3)).astype(float)  # few values: exact bins
+    T, d, B, depth = 3000, 3, 20, 3
+    X = rng.integers(0, 12, size=(T, d)).astype(float)
     p = 0.2 + 0.6 * (X[:, 0] > 5) * (X[:, 1] < 4) + 0.15 * (X[:, 2] > 8)
     R = (rng.random((T, 1)) < p[:, None]).astype(np.uint8)
     Xb, n_bins, _ = ca._bin_contexts(X, 64)
-    nn = 15
-    feat, thr, val = np.full(nn, -1, np.int32), np.zeros(nn, np.int32), np.zeros(nn)
-    idx, w = np.arange(T, dtype=np.int32), np.ones(T, dtype=np.int32)
-    node = [np.empty(nn, np.int64) for _ in range(4)]
-    hist = np.zeros((7, 3, int(n_bins.max()), 2), np.int32)
-    ca._grow_tree(Xb, n_bins, R, 0, idx, w, T, 3, 10, hist, *node, feat, thr, val)
-    ours = np.array([ca._tree_predict_nb(feat, thr, val, Xb[i]) for i in range(T)])
-    sk = DecisionTreeRegressor(max_depth=3, min_samples_leaf=10).fit(X, R[:, 0]).predict(X)
-    np.testing.assert_allclose(ours, sk, atol=1e-12)
+    mb = int(n_bins.max())
+    n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
+    cnt = np.empty((T, B), np.int32)
+    H = np.empty((n_int, d * mb, B), np.int32)
+    feat, thr, val = np.full((B, n_nodes), -1, np.int32), np.zeros((B, n_nodes), np.int32), np.zeros((B, n_nodes))
+    i64 = lambda *shape: np.empty(shape, np.int64)
+    ca._fit_forest_nb(Xb, n_bins, mb, R, 0, np.arange(T, dtype=np.int32), T, depth, 10,
+                      np.array([3, 1, 4, 1], np.uint64), cnt, H, H.copy(), i64(n_nodes, B),
+                      i64(n_nodes, B), np.empty((4, B), np.int32), np.empty(B, np.bool_),
+                      i64(B), i64(B), np.empty(B), i64(B), i64(B), i64(B), i64(B), feat, thr, val)
+    assert (cnt.sum(axis=0) == T).all()  # each tree saw a resample of size T
+    assert len({tuple(c) for c in cnt.T}) == B  # and the resamples differ
+    for b in range(B):
+        rows = np.repeat(np.arange(T), cnt[:, b])
+        sk = DecisionTreeRegressor(max_depth=depth, min_samples_leaf=10).fit(X[rows], R[rows, 0])
+        ours = np.array([ca._tree_predict_nb(feat[b], thr[b], val[b], Xb[i]) for i in range(T)])
+        np.testing.assert_allclose(ours, sk.predict(X), atol=1e-12)
 
 
 def test_xoshiro_matches_reference_sequence():
