@@ -178,9 +178,9 @@ def test_xoshiro_matches_reference_sequence():
 
 @pytest.mark.parametrize("policy", ONLINE)
 def test_capacity_adherence(policy):
-    X, R, _ = ca.synthetic_stream(8000, 3, seed=2)
+    X, R, _ = ca.synthetic_stream(4000, 3, seed=2)
     eta = 0.5
-    for T in (1000, 8000):
+    for T in (1000, 4000):
         for caps in ([0.2, 0.8], [0.8, 0.2]):
             res = ca.simulate(X[:T], R[:T], caps, policy, eta=eta, runs=6, seed=1,
                               return_traces=True)
