@@ -145,7 +145,7 @@ def test_compiled_forest_matches_sklearn_on_its_bootstraps():
     ca._fit_forest_nb(Xb, n_bins, mb, R, 0, np.arange(T, dtype=np.int32), T, depth, 10,
                       np.array([3, 1, 4, 1], np.uint64), cnt, H, H.copy(), i64(n_nodes, B),
                       i64(n_nodes, B), np.empty((4, B), np.int32), np.empty(B, np.bool_),
-                      i64(B), i64(B), np.empty(B), i64(B), i64(B), i64(B), i64(B), feat, thr, val)
+                      i64(B), i64(B), np.empty(B), i64(B), i64(B), i64(B), feat, thr, val)
     assert (cnt.sum(axis=0) == T).all()  # each tree saw a resample of size T
     assert len({tuple(c) for c in cnt.T}) == B  # and the resamples differ
     for b in range(B):
@@ -362,6 +362,7 @@ def no_work(monkeypatch):
     (dict(X="nan"), "X"),
     (dict(X="inf"), "X"),
     (dict(X="short"), "X"),
+    (dict(X="no-features"), "X"),
     (dict(policy="ucb"), "policy"),
     (dict(engine="gpu"), "engine"),
     (dict(eta=-0.1), "eta"),
@@ -387,6 +388,8 @@ def test_bad_input_raises_before_work(no_work, kwargs, word):
         args["X"] = X.copy(); args["X"][1, 1] = np.inf
     elif kwargs.get("X") == "short":
         args["X"] = special["short"]()
+    elif kwargs.get("X") == "no-features":
+        args["X"] = X[:, :0]
     with pytest.raises(ValueError, match=word):
         ca.simulate(args.pop("X"), args.pop("R"), args.pop("capacities"), args.pop("policy"),
                     **args)
