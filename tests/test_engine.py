@@ -1,0 +1,415 @@
+"""Tests of the online engine: reward models, queues, simulate() on both engines."""
+
+import math
+
+import numpy as np
+import pytest
+
+import capassign as ca
+
+ONLINE = ("random", "marginal", "logistic-greedy", "logistic-ts", "tree-greedy", "tree-ts")
+
+
+@pytest.fixture(scope="module")
+def small_stream():
+    X, R, _ = ca.synthetic_stream(400, 4, seed=11)
+    return X, R
+
+
+# --- update rules against hand-computed values ---------------------------------
+
+
+def test_sherman_morrison_step_by_hand():
+    # z = [1, 2], theta = 0 -> p = 1/2, w = 1/4, z^T Sigma z = 5, 1 + w*5 = 9/4.
+    # Sigma' = I - (1/4) z z^T / (9/4) = I - z z^T / 9 ; theta' = Sigma' z (1 - 1/2).
+    sigma_new = np.array([[8 / 9, -2 / 9], [-2 / 9, 5 / 9]])
+    theta_new = np.array([2 / 9, 4 / 9])
+    m = ca.LaplaceLogistic(1).update([2.0], 1)
+    np.testing.assert_allclose(m.Sigma, sigma_new, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(m.theta, theta_new, rtol=0, atol=1e-15)
+    assert m.predict([2.0]) == pytest.approx(1 / (1 + math.exp(-(2 / 9 + 8 / 9))))
+    # the compiled step of the fast engine gives the same numbers
+    theta, Sigma = np.zeros(2), np.eye(2)
+    ca._laplace_update_nb(theta, Sigma, np.array([1.0, 2.0]), 1.0, 1e-4, 0.25, np.empty(2))
+    np.testing.assert_allclose(Sigma, sigma_new, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(theta, theta_new, rtol=0, atol=1e-15)
+    assert np.array_equal(Sigma, Sigma.T)
+
+
+def test_laplace_weight_is_clipped():
+    # theta^T z = 20 -> p (1 - p) ~ 2e-9, clipped up to w = 1e-4.
+    m = ca.LaplaceLogistic(1)
+    m.theta = np.array([0.0, 10.0])
+    m.update([2.0], 0)
+    w = 1e-4
+    expected = np.eye(2) - w * np.outer([1, 2], [1, 2]) / (1 + 5 * w)
+    np.testing.assert_allclose(m.Sigma, expected, rtol=1e-12)
+
+
+def test_thompson_draws_match_posterior_scale():
+    # sigma^-1 of the draws is N(theta^T z, kappa^2 z^T Sigma z) = N(0, 0.25 * 5)
+    m = ca.LaplaceLogistic(1)
+    rng = np.random.default_rng(0)
+    p = np.array([m.sample([2.0], rng) for _ in range(4000)])
+    logits = np.log(p / (1 - p))
+    assert abs(logits.mean()) < 0.06
+    assert logits.std() == pytest.approx(math.sqrt(0.25 * 5), rel=0.05)
+
+
+def test_queue_step_by_hand():
+    q = ca.VirtualQueues([0.3, 0.7])
+    q.update(0)
+    np.testing.assert_allclose(q.Q, [0.7, 0.0])
+    q.update(0)
+    np.testing.assert_allclose(q.Q, [1.4, 0.0])
+    q.update(1)
+    np.testing.assert_allclose(q.Q, [1.1, 0.3])
+    Q = np.zeros(3)
+    for a in (0, 0, 1, 2, 2):
+        ca._queue_step_nb(Q, np.array([0.3, 0.7, 0.0]), np.array([True, True, False]), a)
+    # Q_0: 0.7, 1.4, 1.1, 0.8, 0.5 ; Q_1: 0, 0, 0.3, 0 (0.3 - 0.7 floors at 0), 0
+    np.testing.assert_allclose(Q, [0.5, 0.0, 0.0])
+    free = ca.VirtualQueues([0.4, 0.6, None])
+    for a in (2, 2, 2, 0):
+        free.update(a)
+    np.testing.assert_allclose(free.Q, [0.6, 0.0, 0.0])
+
+
+def test_select_agent_penalises_queues_and_breaks_ties_low():
+    assert ca.select_agent([0.9, 0.6], [0.0, 0.0], 0.5) == 0
+    assert ca.select_agent([0.9, 0.6], [1.0, 0.0], 0.5) == 1   # 0.4 < 0.6
+    assert ca.select_agent([0.5, 0.5, 0.5], [0.0, 0.0, 0.0], 0.5) == 0
+    assert ca._select_nb(np.array([0.9, 0.6]), np.array([1.0, 0.0]), 0.5) == 1
+
+
+def test_tree_model_prior_and_refit_cadence():
+    rng = np.random.default_rng(1)
+    m = ca.BootstrapTrees()
+    x = np.zeros(2)
+    draws = [m.sample(x, rng) for _ in range(2000)]
+    assert m.predict(x) == 0.5
+    assert 0 <= min(draws) and max(draws) < 1
+    assert np.mean(draws) == pytest.approx(0.5, abs=0.03)
+    assert np.mean(np.array(draws) < 0.25) == pytest.approx(0.25, abs=0.03)
+    fits = []
+    for t in range(60):
+        m.update(rng.standard_normal(2), t % 2, rng)
+        fits.append(m.n_fits)
+    # refit exactly after the 20th, 40th and 60th observation
+    assert fits[18] == 0 and fits[19] == 1 and fits[38] == 1 and fits[39] == 2 and fits[59] == 3
+    assert len(m.trees) == 20
+    assert 0.0 <= m.predict(x) <= 1.0
+
+
+@pytest.mark.parametrize("engine", ca.ENGINES)
+def test_tree_prior_and_cadence_in_engine(engine):
+    # agent 0 always wrong, agent 1 always right, no queue penalty: greedy trees
+    # tie at the prior 0.5 and pick agent 0 until its 20th reward triggers the
+    # first fit (prediction 0); from then on agent 1 wins every task.
+    T = 60
+    X = np.random.default_rng(0).standard_normal((T, 2))
+    R = np.zeros((T, 2), dtype=np.uint8)
+    R[:, 1] = 1
+    res = ca.simulate(X, R, [0.5, 0.5], "tree-greedy", eta=0.0, runs=2, seed=3,
+                      engine=engine, return_traces=True)
+    expected = np.r_[np.zeros(20), np.ones(T - 20)]
+    for k in range(2):
+        np.testing.assert_array_equal(res.assignments[k], expected)
+    # Thompson: uniform priors until one agent has 20 rewards, then agent 1 always
+    res = ca.simulate(X, R, [0.5, 0.5], "tree-ts", eta=0.0, runs=4, seed=3,
+                      engine=engine, return_traces=True)
+    for a_k in res.assignments:
+        first_fit = min(np.flatnonzero(a_k == 0)[19] if (a_k == 0).sum() >= 20 else T,
+                        np.flatnonzero(a_k == 1)[19])
+        assert set(a_k[:first_fit]) == {0, 1}
+        assert (a_k[first_fit + 1:] == 1).all()
+
+
+def test_compiled_forest_matches_sklearn_on_its_bootstraps():
+    # Features with few distinct values bin exactly, so every compiled tree must
+    # equal scikit-learn's tree grown on the same bootstrap resample.
+    from sklearn.tree import DecisionTreeRegressor
+
+    rng = np.random.default_rng(5)
+    T, d, B, depth = 3000, 3, 20, 3
+    X = rng.integers(0, 12, size=(T, d)).astype(float)
+    p = 0.2 + 0.6 * (X[:, 0] > 5) * (X[:, 1] < 4) + 0.15 * (X[:, 2] > 8)
+    R = (rng.random((T, 1)) < p[:, None]).astype(np.uint8)
+    Xb, n_bins, _ = ca._bin_contexts(X, 64)
+    mb = int(n_bins.max())
+    n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
+    cnt = np.empty((T, B), np.int32)
+    H = np.empty((n_int, d * mb, B), np.int32)
+    feat, thr, val = np.full((B, n_nodes), -1, np.int32), np.zeros((B, n_nodes), np.int32), np.zeros((B, n_nodes))
+    i64 = lambda *shape: np.empty(shape, np.int64)
+    ca._fit_forest_nb(Xb, n_bins, mb, R, 0, np.arange(T, dtype=np.int32), T, depth, 10,
+                      np.array([3, 1, 4, 1], np.uint64), cnt, H, H.copy(), i64(n_nodes, B),
+                      i64(n_nodes, B), np.empty((4, B), np.int32), np.empty(B, np.bool_),
+                      i64(B), i64(B), np.empty(B), i64(B), i64(B), i64(B), feat, thr, val)
+    assert (cnt.sum(axis=0) == T).all()  # each tree saw a resample of size T
+    assert len({tuple(c) for c in cnt.T}) == B  # and the resamples differ
+    for b in range(B):
+        rows = np.repeat(np.arange(T), cnt[:, b])
+        sk = DecisionTreeRegressor(max_depth=depth, min_samples_leaf=10).fit(X[rows], R[rows, 0])
+        ours = np.array([ca._tree_predict_nb(feat[b], thr[b], val[b], Xb[i]) for i in range(T)])
+        np.testing.assert_allclose(ours, sk.predict(X), atol=1e-12)
+
+
+def test_xoshiro_matches_reference_sequence():
+    M = (1 << 64) - 1
+
+    def rotl(x, k):
+        return ((x << k) | (x >> (64 - k))) & M
+
+    def nxt(s):
+        r = rotl((s[1] * 5) & M, 7) * 9 & M
+        t = (s[1] << 17) & M
+        s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t
+        s[3] = rotl(s[3], 45)
+        return r
+
+    state = np.array([0x9E3779B97F4A7C15, 7, 2**63 + 5, 12345], dtype=np.uint64)
+    py = [int(v) for v in state]
+    assert [int(ca._next_u64(state)) for _ in range(50)] == [nxt(py) for _ in range(50)]
+
+
+# --- simulate(): behaviour of both engines ---------------------------------------
+
+
+@pytest.mark.parametrize("policy", ONLINE)
+def test_capacity_adherence(policy):
+    X, R, _ = ca.synthetic_stream(4000, 3, seed=2)
+    eta = 0.5
+    for T in (1000, 4000):
+        for caps in ([0.2, 0.8], [0.8, 0.2]):
+            res = ca.simulate(X[:T], R[:T], caps, policy, eta=eta, runs=6, seed=1,
+                              return_traces=True)
+            if policy == "random":
+                # binomial shares: within 5 standard deviations
+                sd = math.sqrt(0.16 / T)
+                assert np.abs(res.assigned - caps).max() < 5 * sd
+                continue
+            N = np.cumsum(res.assignments[..., None] == np.arange(2), axis=1)
+            dev = np.abs(N - np.array(caps) * np.arange(1, T + 1)[None, :, None]).max()
+            # the running deviation N_a(t) - alpha_a t stays O(1/eta), not O(T)
+            assert dev <= 1 / eta + 2
+            assert np.abs(res.assigned - caps).max() <= (1 / eta + 2) / T
+
+
+def test_same_seed_same_numbers_and_thread_independence(small_stream):
+    import numba
+
+    X, R = small_stream
+    for policy in ONLINE + ("offline-tree",):
+        a = ca.simulate(X, R, [0.3, 0.7], policy, runs=6, seed=4, return_traces=True)
+        b = ca.simulate(X, R, [0.3, 0.7], policy, runs=6, seed=4, return_traces=True)
+        np.testing.assert_array_equal(a.errors, b.errors)
+        np.testing.assert_array_equal(a.assignments, b.assignments)
+        old = numba.get_num_threads()
+        try:
+            numba.set_num_threads(1)
+            c = ca.simulate(X, R, [0.3, 0.7], policy, runs=6, seed=4, return_traces=True)
+        finally:
+            numba.set_num_threads(old)
+        np.testing.assert_array_equal(a.assignments, c.assignments)
+        other = ca.simulate(X, R, [0.3, 0.7], policy, runs=6, seed=5, return_traces=True)
+        assert not np.array_equal(a.orders, other.orders)
+
+
+def test_reference_is_deterministic(small_stream):
+    X, R = small_stream
+    for policy in ("random", "logistic-ts", "tree-ts"):
+        a = ca.simulate(X[:120], R[:120], [0.5, 0.5], policy, runs=2, seed=9,
+                        engine="reference", return_traces=True)
+        b = ca.simulate(X[:120], R[:120], [0.5, 0.5], policy, runs=2, seed=9,
+                        engine="reference", return_traces=True)
+        np.testing.assert_array_equal(a.assignments, b.assignments)
+
+
+def test_engines_share_permutations_and_deterministic_policies_agree(small_stream):
+    X, R = small_stream
+    for policy in ("marginal", "logistic-greedy", "offline-logistic"):
+        f = ca.simulate(X, R, [0.4, 0.6], policy, runs=5, seed=2, return_traces=True)
+        r = ca.simulate(X, R, [0.4, 0.6], policy, runs=5, seed=2, engine="reference",
+                        return_traces=True)
+        np.testing.assert_array_equal(f.orders, r.orders)
+        agree = np.mean(f.assignments == r.assignments)
+        assert agree >= (1.0 if policy == "marginal" else 0.99)
+        if policy != "offline-logistic":
+            np.testing.assert_allclose(f.queues, r.queues, atol=1e-9)
+
+
+def test_queue_traces_follow_assignments(small_stream):
+    X, R = small_stream
+    res = ca.simulate(X, R, [0.25, 0.75], "logistic-ts", runs=3, seed=0, return_traces=True)
+    assert res.queues.shape == (3, 400, 2) and res.assignments.shape == (3, 400)
+    for k in range(3):
+        q = ca.VirtualQueues([0.25, 0.75])
+        for t in range(400):
+            np.testing.assert_allclose(res.queues[k, t], q.Q, atol=1e-9)
+            q.update(res.assignments[k, t])
+        # errors are recomputed from the traces
+        rewards = R[res.orders[k], res.assignments[k]]
+        assert res.errors[k] == pytest.approx(1 - rewards.mean())
+    assert ca.simulate(X, R, [0.25, 0.75], "random", runs=2).queues is None
+
+
+def test_result_records_inputs(small_stream):
+    X, R = small_stream
+    res = ca.simulate(X, R, [0.2, 0.8], "tree-ts", eta=0.3, runs=3, seed=7)
+    assert (res.policy, res.capacities, res.eta, res.runs, res.seed, res.engine) == \
+        ("tree-ts", (0.2, 0.8), 0.3, 3, 7, "fast")
+    assert res.errors.shape == (3,) and res.assigned.shape == (3, 2)
+    np.testing.assert_allclose(res.assigned.sum(axis=1), 1.0)
+    assert res.error == pytest.approx(res.errors.mean())
+    assert res.std == pytest.approx(res.errors.std(ddof=1))
+    assert "tree-ts" in repr(res)
+
+
+@pytest.mark.parametrize("caps", [[0.2, 0.3, 0.5], [0.1, 0.2, 0.3, 0.4]])
+def test_multi_agent(caps):
+    A = len(caps)
+    X, R, mu = ca.synthetic_stream(3000, 4, A, seed=3)
+    best_single = 1 - R.mean(axis=0).max()
+    for policy in ONLINE:
+        res = ca.simulate(X, R, caps, policy, runs=4, seed=1)
+        assert res.assigned.shape == (4, A)
+        tol = 0.03 if policy == "random" else (A / 0.5 + 2) / 3000
+        assert np.abs(res.assigned - caps).max() <= tol
+        if policy in ca.CONTEXTUAL_POLICIES:
+            # context helps: better than the random baseline at these capacities
+            assert res.error < 1 - np.dot(R.mean(axis=0), caps) - 0.02
+    off = ca.simulate(X, R, caps, "offline-tree", runs=2, seed=1)
+    assert off.error < best_single
+    ref = ca.simulate(X[:300], R[:300], caps, "logistic-ts", runs=2, seed=1, engine="reference")
+    assert ref.assigned.shape == (2, A)
+
+
+@pytest.mark.parametrize("engine", ca.ENGINES)
+def test_free_agent(engine):
+    # agents 0 and 1 constrained, agent 2 free and always right
+    X, R, _ = ca.synthetic_stream(600 if engine == "reference" else 3000, 3, 3, seed=4)
+    R = R.copy()
+    R[:, 2] = 1
+    T = len(R)
+    for policy in ("marginal", "logistic-greedy", "tree-greedy", "tree-ts"):
+        res = ca.simulate(X, R, [0.5, 0.5, None], policy, runs=2, seed=0, engine=engine,
+                          return_traces=True)
+        assert res.capacities == (0.5, 0.5, None)
+        assert (res.queues[:, :, 2] == 0).all()
+        # a free agent that never errs ends up with most of the work
+        assert res.assigned[:, 2].min() > 0.75
+        # the constrained agents never run ahead of their shares
+        N = np.cumsum(res.assignments[..., None] == np.arange(3), axis=1)[:, :, :2]
+        assert (N - 0.5 * np.arange(1, T + 1)[None, :, None]).max() <= 1 / 0.5 + 2
+    rnd = ca.simulate(X, R, [0.5, 0.5, None], "random", runs=2, seed=0, engine=engine)
+    assert (rnd.assigned[:, 2] == 0).all()
+
+
+def test_offline_benchmark_uses_all_rewards():
+    X, R, mu = ca.synthetic_stream(4000, 3, seed=8)
+    for policy in ("offline-logistic", "offline-tree"):
+        res = ca.simulate(X, R, [0.5, 0.5], policy, runs=3, seed=0)
+        # beats both agents and the random baseline, with no capacity control
+        assert res.error < 1 - R.mean(axis=0).max() - 0.05
+        np.testing.assert_allclose(res.assigned.sum(axis=1), 1.0)
+    lo = ca.simulate(X, R, [0.5, 0.5], "offline-logistic", runs=3, seed=0)
+    assert lo.std == 0.0  # no randomness in the batch MAP fit
+    # the batch MAP is the minimiser of the penalised log-likelihood
+    Z = np.column_stack([np.ones(len(X)), X])
+    y = R[:, 0].astype(float)
+    th = ca._logistic_map(Z, y, 1.0)
+    p = 1 / (1 + np.exp(-Z @ th))
+    np.testing.assert_allclose(Z.T @ (p - y) + th, 0.0, atol=1e-8)
+
+
+# --- statistical equivalence of the two engines ----------------------------------
+
+
+@pytest.mark.parametrize("policy", ONLINE + ("offline-tree",))
+def test_fast_engine_matches_reference(policy):
+    X, R, _ = ca.synthetic_stream(300, 3, seed=21)
+    runs = 40
+    caps_list = ([0.2, 0.8], [0.5, 0.5], [0.8, 0.2]) if not policy.startswith("offline") else ([0.5, 0.5],)
+    for caps in caps_list:
+        f = ca.simulate(X, R, caps, policy, runs=runs, seed=100)
+        r = ca.simulate(X, R, caps, policy, runs=runs, seed=100, engine="reference")
+        se = math.hypot(f.stderr, r.stderr)
+        assert abs(f.error - r.error) <= 3 * se, (policy, caps, f.error, r.error, se)
+        np.testing.assert_allclose(f.assigned.mean(axis=0), r.assigned.mean(axis=0), atol=0.02)
+
+
+# --- bad input ------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Make any work after validation fail loudly."""
+    def boom(*a, **k):
+        raise AssertionError("work started before validation finished")
+    monkeypatch.setattr(ca, "_stream_orders", boom)
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(capacities=[-0.2, 1.2]), "capacities"),
+    (dict(capacities=[float("nan"), 1.0]), "capacities"),
+    (dict(capacities=[0.5, 0.5, 0.0]), "capacities"),
+    (dict(capacities=[1.0]), "capacities"),
+    (dict(capacities=[0.5, 0.4]), "capacities"),
+    (dict(capacities=[0.7, 0.7, None]), "capacities"),
+    (dict(R="outside"), "R"),
+    (dict(R="nan"), "R"),
+    (dict(X="nan"), "X"),
+    (dict(X="inf"), "X"),
+    (dict(X="short"), "X"),
+    (dict(X="no-features"), "X"),
+    (dict(policy="ucb"), "policy"),
+    (dict(engine="gpu"), "engine"),
+    (dict(eta=-0.1), "eta"),
+    (dict(runs=0), "runs"),
+    (dict(seed=-1), "seed"),
+])
+def test_bad_input_raises_before_work(no_work, kwargs, word):
+    X, R, _ = ca.synthetic_stream(50, 2, seed=0)
+    X = X.copy()
+    R = R.astype(float)
+    args = dict(X=X, R=R, capacities=[0.5, 0.5], policy="tree-ts", engine="fast",
+                eta=0.5, runs=3, seed=0)
+    special = {"outside": lambda: np.where(R > 0, 2.0, 0.0), "nan": None,
+               "inf": None, "short": lambda: X[:-1]}
+    args.update(kwargs)
+    if kwargs.get("R") == "outside":
+        args["R"] = special["outside"]()
+    elif kwargs.get("R") == "nan":
+        args["R"] = R.copy(); args["R"][3, 1] = np.nan
+    if kwargs.get("X") == "nan":
+        args["X"] = X.copy(); args["X"][0, 0] = np.nan
+    elif kwargs.get("X") == "inf":
+        args["X"] = X.copy(); args["X"][1, 1] = np.inf
+    elif kwargs.get("X") == "short":
+        args["X"] = special["short"]()
+    elif kwargs.get("X") == "no-features":
+        args["X"] = X[:, :0]
+    with pytest.raises(ValueError, match=word):
+        ca.simulate(args.pop("X"), args.pop("R"), args.pop("capacities"), args.pop("policy"),
+                    **args)
+
+
+def test_bad_types_raise_type_error():
+    X, R, _ = ca.synthetic_stream(50, 2, seed=0)
+    with pytest.raises(TypeError, match="capacities"):
+        ca.simulate(X, R, "0.5,0.5", "random")
+    with pytest.raises(TypeError, match="settings"):
+        ca.simulate(X, R, [0.5, 0.5], "random", settings={"kappa": 1})
+    with pytest.raises(ValueError, match="kappa"):
+        ca.ModelSettings(kappa=0.0)
+
+
+def test_synthetic_stream_is_seeded():
+    X1, R1, mu1 = ca.synthetic_stream(100, 3, 3, seed=1)
+    X2, R2, mu2 = ca.synthetic_stream(100, 3, 3, seed=1)
+    assert np.array_equal(X1, X2) and np.array_equal(R1, R2)
+    assert R1.dtype == np.uint8 and set(np.unique(R1)) <= {0, 1}
+    assert ((mu1 > 0) & (mu1 < 1)).all()
+    with pytest.raises(ValueError, match="n_agents"):
+        ca.synthetic_stream(100, 3, 1)
