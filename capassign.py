@@ -3613,9 +3613,9 @@ def paper_claims(df):
 
 
 def error_table(df, value="error", digits=3):
-    """Pivot a tidy result table to policies x alpha_1, rounded for printing."""
+    """Pivot a tidy result table to policies x alpha_1, as fixed-width strings for printing."""
     t = df.pivot_table(index="policy", columns="alpha1", values=value, sort=False)
-    return t.round(digits)
+    return t.map(lambda v: f"{v:.{digits}f}")
 
 
 # =============================================================================
