@@ -433,11 +433,12 @@ def _randint(s, n):
 
 
 @njit(cache=True)
-def _normal(s):
-    """A standard normal draw (Box-Muller)."""
+def _normal_pair(s):
+    """Two independent standard normal draws (both outputs of Box-Muller)."""
     u1 = 1.0 - _uniform(s)
     u2 = _uniform(s)
-    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+    r = math.sqrt(-2.0 * math.log(u1))
+    return r * math.cos(2.0 * math.pi * u2), r * math.sin(2.0 * math.pi * u2)
 
 
 @njit(cache=True)
@@ -1161,6 +1162,8 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
     mu = np.empty(A)
     Sx = np.empty(p)
     total = 0
+    spare = 0.0
+    has_spare = False
     for t in range(T):
         i = order[t]
         x = Xd[i]
@@ -1171,6 +1174,12 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
             for j in range(p):
                 m += theta[a, j] * x[j]
             if thompson:
+                if has_spare:
+                    g = spare
+                    has_spare = False
+                else:
+                    g, spare = _normal_pair(rng)
+                    has_spare = True
                 q = 0.0
                 for j in range(p):
                     acc = 0.5 * Sigma[a, j, j] * x[j]
@@ -1180,7 +1189,7 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
                 q *= 2.0
                 if q < 0.0:
                     q = 0.0
-                m += kappa * math.sqrt(q) * _normal(rng)
+                m += kappa * math.sqrt(q) * g
             mu[a] = _sigmoid_nb(m)
         a = _select_nb(mu, Q, eta)
         r = R[i, a]
