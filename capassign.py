@@ -1782,6 +1782,8 @@ def _add_bench_parser(sub):
     p.add_argument("--quick", action="store_true",
                    help="a short check: T=2000, reference on 1000 tasks, grid with 2 runs "
                         "per point (scaled to 100)")
+    p.add_argument("--policies", default=None,
+                   help="comma-separated online policies to time (default: all six)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_bench)
 
@@ -1790,9 +1792,19 @@ def _cmd_bench(args):
     T, ref_T, grid_runs = args.T, args.reference_T, args.grid_runs
     if args.quick:
         T, ref_T, grid_runs = 2000, 1000, 2
+    kwargs = {}
+    if args.policies:
+        kwargs["policies"] = tuple(p.strip() for p in args.policies.split(","))
+        bad = [p for p in kwargs["policies"] if p not in POLICIES or p.startswith("offline")]
+        if bad:
+            raise ValueError(f"--policies: unknown online policy {bad[0]!r}")
+    for name, v in (("--T", T), ("--d", args.d), ("--fast-runs", args.fast_runs),
+                    ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
     benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs, reference_runs=args.reference_runs,
                       reference_T=ref_T, seed=args.seed, grid=not args.no_grid,
-                      grid_runs=grid_runs)
+                      grid_runs=grid_runs, **kwargs)
 
 
 def _cmd_reproduce(args):
