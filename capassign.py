@@ -1143,11 +1143,12 @@ def _randint(s, n):
 
 
 @njit(cache=True)
-def _normal(s):
-    """A standard normal draw (Box-Muller)."""
+def _normal_pair(s):
+    """Two independent standard normal draws (both outputs of Box-Muller)."""
     u1 = 1.0 - _uniform(s)
     u2 = _uniform(s)
-    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+    r = math.sqrt(-2.0 * math.log(u1))
+    return r * math.cos(2.0 * math.pi * u2), r * math.sin(2.0 * math.pi * u2)
 
 
 @njit(cache=True)
@@ -2128,6 +2129,8 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
     mu = np.empty(A)
     Sx = np.empty(p)
     total = 0
+    spare = 0.0
+    has_spare = False
     for t in range(T):
         i = order[t]
         x = Xd[i]
@@ -2138,6 +2141,12 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
             for j in range(p):
                 m += theta[a, j] * x[j]
             if thompson:
+                if has_spare:
+                    g = spare
+                    has_spare = False
+                else:
+                    g, spare = _normal_pair(rng)
+                    has_spare = True
                 q = 0.0
                 for j in range(p):
                     acc = 0.5 * Sigma[a, j, j] * x[j]
@@ -2147,7 +2156,7 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
                 q *= 2.0
                 if q < 0.0:
                     q = 0.0
-                m += kappa * math.sqrt(q) * _normal(rng)
+                m += kappa * math.sqrt(q) * g
             mu[a] = _sigmoid_nb(m)
         a = _select_nb(mu, Q, eta)
         r = R[i, a]
@@ -3938,6 +3947,8 @@ def _add_bench_parser(sub):
     p.add_argument("--quick", action="store_true",
                    help="a short check: T=2000, reference on 1000 tasks, grid with 2 runs "
                         "per point (scaled to 100)")
+    p.add_argument("--policies", default=None,
+                   help="comma-separated online policies to time (default: all six)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_bench)
 
@@ -3946,9 +3957,19 @@ def _cmd_bench(args):
     T, ref_T, grid_runs = args.T, args.reference_T, args.grid_runs
     if args.quick:
         T, ref_T, grid_runs = 2000, 1000, 2
+    kwargs = {}
+    if args.policies:
+        kwargs["policies"] = tuple(p.strip() for p in args.policies.split(","))
+        bad = [p for p in kwargs["policies"] if p not in POLICIES or p.startswith("offline")]
+        if bad:
+            raise ValueError(f"--policies: unknown online policy {bad[0]!r}")
+    for name, v in (("--T", T), ("--d", args.d), ("--fast-runs", args.fast_runs),
+                    ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
     benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs, reference_runs=args.reference_runs,
                       reference_T=ref_T, seed=args.seed, grid=not args.no_grid,
-                      grid_runs=grid_runs)
+                      grid_runs=grid_runs, **kwargs)
 
 
 def _cmd_reproduce(args):
