@@ -3499,12 +3499,10 @@ PAPER_TABLE4 = {
 }
 
 #: The experimental protocol of Sec. 4: capacities of agent 1 on the x-axis of
-#: the main figures, 100 randomised task orders, queue penalty 0.5.
+#: the main figures (the online policies run at PAPER_CAPACITY_GRID inside it)
+#: and 100 randomised task orders; the queue penalty is DEFAULT_ETA = 0.5.
 PAPER_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
 PAPER_RUNS = 100
-PAPER_ETA = 0.5
-#: The online policies of the main figures (Fig. 3), in the paper's order.
-CONTEXTUAL_POLICIES = ("logistic-greedy", "logistic-ts", "tree-greedy", "tree-ts")
 OFFLINE_POLICIES = ("offline-logistic", "offline-tree")
 
 
@@ -3545,7 +3543,7 @@ def two_agent_capacities(alpha1):
 
 
 def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
-                      eta=PAPER_ETA, seed=0, engine="fast", label=None):
+                      eta=DEFAULT_ETA, seed=0, engine="fast", label=None):
     """Error rate of each policy at each two-agent capacity (Sec. 5.1, Fig. 3).
 
     Runs :func:`simulate` for every (policy, alpha_1) pair with capacities
