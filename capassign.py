@@ -12,7 +12,7 @@ The module is organised in the order data flows through it:
                               (Sec. 2.3, Thm 1, App. A-D)
 3. reward models            - Laplace-logistic and bootstrap-tree models (App. E)
 4. capacity control         - virtual queues (Eq. 1-2, App. F), free agents
-                              (App. I.3), mini-batch allocation (App. I.4)
+                              (App. H.4), mini-batch allocation (App. H.5)
 5. simulation engine        - Algorithm 1, a literal reference path and a fast path
 6. tasks                    - data registry, loaders, agent construction
 7. experiments              - sweeps over tasks, policies, capacities and runs
@@ -54,7 +54,7 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
 
     ``capacities`` is a sequence with one entry per agent: a number in [0, 1]
     (the agent's long-run share alpha_a, Sec. 2.3) or ``None`` for an
-    unconstrained "free" agent (App. I.3).  The constrained entries must sum to
+    unconstrained "free" agent (App. H.4).  The constrained entries must sum to
     one within :data:`CAPACITY_TOL`.
 
     Returns
@@ -283,7 +283,7 @@ def optimal_assignment(mu, capacities, weights=None):
     with HiGHS (``scipy.optimize.linprog``), written in the masses
     y[i, a] = w_i P[i, a] (a transportation problem with row sums w_i and
     column sums alpha_a) for numerical robustness.  When some agent is unconstrained
-    (capacity ``None``, the paper, App. I.3) the capacity rows become long-run
+    (capacity ``None``, the paper, App. H.4) the capacity rows become long-run
     upper bounds ``<= alpha_a`` (App. F) and the free agent's shadow price is 0.
 
     Parameters
@@ -2990,7 +2990,7 @@ def _encode_ordinal(df):
 
 
 def _tabular_task(name, seed, split):
-    """Two classifier agents on a tabular data set (the paper, Sec. 5.1 and App. H.1).
+    """Two classifier agents on a tabular data set (the paper, Sec. 4.1 and App. H.1).
 
     The rows are split into a training part (70%) and an online stream (30%):
     ``split="random"`` draws the stream uniformly at random (seeded), while
@@ -3050,7 +3050,7 @@ def _tabular_task(name, seed, split):
 
 
 def _imagenet16h_task(duplicates=10):
-    """Human 48 vs VGG-19 (10 epochs) on ImageNet-16H (the paper, Sec. 5.1, App. H.1).
+    """Human 48 vs VGG-19 (10 epochs) on ImageNet-16H (the paper, Sec. 4.1, App. H.1).
 
     Context: the phase-noise level of the image (80, 95, 110, 125),
     standardised over the 200 items; the 200 (image, noise) items of
@@ -3079,7 +3079,7 @@ MMLU_SUBJECTS = ("abstract_algebra", "college_chemistry", "computer_security", "
 #: Source tag of the correctness rows with exact HELM instance ids.
 MMLU_EXACT_SOURCE = "helm_v0.2.2_efficbench"
 
-#: The paper's MMLU experiments (Sec. 5.1, Fig. 1, App. I.2): subjects, agents
+#: The paper's MMLU experiments (Sec. 4.1, Fig. 1, App. H.3): subjects, agents
 #: and the accuracy a substitute should be closest to.  ``paper`` is the
 #: accuracy the paper reports on the experiment's own questions (None when it
 #: reports none); ``helm`` is HELM-classic's published MMLU accuracy.
@@ -3296,7 +3296,7 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
     see :func:`mmlu_models`); ``R`` holds each chosen model's correctness and
     the context is the first principal component of the questions' MiniLM
     embeddings, computed on this question set and standardised (the paper,
-    Sec. 5.1 and App. H.1).  Useful for running every pair of models.
+    Sec. 4.1 and App. H.1).  Useful for running every pair of models.
     Cached per process.
     """
     if isinstance(models, str):
@@ -3350,8 +3350,8 @@ def _mmlu_task(name):
     """An MMLU experiment of the paper with its agents substituted by rule.
 
     The stream of :func:`mmlu_task` for the experiment's subjects and the
-    models chosen by :func:`mmlu_substitutes` (the paper, Sec. 5.1 and
-    App. I.2); ``meta["substitution"]`` records which model stands for which
+    models chosen by :func:`mmlu_substitutes` (the paper, Sec. 4.1 and
+    App. H.3); ``meta["substitution"]`` records which model stands for which
     paper agent.
     """
     spec = MMLU_EXPERIMENTS[name]
@@ -3421,7 +3421,7 @@ def load_task(name, seed=0, *, split="random"):
         One of :data:`TASK_NAMES`: the tabular ``bank``, ``credit``,
         ``coupon``, ``cardio`` (two trained classifiers, App. H.1),
         ``imagenet16h`` (human 48 vs VGG-19), ``mmlu`` / ``mmlu3`` / ``mmlu5``
-        (HELM language models, App. I.2, substituted by rule where the
+        (HELM language models, App. H.3, substituted by rule where the
         paper's models are not public, see :func:`mmlu_substitutes`), or
         ``synthetic`` (known mu_a(x), see :func:`synthetic_task`).
     seed : int
@@ -3506,7 +3506,7 @@ PAPER_RUNS = 100
 OFFLINE_POLICIES = ("offline-logistic", "offline-tree")
 
 
-#: The four tabular tasks of Sec. 5.1, whose agents are built as in App. H.1.
+#: The four tabular tasks of Sec. 4.1, whose agents are built as in App. H.1.
 TABULAR_TASKS = ("bank", "credit", "coupon", "cardio")
 
 
@@ -3544,7 +3544,7 @@ def two_agent_capacities(alpha1):
 
 def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
                       eta=DEFAULT_ETA, seed=0, engine="fast", label=None):
-    """Error rate of each policy at each two-agent capacity (Sec. 5.1, Fig. 3).
+    """Error rate of each policy at each two-agent capacity (Sec. 4.1, Fig. 3).
 
     Runs :func:`simulate` for every (policy, alpha_1) pair with capacities
     ``(alpha_1, 1 - alpha_1)`` and returns a tidy ``pandas.DataFrame`` with one
@@ -3582,7 +3582,7 @@ SIMILAR_TOL = 0.01
 def paper_claims(df):
     """Check the paper's three qualitative claims on one error-vs-capacity table.
 
-    The claims of Sec. 5.1 are: (1) every contextual policy beats the
+    The claims of Sec. 4.1 are: (1) every contextual policy beats the
     non-contextual baseline at every interior capacity, (2) tree models are at
     least as good as logistic ones, (3) greedy and Thompson sampling perform
     alike.  Each is judged on the mean errors of ``df`` (a table from
