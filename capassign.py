@@ -3786,10 +3786,12 @@ def chapter_drift(name):
     if not path.exists():
         return [f"{path.relative_to(ROOT)} is missing: run `python -m capassign reproduce {name}`"]
     exe = nbformat.read(path, as_version=4)
+    problems = []
+    if src.metadata.get("capassign") != exe.metadata.get("capassign"):
+        problems.append("front-matter 'capassign' metadata differs")
     a = [_cell_key(c) for c in src.cells if c.source.strip()]
     b = [_cell_key(c) for c in exe.cells
          if c.source.strip() and "injected-parameters" not in c.metadata.get("tags", [])]
-    problems = []
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             problems.append(f"cell {i} differs ({x[0]} in source, {y[0]} executed): "
@@ -3802,7 +3804,7 @@ def chapter_drift(name):
 def sync_text(chapters=()):
     """Copy edited prose from chapter sources into executed notebooks.
 
-    Only markdown cells are copied, and only when every code cell is unchanged,
+    Only markdown cells (and the ``capassign`` front-matter metadata) are copied, and only when every code cell is unchanged,
     so a text edit does not force a long re-execution while a code edit always
     does.  Returns the names of the notebooks that were updated.
     """
@@ -3811,7 +3813,8 @@ def sync_text(chapters=()):
 
     updated = []
     for name in _resolve_chapters(chapters):
-        src = [c for c in jupytext.read(CHAPTER_DIR / f"{name}.md").cells if c.source.strip()]
+        src_nb = jupytext.read(CHAPTER_DIR / f"{name}.md")
+        src = [c for c in src_nb.cells if c.source.strip()]
         path = EXECUTED_DIR / f"{name}.ipynb"
         exe = nbformat.read(path, as_version=4)
         cells = [c for c in exe.cells if c.source.strip()]
@@ -3822,6 +3825,11 @@ def sync_text(chapters=()):
             raise ValueError(f"chapter {name}: code or cell layout changed; "
                              f"re-execute it with `python -m capassign reproduce {name}`")
         changed = False
+        if src_nb.metadata.get("capassign") != exe.metadata.get("capassign"):
+            exe.metadata["capassign"] = src_nb.metadata.get("capassign")
+            if exe.metadata["capassign"] is None:
+                del exe.metadata["capassign"]
+            changed = True
         for s, e in zip(src, cells):
             if s.cell_type == "markdown" and s.source != e.source:
                 e.source = s.source
