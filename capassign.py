@@ -3543,7 +3543,7 @@ def two_agent_capacities(alpha1):
 
 
 def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
-                      eta=DEFAULT_ETA, seed=0, engine="fast", label=None):
+                      eta=DEFAULT_ETA, seed=0, engine="fast", label=None, hindsight=False):
     """Error rate of each policy at each two-agent capacity (Sec. 4.1, Fig. 3).
 
     Runs :func:`simulate` for every (policy, alpha_1) pair with capacities
@@ -3552,6 +3552,10 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     ``error`` (mean over runs), ``std``, ``ci_low``, ``ci_high`` (95% across
     runs) and ``frac1`` (mean realised share of agent 1).  Offline policies
     ignore capacities, so they are run once and reported at every alpha.
+    With ``hindsight=True`` a row ``policy="hindsight"`` per alpha adds the
+    error floor of :func:`hindsight_optimum`: the best capacity-feasible
+    assignment of the realised stream, which no online policy can beat
+    (up to the rounding of alpha_1 T to whole tasks).
     """
     import pandas as pd
 
@@ -3571,6 +3575,12 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
                          "error": m, "std": float(np.std(res.errors, ddof=1)) if runs > 1 else 0.0,
                          "ci_low": lo, "ci_high": hi,
                          "frac1": float(np.mean(res.assigned[:, 0]))})
+    if hindsight:
+        for a1 in alphas:
+            opt = hindsight_optimum(R, two_agent_capacities(a1))
+            rows.append({"task": label, "policy": "hindsight", "alpha1": float(a1), "runs": 1,
+                         "error": opt.error, "std": 0.0, "ci_low": opt.error,
+                         "ci_high": opt.error, "frac1": float(opt.shares[0])})
     return pd.DataFrame(rows)
 
 
@@ -3658,7 +3668,7 @@ def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
         g = g.sort_values("alpha1")
         style = dict(POLICY_STYLE.get(policy, dict(label=policy)))
         ax.plot(g["alpha1"], g["error"], lw=1.6, ms=4, **style)
-        if bands and not policy.startswith("offline"):
+        if bands and not policy.startswith("offline") and policy != "hindsight":
             ax.fill_between(g["alpha1"], g["ci_low"], g["ci_high"],
                             color=style.get("color"), alpha=0.15, lw=0)
     ax.set_xlabel(r"capacity of agent 1, $\alpha_1$")
