@@ -878,7 +878,25 @@ class ModelSettings:
         Fast engine only: contexts are cut into at most this many quantile bins
         per feature before the online trees are grown (the reference engine
         uses exact scikit-learn thresholds; the fast offline benchmark uses
-        255).  Not a parameter of the paper.
+        255).  The online forest keeps a histogram per feature bin for every
+        internal node of every tree (B x 7 x d x bins counts and reward sums
+        per agent), which 32 bins keep small enough to stay in cache at the
+        paper's d <= 12; 64 bins cost about 1.5x the time per decision.  Not a
+        parameter of the paper.
+
+    Notes
+    -----
+    Bootstrap of the fast tree policies: the reference engine refits every
+    tree on a fresh multinomial resample of the agent's data (App. E.2).  The
+    fast engine uses the online (Poisson) bootstrap of Eckles and Kaptein
+    (2014), the reference the paper cites for bootstrap Thompson sampling:
+    each observation gets, in each tree, a Poisson(1) weight drawn once when
+    it arrives, and at every refit each tree is the exact (binned) CART fit
+    on the agent's data under its weights.  Weights have the same mean and
+    nearly the same variance as multinomial multiplicities; what differs is
+    that successive refits of a tree share their weights instead of being
+    resampled independently.  The two engines agree in distribution within
+    the tolerance of the equivalence tests (tests/test_engine.py).
     """
 
     gamma: float = 1.0
@@ -889,7 +907,7 @@ class ModelSettings:
     max_depth: int = 3
     min_samples_leaf: int = 10
     refit_every: int = 20
-    max_bins: int = 64
+    max_bins: int = 32
 
     def __post_init__(self):
         for name in ("gamma", "kappa", "w_max"):
@@ -1013,6 +1031,11 @@ class BootstrapTrees:
     greedy ensemble mean (0.5 before the first fit); :meth:`sample` is the
     prediction of one tree drawn uniformly (a draw from U[0, 1] before the
     first fit).  Tree predictions are clipped to [0, 1].
+
+    This class is the reference engine's literal model.  The fast engine
+    grows the same trees on quantile-binned contexts with an online Poisson
+    bootstrap instead of fresh resamples (see :class:`ModelSettings`, Notes,
+    and :func:`_online_refit_nb`).
     """
 
     def __init__(self, settings=PAPER_SETTINGS):
@@ -1242,6 +1265,35 @@ def _tree_predict_nb(feat, thr, val, xb):
     return 0.0 if v < 0.0 else (1.0 if v > 1.0 else v)
 
 
+@njit(cache=True, inline="always")
+def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, cl, sl, best, bpos, tot_c, tot_s, B):
+    """Score every threshold of feature j at node u in trees 0..B-1 (see
+    :func:`_split_node_nb`), updating their best score and position."""
+    for b in range(B):
+        cl[b] = 0.0
+        sl[b] = 0.0
+    for q in range(nb - 1):
+        col = j * max_bins + q
+        fcol = float(col)
+        # branch-free scoring of this threshold in every tree (an empty bin
+        # repeats the previous threshold's score, which is never strictly
+        # better, so the first threshold wins ties)
+        for b in range(B):
+            c_l = cl[b] + H[u, col, b]
+            s_l = sl[b] + HS[u, col, b]
+            cl[b] = c_l
+            sl[b] = s_l
+            c_r = tot_c[b] - c_l
+            s_r = tot_s[b] - s_l
+            # S_L^2/n_L + S_R^2/n_R over one division
+            pr = (s_l * s_l * c_r + s_r * s_r * c_l) / max(c_l * c_r, 1.0)
+            if min(c_l, c_r) < ml:
+                pr = -1.0
+            b0 = best[b]
+            best[b] = max(pr, b0)
+            bpos[b] = fcol if pr > b0 else bpos[b]
+
+
 @njit(cache=True)
 def _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
                    can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr):
@@ -1263,42 +1315,32 @@ def _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
     B = can.shape[0]
     d = n_bins.shape[0]
     any_can = False
+    ml = float(min_leaf)
     for b in range(B):
         C = node_c[u, b]
         S = node_s[u, b]
         can[b] = C >= 2 * min_leaf and 0 < S < C
         any_can = any_can or can[b]
         best[b] = -1.0
-        bpos[b] = -1
-        tot_c[b] = C
+        bpos[b] = -1.0
+        # a tree that cannot split gets total -1, so no threshold leaves
+        # min_leaf on its right
+        tot_c[b] = C if can[b] else -1.0
         tot_s[b] = S
     if any_can:
         for j in range(d):
-            for b in range(B):
-                cl[b] = 0.0
-                sl[b] = 0.0
-            for q in range(n_bins[j] - 1):
-                col = j * max_bins + q
-                # branch-free scoring of this threshold in every tree (an
-                # empty bin repeats the previous threshold's score, which is
-                # never strictly better, so the first threshold wins ties)
-                for b in range(B):
-                    c_l = cl[b] + H[u, col, b]
-                    s_l = sl[b] + HS[u, col, b]
-                    cl[b] = c_l
-                    sl[b] = s_l
-                    c_r = tot_c[b] - c_l
-                    s_r = tot_s[b] - s_l
-                    ok = can[b] & (c_l >= min_leaf) & (c_r >= min_leaf)
-                    # S_L^2/n_L + S_R^2/n_R over one division
-                    pr = (s_l * s_l * c_r + s_r * s_r * c_l) / max(c_l * c_r, 1.0)
-                    better = ok & (pr > best[b])
-                    best[b] = pr if better else best[b]
-                    bpos[b] = col if better else bpos[b]
+            if B == 20:
+                # the paper's B: a constant trip count vectorises fully
+                _scan_feature_nb(H, HS, u, j, n_bins[j], max_bins, ml, cl, sl, best, bpos,
+                                 tot_c, tot_s, 20)
+            else:
+                _scan_feature_nb(H, HS, u, j, n_bins[j], max_bins, ml, cl, sl, best, bpos,
+                                 tot_c, tot_s, B)
     for b in range(B):
-        if bpos[b] >= 0:
-            j = bpos[b] // max_bins
-            q = bpos[b] - j * max_bins
+        if bpos[b] >= 0.0:
+            pos = int(bpos[b])
+            j = pos // max_bins
+            q = pos - j * max_bins
             n_l = 0
             m_l = 0
             for qq in range(q + 1):
@@ -1598,7 +1640,7 @@ def _shift_split_nb(Xa, ya, W, b, u, level, j, lo, hi, to_left, n_int, max_bins,
 
 @njit(cache=True)
 def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
-                     node_c, node_s, feat, thr, val, head, nxt, stale, loc,
+                     node_c, node_s, feat, thr, val, head, nxt, stale, sel,
                      can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr, stats):
     """Refit one agent's online forest on its first n rows, incrementally.
 
@@ -1606,8 +1648,8 @@ def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
     its weight in tree b.  On return every tree equals the from-scratch fit
     :func:`_grow_forest_nb` on the same weighted rows (tested tree by tree).
     ``head``/``nxt`` are the bin lists of :func:`_online_observe_nb`.
-    ``stale`` (nodes whose histogram must be rebuilt) and ``loc`` (zeros,
-    shape ``(max(2^(max_depth-2), 1), d * max_bins, 2)``) are scratch.  Adds to
+    ``stale`` (nodes whose histogram must be rebuilt) and ``sel`` (at least n
+    integers) are scratch.  Adds to
     ``stats[level]`` the number of (tree, node) pairs of that level whose
     histograms were rebuilt by a pass over the rows, to
     ``stats[max_depth + level]`` the number of nodes of that level whose split
@@ -1625,51 +1667,61 @@ def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
         first = 2 ** level - 1
         last = 2 ** (level + 1) - 1
         if level > 0:
-            for b in range(B):
-                todo = False
-                for u in range(first, last, 2):
-                    if stale[u, b]:
-                        todo = True
-                        stats[level] += 2
-                if not todo:
+            # Stale pairs of this level: zero the left children (one sweep
+            # over all trees), accumulate each tree's rows that reach them,
+            # then right = parent - left (one sweep).
+            any_stale = False
+            for u in range(first, last, 2):
+                m = 0
+                for b in range(B):
+                    m += stale[u, b]
+                if m == 0:
                     continue
-                # accumulate the stale left children of tree b in a small
-                # contiguous buffer, then copy; right = parent - left
-                for k in range(n):
-                    w = W[b, k]
-                    if w == 0:
+                any_stale = True
+                stats[level] += 2 * m
+                for c in range(n_cols):
+                    for b in range(B):
+                        keep = not stale[u, b]
+                        H[u, c, b] = H[u, c, b] if keep else 0
+                        HS[u, c, b] = HS[u, c, b] if keep else 0
+            if any_stale:
+                for b in range(B):
+                    todo = False
+                    for u in range(first, last, 2):
+                        todo = todo or stale[u, b]
+                    if not todo:
                         continue
-                    u = 0
-                    for _ in range(level):
-                        f = feat[b, u]
-                        if f < 0:
-                            u = -1
-                            break
-                        u = 2 * u + 1 if Xa[k, f] <= thr[b, u] else 2 * u + 2
-                    if u < 0 or (u - first) % 2 != 0 or not stale[u, b]:
-                        continue
-                    p = (u - first) // 2
-                    if ya[k]:
-                        for j in range(d):
-                            col = j * max_bins + Xa[k, j]
-                            loc[p, col, 0] += w
-                            loc[p, col, 1] += w
-                    else:
-                        for j in range(d):
-                            loc[p, j * max_bins + Xa[k, j], 0] += w
+                    # select, without branches, the rows of tree b that reach
+                    # a stale left child (unreachable nodes are never stale;
+                    # a leaf's feature -1 routes on the last column, harmlessly)
+                    m = 0
+                    for k in range(n):
+                        u = 0
+                        for _ in range(level):
+                            u = 2 * u + 1 + (Xa[k, feat[b, u]] > thr[b, u])
+                        sel[m] = k
+                        m += (W[b, k] != 0) & ((u - first) % 2 == 0) & stale[u, b]
+                    for s in range(m):
+                        k = sel[s]
+                        w = np.int32(W[b, k])
+                        u = 0
+                        for _ in range(level):
+                            u = 2 * u + 1 + (Xa[k, feat[b, u]] > thr[b, u])
+                        if ya[k]:
+                            for j in range(d):
+                                col = j * max_bins + Xa[k, j]
+                                H[u, col, b] += w
+                                HS[u, col, b] += w
+                        else:
+                            for j in range(d):
+                                H[u, j * max_bins + Xa[k, j], b] += w
                 for u in range(first, last, 2):
-                    if stale[u, b]:
-                        p = (u - first) // 2
-                        par = (u - 1) // 2
-                        for c in range(n_cols):
-                            h = loc[p, c, 0]
-                            hs = loc[p, c, 1]
-                            loc[p, c, 0] = 0
-                            loc[p, c, 1] = 0
-                            H[u, c, b] = h
-                            HS[u, c, b] = hs
-                            H[u + 1, c, b] = H[par, c, b] - h
-                            HS[u + 1, c, b] = HS[par, c, b] - hs
+                    par = (u - 1) // 2
+                    for c in range(n_cols):
+                        for b in range(B):
+                            st = stale[u, b]
+                            H[u + 1, c, b] = H[par, c, b] - H[u, c, b] if st else H[u + 1, c, b]
+                            HS[u + 1, c, b] = HS[par, c, b] - HS[u, c, b] if st else HS[u + 1, c, b]
         for u in range(first, last):
             _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
                            can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr)
@@ -2050,11 +2102,17 @@ def _batch_assign_core(S, counts, constrained, method="auto"):
 #   - logistic: per-agent Sherman-Morrison updates in place, O(p^2) per step;
 #     Thompson draws through the scalar theta~^T z (exact, no factorisation).
 #   - trees: contexts quantile-binned once (edges from X only, never from
-#     rewards); each refit regrows all B trees of the agent in lockstep by
-#     histogram split search on (count, reward sum) with bootstrap
-#     multiplicities and sibling subtraction (_fit_forest_nb).  The cost of a
-#     refit stays linear in the agent's observations, so a run costs O(T^2)
-#     in all, as in the paper's algorithm.
+#     rewards) into ModelSettings.max_bins (32) bins.  The bootstrap is the
+#     online Poisson bootstrap (Eckles and Kaptein, 2014): each observation
+#     gets a Poisson(1) weight per tree when it arrives, and every refit (every
+#     20 observations of the agent, as in the paper) makes each tree exactly
+#     the histogram CART fit on the agent's weighted data, obtained
+#     incrementally from per-node histograms (_online_observe_nb,
+#     _online_refit_nb; see the notes above _poisson1_nb).  This is the one
+#     deliberate difference from the reference engine, which draws a fresh
+#     multinomial resample at every refit.  A refit costs O(B nodes d bins)
+#     plus rare partial rebuilds, instead of O(B n), so a run is close to
+#     linear in T rather than quadratic.
 #   Every run owns its RNG state and writes only its own outputs, so numbers
 #   do not depend on the number of threads.
 
@@ -2267,7 +2325,13 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         ``"reference"`` is the plain Python loop over the model classes of
         section 3 (slow, the definition); ``"fast"`` runs compiled kernels in
         parallel over runs (results do not depend on the thread count).  The
-        two agree in distribution, not draw by draw.
+        two agree in distribution, not draw by draw.  One deliberate
+        difference: the fast tree policies bin the contexts
+        (``settings.max_bins``) and use the online Poisson bootstrap of
+        Eckles and Kaptein (2014) - a Poisson(1) weight per observation and
+        tree, drawn once, with every refit the exact tree on those weights -
+        where the reference draws a fresh multinomial resample at each refit
+        (see :class:`ModelSettings`, Notes).
     return_traces : bool
         Also return ``orders``, ``assignments`` (runs x T) and ``queues``
         (runs x T x A) in the result.
@@ -2495,12 +2559,12 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
     head = np.full((A, d, max_bins), -1, dtype=np.int32)
     nxt = np.empty((A, d, T), dtype=np.int32)
     stale = np.zeros((n_int, n_trees), dtype=np.bool_)
-    loc = np.zeros((max(2 ** (max_depth - 2), 1), n_cols, 2), dtype=np.int32)
+    sel = np.empty(T, dtype=np.int32)
     can = np.empty(n_trees, dtype=np.bool_)
     cl = np.empty(n_trees)
     sl = np.empty(n_trees)
     best = np.empty(n_trees)
-    bpos = np.empty(n_trees, dtype=np.int64)
+    bpos = np.empty(n_trees)
     tot_c = np.empty(n_trees)
     tot_s = np.empty(n_trees)
     nfeat = np.empty(n_trees, dtype=np.int64)
@@ -2540,7 +2604,7 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
         if nobs[a] % refit_every == 0:
             _online_refit_nb(Xa[a], ya[a], W[a], nobs[a], n_bins, max_bins, max_depth,
                              min_leaf, H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a],
-                             val[a], head[a], nxt[a], stale, loc, can, cl, sl, best, bpos, tot_c, tot_s,
+                             val[a], head[a], nxt[a], stale, sel, can, cl, sl, best, bpos, tot_c, tot_s,
                              nfeat, nthr, stats)
             fitted[a] = True
         _queue_step_nb(Q, alpha, constrained, a)
@@ -2676,7 +2740,7 @@ def _offline_tree_runs(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, st
         cl = np.empty(n_trees)
         sl = np.empty(n_trees)
         best_s = np.empty(n_trees)
-        bpos = np.empty(n_trees, dtype=np.int64)
+        bpos = np.empty(n_trees)
         tot_c = np.empty(n_trees)
         tot_s = np.empty(n_trees)
         best = np.full(T, -1.0)

@@ -145,7 +145,7 @@ def test_compiled_forest_matches_sklearn_on_its_bootstraps():
     ca._fit_forest_nb(Xb, n_bins, mb, R, 0, np.arange(T, dtype=np.int32), T, depth, 10,
                       np.array([3, 1, 4, 1], np.uint64), cnt, H, H.copy(), i64(n_nodes, B),
                       i64(n_nodes, B), np.empty((4, B), np.int32), np.empty(B, np.bool_),
-                      np.empty(B), np.empty(B), np.empty(B), i64(B), np.empty(B), np.empty(B),
+                      np.empty(B), np.empty(B), np.empty(B), np.empty(B), np.empty(B), np.empty(B),
                       feat, thr, val)
     assert (cnt.sum(axis=0) == T).all()  # each tree saw a resample of size T
     assert len({tuple(c) for c in cnt.T}) == B  # and the resamples differ
@@ -173,10 +173,9 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
     val = np.zeros((B, n_nodes))
     head, nxt = np.full((d, mb), -1, np.int32), np.zeros((d, T), np.int32)
     stale = np.zeros((n_int, B), np.bool_)
-    loc = np.zeros((max(2 ** (depth - 2), 1), d * mb, 2), np.int32)
     f64 = lambda: np.empty(B)
     i64 = lambda *shape: np.empty(shape or (B,), np.int64)
-    scratch = (np.empty(B, np.bool_), f64(), f64(), f64(), i64(), f64(), f64(), i64(), i64())
+    scratch = (np.empty(B, np.bool_), f64(), f64(), f64(), f64(), f64(), f64(), i64(), i64())
     stats = np.zeros(3 * depth, np.int64)
     # from-scratch buffers
     sH = np.empty((n_int, d * mb, B), np.int32)
@@ -190,7 +189,7 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
             continue
         n = k + 1
         ca._online_refit_nb(Xb, y, W, n, n_bins, mb, depth, min_leaf, H, HS, nc, ns, feat,
-                            thr, val, head, nxt, stale, loc, *scratch, stats)
+                            thr, val, head, nxt, stale, np.empty(T, np.int32), *scratch, stats)
         cnt = np.ascontiguousarray(W[:, :n].T.astype(np.int32))
         ca._grow_forest_nb(Xb, n_bins, mb, R2, 0, np.arange(n, dtype=np.int32), n, depth,
                            min_leaf, cnt, sH, sH.copy(), i64(n_nodes, B), i64(n_nodes, B),
