@@ -2780,8 +2780,11 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
       ``engine="reference"`` grows scikit-learn trees, ``"fast"`` the binned
       trees of the fast engine with :data:`OFFLINE_MAX_BINS` (255) bins per
       feature: being scored in-sample, this benchmark rewards fine thresholds
-      more than the online policies do, and with the online default of 64
-      bins it came out about 0.004 above the reference on a 300-task stream.
+      more than the online policies do, and with 64 bins it came out about
+      0.004 above the reference on a 300-task stream.  Being fitted once, it
+      keeps the multinomial bootstrap of the reference (from-scratch kernel
+      :func:`_fit_forest_nb`), not the online Poisson bootstrap of the online
+      tree policies.
 
     Returns ``choice`` (runs x T): the agent given each task, indexed by task.
     """
