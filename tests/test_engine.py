@@ -145,7 +145,8 @@ def test_compiled_forest_matches_sklearn_on_its_bootstraps():
     ca._fit_forest_nb(Xb, n_bins, mb, R, 0, np.arange(T, dtype=np.int32), T, depth, 10,
                       np.array([3, 1, 4, 1], np.uint64), cnt, H, H.copy(), i64(n_nodes, B),
                       i64(n_nodes, B), np.empty((4, B), np.int32), np.empty(B, np.bool_),
-                      i64(B), i64(B), np.empty(B), i64(B), i64(B), i64(B), feat, thr, val)
+                      np.empty(B), np.empty(B), np.empty(B), np.empty(B), np.empty(B), np.empty(B),
+                      feat, thr, val)
     assert (cnt.sum(axis=0) == T).all()  # each tree saw a resample of size T
     assert len({tuple(c) for c in cnt.T}) == B  # and the resamples differ
     for b in range(B):
@@ -153,6 +154,69 @@ def test_compiled_forest_matches_sklearn_on_its_bootstraps():
         sk = DecisionTreeRegressor(max_depth=depth, min_samples_leaf=10).fit(X[rows], R[rows, 0])
         ours = np.array([ca._tree_predict_nb(feat[b], thr[b], val[b], Xb[i]) for i in range(T)])
         np.testing.assert_allclose(ours, sk.predict(X), atol=1e-12)
+
+
+def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, every=20):
+    """Feed one agent's rows to the online forest; after every refit compare
+    each tree with the from-scratch fit on the same Poisson weights."""
+    T, d = X.shape
+    Xb, n_bins, _ = ca._bin_contexts(X, bins)
+    mb = int(n_bins.max())
+    n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
+    y = np.ascontiguousarray(R[:, 0])
+    rng = np.random.default_rng(seed).integers(1, 2**63, size=4).astype(np.uint64)
+    W = np.zeros((B, T), np.uint8)
+    H = np.zeros((n_int, d * mb, B), np.int32)
+    HS = H.copy()
+    nc, ns = np.zeros((n_nodes, B), np.int64), np.zeros((n_nodes, B), np.int64)
+    feat, thr = np.full((B, n_nodes), -1, np.int32), np.zeros((B, n_nodes), np.int32)
+    val = np.zeros((B, n_nodes))
+    head, nxt = np.full((d, mb), -1, np.int32), np.zeros((d, T), np.int32)
+    stale = np.zeros((n_int, B), np.bool_)
+    f64 = lambda: np.empty(B)
+    i64 = lambda *shape: np.empty(shape or (B,), np.int64)
+    scratch = (np.empty(B, np.bool_), f64(), f64(), f64(), f64(), f64(), f64(), i64(), i64())
+    stats = np.zeros(3 * depth, np.int64)
+    # from-scratch buffers
+    sH = np.empty((n_int, d * mb, B), np.int32)
+    sfeat, sthr, sval = feat.copy(), thr.copy(), val.copy()
+    R2 = y[:, None].copy()
+    checked = 0
+    for k in range(n_rows):
+        ca._online_observe_nb(Xb[k], y[k], k, depth, mb, rng, W, H, HS, nc, ns, feat, thr,
+                              head, nxt)
+        if (k + 1) % every:
+            continue
+        n = k + 1
+        ca._online_refit_nb(Xb, y, W, n, n_bins, mb, depth, min_leaf, H, HS, nc, ns, feat,
+                            thr, val, head, nxt, stale, np.empty(T, np.int32), *scratch, stats)
+        cnt = np.ascontiguousarray(W[:, :n].T.astype(np.int32))
+        ca._grow_forest_nb(Xb, n_bins, mb, R2, 0, np.arange(n, dtype=np.int32), n, depth,
+                           min_leaf, cnt, sH, sH.copy(), i64(n_nodes, B), i64(n_nodes, B),
+                           np.empty((4, B), np.int32), *scratch, sfeat, sthr, sval)
+        np.testing.assert_array_equal(feat, sfeat, err_msg=f"features after {n} rows")
+        np.testing.assert_array_equal(thr, sthr, err_msg=f"thresholds after {n} rows")
+        np.testing.assert_array_equal(val, sval, err_msg=f"leaf values after {n} rows")
+        checked += 1
+    return W[:, :n_rows], stats, checked
+
+
+@pytest.mark.parametrize("bins, n_rows", [(64, 1500), (8, 600)])
+def test_online_forest_equals_refit_from_scratch(bins, n_rows):
+    # Every tree of the incremental online forest must be, at every refit,
+    # identical (features, thresholds, leaf values) to the tree grown from
+    # scratch on the same weighted rows.
+    X, R, _ = ca.synthetic_stream(n_rows, 5, seed=13)
+    W, stats, checked = _online_forest_check(X, R, bins, n_rows, seed=bins)
+    assert checked == n_rows // 20
+    # the run went through every path: rebuilt subtrees at levels 1 and 2,
+    # moved splits at every level, and subtrees updated by threshold shifts
+    assert stats[1] > 0 and stats[2] > 0
+    assert (stats[3:6] > 0).all() and stats[6] > 0
+    # Poisson(1) weights: mean 1, variance 1, P(0) = 1/e
+    assert W.mean() == pytest.approx(1.0, abs=0.02)
+    assert W.var() == pytest.approx(1.0, abs=0.04)
+    assert (W == 0).mean() == pytest.approx(math.exp(-1), abs=0.01)
 
 
 def test_xoshiro_matches_reference_sequence():
