@@ -4196,9 +4196,11 @@ def chapter_drift(name):
 def sync_text(chapters=()):
     """Copy edited prose from chapter sources into executed notebooks.
 
-    Only markdown cells (and the ``capassign`` front-matter metadata) are copied, and only when every code cell is unchanged,
-    so a text edit does not force a long re-execution while a code edit always
-    does.  Returns the names of the notebooks that were updated.
+    Markdown cells may be edited, added or removed (and the ``capassign``
+    front-matter metadata changed); the executed code cells, with their
+    outputs, are kept.  This is allowed only when the sequence of code cells
+    is unchanged, so a text edit never forces a long re-execution while a code
+    edit always does.  Returns the names of the notebooks that were updated.
     """
     import jupytext
     import nbformat
@@ -4209,25 +4211,31 @@ def sync_text(chapters=()):
         src = [c for c in src_nb.cells if c.source.strip()]
         path = EXECUTED_DIR / f"{name}.ipynb"
         exe = nbformat.read(path, as_version=4)
-        cells = [c for c in exe.cells if c.source.strip()]
-        same_code = ([c.source.strip() for c in src if c.cell_type == "code"]
-                     == [c.source.strip() for c in cells if c.cell_type == "code"])
-        same_layout = [c.cell_type for c in src] == [c.cell_type for c in cells]
-        if not (same_code and same_layout):
-            raise ValueError(f"chapter {name}: code or cell layout changed; "
+        injected = [c for c in exe.cells if "injected-parameters" in c.metadata.get("tags", [])]
+        code = [c for c in exe.cells if c.cell_type == "code" and c.source.strip()
+                and "injected-parameters" not in c.metadata.get("tags", [])]
+        if ([c.source.strip() for c in src if c.cell_type == "code"]
+                != [c.source.strip() for c in code]):
+            raise ValueError(f"chapter {name}: code cells changed; "
                              f"re-execute it with `python -m capassign reproduce {name}`")
-        changed = False
-        if src_nb.metadata.get("capassign") != exe.metadata.get("capassign"):
-            exe.metadata["capassign"] = src_nb.metadata.get("capassign")
-            if exe.metadata["capassign"] is None:
-                del exe.metadata["capassign"]
-            changed = True
-        for s, e in zip(src, cells):
-            if s.cell_type == "markdown" and s.source != e.source:
-                e.source = s.source
-                changed = True
-        if changed:
-            nbformat.write(exe, path)
+        cells, executed = [], iter(code)
+        for c in src:
+            if c.cell_type != "code":
+                cells.append(c)
+                continue
+            cells.append(next(executed))
+            if "parameters" in c.metadata.get("tags", []):
+                cells.extend(injected)
+        meta = dict(exe.metadata)
+        meta.pop("capassign", None)
+        if "capassign" in src_nb.metadata:
+            meta["capassign"] = src_nb.metadata["capassign"]
+        new = nbformat.v4.new_notebook(cells=cells, metadata=meta)
+        new = _clean_executed(new)
+        before = nbformat.writes(exe)
+        after = nbformat.writes(new)
+        if before != after:
+            nbformat.write(new, path)
             updated.append(name)
             print(f"synced text of {name}")
     return updated

@@ -149,3 +149,21 @@ def test_strict_book_build(tmp_path):
     assert (html / "index.html").exists()
     for name in EXECUTED:
         assert (html / "book" / "executed" / f"{name}.html").exists(), name
+
+
+def test_sync_text_accepts_new_prose_cells_and_keeps_outputs(tmp_path, monkeypatch):
+    chapters, executed = tmp_path / "chapters", tmp_path / "executed"
+    chapters.mkdir()
+    (chapters / "tiny.md").write_text(TINY)
+    monkeypatch.setattr(capassign, "CHAPTER_DIR", chapters)
+    monkeypatch.setattr(capassign, "EXECUTED_DIR", executed)
+    monkeypatch.setattr(capassign, "ROOT", tmp_path)
+    capassign.reproduce(["tiny"], kernel_name="python3")
+    (chapters / "tiny.md").write_text(TINY + "\n## A new closing section\n\nMore words.\n")
+    assert capassign.sync_text(["tiny"]) == ["tiny"]
+    assert capassign.chapter_drift("tiny") == []
+    nb = nbformat.read(executed / "tiny.ipynb", as_version=4)
+    assert [c.id for c in nb.cells] == [f"cell-{i}" for i in range(len(nb.cells))]
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code[-1].outputs[0].text == "3\n"
+    assert capassign.sync_text(["tiny"]) == []  # nothing left to copy
