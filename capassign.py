@@ -1586,6 +1586,7 @@ def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, W, H, HS, node_c, nod
     """
     B = W.shape[0]
     d = xb.shape[0]
+    n_int = 2 ** max_depth - 1
     for j in range(d):
         nxt[j, k] = head[j, xb[j]]
         head[j, xb[j]] = k
@@ -1597,17 +1598,7 @@ def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, W, H, HS, node_c, nod
         node_c[0, b] += w
         if y:
             node_s[0, b] += w
-        u = 0
-        for _ in range(max_depth):
-            for j in range(d):
-                col = j * max_bins + xb[j]
-                H[u, col, b] += w
-                if y:
-                    HS[u, col, b] += w
-            f = feat[b, u]
-            if f < 0:
-                break
-            u = 2 * u + 1 if xb[f] <= thr[b, u] else 2 * u + 2
+        _path_add_nb(xb, y, w, b, 0, n_int, max_bins, H, HS, feat, thr)
 
 
 @njit(cache=True)
