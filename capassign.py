@@ -1872,6 +1872,16 @@ def _validate_counts(N, A, name):
     return arr.astype(np.int64)
 
 
+def _validate_queues(Q, A):
+    """Check virtual queues: A finite, non-negative values (Eq. 1)."""
+    Q = _validate_matrix(Q, "Q", ndim=1)
+    if Q.shape != (A,):
+        raise ValueError(f"Q must have shape ({A},) like alpha, got {Q.shape}")
+    if np.any(Q < 0):
+        raise ValueError(f"Q must be non-negative, got minimum {Q.min()!r}")
+    return Q
+
+
 def batch_counts(B, alpha, Q, constrained=None):
     """Integer tasks per agent for one batch of B tasks (Sec. 4.2, App. H.5).
 
@@ -1926,11 +1936,7 @@ def batch_counts(B, alpha, Q, constrained=None):
     B = _validate_batch_size(B)
     alpha, constrained = _batch_capacities(alpha, constrained)
     A = alpha.shape[0]
-    Q = _validate_matrix(Q, "Q", ndim=1)
-    if Q.shape != (A,):
-        raise ValueError(f"Q must have shape ({A},) like alpha, got {Q.shape}")
-    if np.any(Q < 0):
-        raise ValueError(f"Q must be non-negative, got minimum {Q.min()!r}")
+    Q = _validate_queues(Q, A)
     return _batch_counts_core(B, alpha, Q, constrained)
 
 
@@ -1968,11 +1974,7 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
     B = _validate_batch_size(B)
     alpha, constrained = _batch_capacities(alpha, constrained)
     A = alpha.shape[0]
-    Q = _validate_matrix(Q, "Q", ndim=1)
-    if Q.shape != (A,):
-        raise ValueError(f"Q must have shape ({A},) like alpha, got {Q.shape}")
-    if np.any(Q < 0):
-        raise ValueError(f"Q must be non-negative, got minimum {Q.min()!r}")
+    Q = _validate_queues(Q, A)
     N = _validate_counts(N, A, "N")
     if int(N.sum()) != B:
         raise ValueError(f"N must sum to the batch size B = {B}, got {int(N.sum())}")

@@ -89,13 +89,19 @@ print(sum(range(n)))
 """
 
 
-def test_reproduce_drift_and_sync_on_a_tiny_chapter(tmp_path, monkeypatch):
+def _chapter_tree(tmp_path, monkeypatch, text=TINY):
+    """A temporary book with one chapter ``tiny``; capassign's paths point at it."""
     chapters, executed = tmp_path / "chapters", tmp_path / "executed"
     chapters.mkdir()
-    (chapters / "tiny.md").write_text(TINY)
+    (chapters / "tiny.md").write_text(text)
     monkeypatch.setattr(capassign, "CHAPTER_DIR", chapters)
     monkeypatch.setattr(capassign, "EXECUTED_DIR", executed)
     monkeypatch.setattr(capassign, "ROOT", tmp_path)
+    return chapters, executed
+
+
+def test_reproduce_drift_and_sync_on_a_tiny_chapter(tmp_path, monkeypatch):
+    chapters, executed = _chapter_tree(tmp_path, monkeypatch)
 
     assert capassign.chapter_drift("tiny")  # not executed yet
     capassign.reproduce(["tiny"], kernel_name="python3")
@@ -125,16 +131,12 @@ def test_reproduce_drift_and_sync_on_a_tiny_chapter(tmp_path, monkeypatch):
 
 
 def test_failing_cell_fails_reproduce(tmp_path, monkeypatch):
-    chapters = tmp_path / "chapters"
-    chapters.mkdir()
-    (chapters / "bad.md").write_text(TINY.replace("print(sum(range(n)))", "raise RuntimeError('boom')"))
-    monkeypatch.setattr(capassign, "CHAPTER_DIR", chapters)
-    monkeypatch.setattr(capassign, "EXECUTED_DIR", tmp_path / "executed")
-    monkeypatch.setattr(capassign, "ROOT", tmp_path)
+    _, executed = _chapter_tree(
+        tmp_path, monkeypatch, TINY.replace("print(sum(range(n)))", "raise RuntimeError('boom')"))
     import papermill
     with pytest.raises(papermill.PapermillExecutionError):
-        capassign.reproduce(["bad"], kernel_name="python3")
-    assert not (tmp_path / "executed" / "bad.ipynb").exists()
+        capassign.reproduce(["tiny"], kernel_name="python3")
+    assert not (executed / "tiny.ipynb").exists()
 
 
 def test_strict_book_build(tmp_path):
@@ -152,12 +154,7 @@ def test_strict_book_build(tmp_path):
 
 
 def test_sync_text_accepts_new_prose_cells_and_keeps_outputs(tmp_path, monkeypatch):
-    chapters, executed = tmp_path / "chapters", tmp_path / "executed"
-    chapters.mkdir()
-    (chapters / "tiny.md").write_text(TINY)
-    monkeypatch.setattr(capassign, "CHAPTER_DIR", chapters)
-    monkeypatch.setattr(capassign, "EXECUTED_DIR", executed)
-    monkeypatch.setattr(capassign, "ROOT", tmp_path)
+    chapters, executed = _chapter_tree(tmp_path, monkeypatch)
     capassign.reproduce(["tiny"], kernel_name="python3")
     (chapters / "tiny.md").write_text(TINY + "\n## A new closing section\n\nMore words.\n")
     assert capassign.sync_text(["tiny"]) == ["tiny"]
