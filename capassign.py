@@ -3925,7 +3925,9 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     ``(alpha_1, 1 - alpha_1)`` and returns a tidy ``pandas.DataFrame`` with one
     row per pair: ``task`` (``label``), ``policy``, ``alpha1``, ``runs``,
     ``error`` (mean over runs), ``std``, ``ci_low``, ``ci_high`` (95% across
-    runs) and ``frac1`` (mean realised share of agent 1).  Offline policies
+    runs), ``frac1`` (mean realised share of agent 1) and ``errors`` (the
+    per-run error rates, an array; run k of every policy sees the same task
+    order, so policies can be compared run by run).  Offline policies
     ignore capacities, so they are run once and reported at every alpha.
     With ``hindsight=True`` a row ``policy="hindsight"`` per alpha adds the
     error floor of :func:`hindsight_optimum`: the best capacity-feasible
@@ -3949,13 +3951,15 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
             rows.append({"task": label, "policy": policy, "alpha1": float(a1), "runs": runs,
                          "error": m, "std": float(np.std(res.errors, ddof=1)) if runs > 1 else 0.0,
                          "ci_low": lo, "ci_high": hi,
-                         "frac1": float(np.mean(res.assigned[:, 0]))})
+                         "frac1": float(np.mean(res.assigned[:, 0])),
+                         "errors": np.asarray(res.errors, dtype=float)})
     if hindsight:
         for a1 in alphas:
             opt = hindsight_optimum(R, two_agent_capacities(a1))
             rows.append({"task": label, "policy": "hindsight", "alpha1": float(a1), "runs": 1,
                          "error": opt.error, "std": 0.0, "ci_low": opt.error,
-                         "ci_high": opt.error, "frac1": float(opt.shares[0])})
+                         "ci_high": opt.error, "frac1": float(opt.shares[0]),
+                         "errors": np.array([opt.error])})
     return pd.DataFrame(rows)
 
 
