@@ -1631,7 +1631,7 @@ def _shift_split_nb(Xa, ya, W, b, u, level, j, lo, hi, to_left, n_int, max_bins,
 
 @njit(cache=True)
 def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
-                     node_c, node_s, feat, thr, val, head, nxt, stale, sel,
+                     node_c, node_s, feat, thr, val, head, nxt, stale,
                      can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr, stats):
     """Refit one agent's online forest on its first n rows, incrementally.
 
@@ -1639,10 +1639,9 @@ def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
     its weight in tree b.  On return every tree equals the from-scratch fit
     :func:`_grow_forest_nb` on the same weighted rows (tested tree by tree).
     ``head``/``nxt`` are the bin lists of :func:`_online_observe_nb`.
-    ``stale`` (nodes whose histogram must be rebuilt) and ``sel`` (at least n
-    integers) are scratch.  Adds to
+    ``stale`` (nodes whose histogram must be rebuilt) is scratch.  Adds to
     ``stats[level]`` the number of (tree, node) pairs of that level whose
-    histograms were rebuilt by a pass over the rows, to
+    histograms were rebuilt from the rows, to
     ``stats[max_depth + level]`` the number of nodes of that level whose split
     changed, and to ``stats[2 max_depth + level]`` the number of those whose
     subtree was updated by moving only the rows that crossed the threshold.
@@ -1658,61 +1657,56 @@ def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
         first = 2 ** level - 1
         last = 2 ** (level + 1) - 1
         if level > 0:
-            # Stale pairs of this level: zero the left children (one sweep
-            # over all trees), accumulate each tree's rows that reach them,
-            # then right = parent - left (one sweep).
-            any_stale = False
-            for u in range(first, last, 2):
-                m = 0
-                for b in range(B):
-                    m += stale[u, b]
-                if m == 0:
-                    continue
-                any_stale = True
-                stats[level] += 2 * m
-                for c in range(n_cols):
-                    for b in range(B):
-                        keep = not stale[u, b]
-                        H[u, c, b] = H[u, c, b] if keep else 0
-                        HS[u, c, b] = HS[u, c, b] if keep else 0
-            if any_stale:
-                for b in range(B):
-                    todo = False
-                    for u in range(first, last, 2):
-                        todo = todo or stale[u, b]
-                    if not todo:
-                        continue
-                    # select, without branches, the rows of tree b that reach
-                    # a stale left child (unreachable nodes are never stale;
-                    # a leaf's feature -1 routes on the last column, harmlessly)
-                    m = 0
-                    for k in range(n):
-                        u = 0
-                        for _ in range(level):
-                            u = 2 * u + 1 + (Xa[k, feat[b, u]] > thr[b, u])
-                        sel[m] = k
-                        m += (W[b, k] != 0) & ((u - first) % 2 == 0) & stale[u, b]
-                    for s in range(m):
-                        k = sel[s]
-                        w = np.int32(W[b, k])
-                        u = 0
-                        for _ in range(level):
-                            u = 2 * u + 1 + (Xa[k, feat[b, u]] > thr[b, u])
-                        if ya[k]:
-                            for j in range(d):
-                                col = j * max_bins + Xa[k, j]
-                                H[u, col, b] += w
-                                HS[u, col, b] += w
-                        else:
-                            for j in range(d):
-                                H[u, j * max_bins + Xa[k, j], b] += w
+            # Rebuild the histograms of this level's stale pairs (the children
+            # of a node whose split was rebuilt).  Only one child of a pair is
+            # summed from the rows; the other is parent minus it.  The rows of
+            # the summed child are found through the bin lists of its parent's
+            # split feature: the child whose bins hold less of the tree's
+            # weight is picked, and of the rows in those bins only those that
+            # reach the parent are kept.  The child is summed into a small
+            # contiguous histogram (cache-resident), then written, with its
+            # sibling, into the tree's strided column of H and HS.
+            acc = np.empty(n_cols, dtype=np.int32)
+            accs = np.empty_like(acc)
+            for b in range(B):
                 for u in range(first, last, 2):
+                    if not stale[u, b]:
+                        continue
+                    stats[level] += 2
                     par = (u - 1) // 2
+                    f = feat[b, par]
+                    q = thr[b, par]
+                    w_left = 0
+                    for qq in range(q + 1):
+                        w_left += H[0, f * max_bins + qq, b]
+                    lf = 2 * w_left <= node_c[0, b]
+                    acc[:] = 0
+                    accs[:] = 0
+                    for qq in range(0 if lf else q + 1, q + 1 if lf else n_bins[f]):
+                        k = head[f, qq]
+                        while k >= 0:
+                            w = np.int32(W[b, k])
+                            if w != 0 and k < n:
+                                x = 0
+                                for _ in range(level - 1):
+                                    x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
+                                if x == par:
+                                    if ya[k]:
+                                        for j in range(d):
+                                            col = j * max_bins + Xa[k, j]
+                                            acc[col] += w
+                                            accs[col] += w
+                                    else:
+                                        for j in range(d):
+                                            acc[j * max_bins + Xa[k, j]] += w
+                            k = nxt[f, k]
+                    t = u if lf else u + 1
+                    o = 2 * u + 1 - t
                     for c in range(n_cols):
-                        for b in range(B):
-                            st = stale[u, b]
-                            H[u + 1, c, b] = H[par, c, b] - H[u, c, b] if st else H[u + 1, c, b]
-                            HS[u + 1, c, b] = HS[par, c, b] - HS[u, c, b] if st else HS[u + 1, c, b]
+                        H[t, c, b] = acc[c]
+                        HS[t, c, b] = accs[c]
+                        H[o, c, b] = H[par, c, b] - acc[c]
+                        HS[o, c, b] = HS[par, c, b] - accs[c]
         for u in range(first, last):
             _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
                            can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr)
@@ -2552,7 +2546,6 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
     head = np.full((A, d, max_bins), -1, dtype=np.int32)
     nxt = np.empty((A, d, T), dtype=np.int32)
     stale = np.zeros((n_int, n_trees), dtype=np.bool_)
-    sel = np.empty(T, dtype=np.int32)
     can = np.empty(n_trees, dtype=np.bool_)
     cl = np.empty(n_trees)
     sl = np.empty(n_trees)
@@ -2597,7 +2590,7 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
         if nobs[a] % refit_every == 0:
             _online_refit_nb(Xa[a], ya[a], W[a], nobs[a], n_bins, max_bins, max_depth,
                              min_leaf, H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a],
-                             val[a], head[a], nxt[a], stale, sel, can, cl, sl, best, bpos, tot_c, tot_s,
+                             val[a], head[a], nxt[a], stale, can, cl, sl, best, bpos, tot_c, tot_s,
                              nfeat, nthr, stats)
             fitted[a] = True
         _queue_step_nb(Q, alpha, constrained, a)

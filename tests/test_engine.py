@@ -189,7 +189,7 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
             continue
         n = k + 1
         ca._online_refit_nb(Xb, y, W, n, n_bins, mb, depth, min_leaf, H, HS, nc, ns, feat,
-                            thr, val, head, nxt, stale, np.empty(T, np.int32), *scratch, stats)
+                            thr, val, head, nxt, stale, *scratch, stats)
         cnt = np.ascontiguousarray(W[:, :n].T.astype(np.int32))
         ca._grow_forest_nb(Xb, n_bins, mb, R2, 0, np.arange(n, dtype=np.int32), n, depth,
                            min_leaf, cnt, sH, sH.copy(), i64(n_nodes, B), i64(n_nodes, B),
