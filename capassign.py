@@ -1759,7 +1759,7 @@ class VirtualQueues:
 
     and the assignment rule is ``argmax_a mu_a(x_t) - eta Q_{t,a}`` (Eq. 2),
     the queues acting as running estimates of the shadow prices.  A free agent
-    (capacity ``None``, App. I.3) has no queue: its ``Q`` stays 0.
+    (capacity ``None``, App. H.4) has no queue: its ``Q`` stays 0.
     """
 
     def __init__(self, capacities):
@@ -2277,7 +2277,7 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     randomised streams, Sec. 4).  At step t the policy sees context ``x_t``,
     picks ``a_t = argmax_a mu_{a,t}(x_t) - eta Q_{t,a}`` (Eq. 2), observes only
     ``R[t, a_t]``, updates agent ``a_t``'s reward model and the virtual queues
-    (Eq. 1).  A free agent (capacity ``None``, App. I.3) has Q = 0 throughout
+    (Eq. 1).  A free agent (capacity ``None``, App. H.4) has Q = 0 throughout
     and its model learns whenever it is chosen.
 
     Parameters
