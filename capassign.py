@@ -4132,11 +4132,27 @@ def runs_needed(errors, baseline_errors, *, paired=True, level=0.95, max_runs=1_
         return None
     if s2 == 0.0:
         return 2
-    n = np.arange(2, int(max_runs) + 1, dtype=float)
-    dof = n - 1 if paired else (n - 1) * s2 ** 2 / s4
-    half = stats.t.ppf(0.5 + level / 2, dof) * np.sqrt(s2 / n)
-    ok = np.flatnonzero(half < gap)
-    return int(n[ok[0]]) if ok.size else None
+    q = 0.5 + level / 2
+
+    def resolved(n):
+        dof = n - 1 if paired else (n - 1) * s2 ** 2 / s4
+        return stats.t.ppf(q, dof) * math.sqrt(s2 / n) < gap
+
+    # The half-width falls with n (fewer degrees of freedom lost, more runs),
+    # so the first resolving n is found by doubling and then bisection.
+    hi = 2
+    while not resolved(hi):
+        if hi >= max_runs:
+            return None
+        hi = min(2 * hi, int(max_runs))
+    lo = hi // 2            # not resolved (or below 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mid >= 2 and resolved(mid):
+            hi = mid
+        else:
+            lo = mid
+    return int(hi)
 
 
 def _holm(p):

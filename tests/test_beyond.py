@@ -116,7 +116,9 @@ def test_runs_needed_is_the_first_n_that_resolves():
         assert n == 2 or half(n - 1) >= gap
     assert ca.runs_needed(a, a + 0.0) is None
     assert ca.runs_needed(a, a + 0.1) == 2          # constant difference
-    assert ca.runs_needed(a, b, max_runs=2) in (None, 2)
+    assert ca.runs_needed(a, b, max_runs=2) is None
+    n = ca.runs_needed(a, b)
+    assert ca.runs_needed(a, b, max_runs=n) == n and ca.runs_needed(a, b, max_runs=n - 1) is None
 
 
 # ----------------------------------------------------------------------------- paired tests
