@@ -4002,9 +4002,666 @@ def paper_claims(df):
 
 
 def error_table(df, value="error", digits=3):
-    """Pivot a tidy result table to policies x alpha_1, as fixed-width strings for printing."""
-    t = df.pivot_table(index="policy", columns="alpha1", values=value, sort=False)
-    return t.map(lambda v: f"{v:.{digits}f}")
+    """Pivot a tidy result table to policies x alpha_1, as fixed-width strings for printing.
+
+    Any numeric column can be shown (``value``), e.g. ``"gap"`` of
+    :func:`hindsight_gaps` or ``"diff"`` of :func:`paired_tests`; missing
+    values print as ``n/a``.
+    """
+    t = df.pivot_table(index="policy", columns="alpha1", values=value, sort=False,
+                       dropna=False)
+    return t.map(lambda v: f"{v:.{digits}f}" if np.isfinite(v) else "n/a")
+
+
+# --- Beyond the paper: uncertainty, hindsight gaps, capacity adherence, regret ---
+#
+# The paper reports mean error rates over 100 randomised task orders without
+# error bars (Sec. 4, on the grounds that the across-run standard deviations
+# are small).  The functions below add what a reader needs to judge the curves:
+# confidence intervals and paired tests against the non-contextual baseline,
+# each policy's distance to the hindsight floor, how closely the virtual
+# queues hold the capacities over time, and, on synthetic agents whose mu_a(x)
+# is known, the regret against the optimal constrained policy of Thm 1.
+
+
+def _check_frame(df, columns, name="df"):
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"{name} must be a pandas DataFrame (a table from "
+                        f"error_vs_capacity), got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{name} lacks the column(s) {', '.join(missing)}; pass a table "
+                         f"from error_vs_capacity")
+
+
+def _check_level(level, name="level"):
+    if isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, float, np.floating)):
+        raise TypeError(f"{name} must be a number in (0, 1), got {level!r}")
+    level = float(level)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {level!r}")
+    return level
+
+
+def _errors_vector(e, name):
+    e = _validate_matrix(e, name, ndim=1)
+    if e.size < 2:
+        raise ValueError(f"{name} must hold the errors of at least 2 runs, got {e.size}")
+    return e
+
+
+def difference_ci(errors, baseline_errors, *, paired=True, level=0.95):
+    """Mean error difference ``errors - baseline_errors`` with a t confidence interval.
+
+    ``paired=True`` (runs matched one to one, as in :func:`error_vs_capacity`,
+    where run k of every policy sees the same task order): the Student-t
+    interval of the mean of the per-run differences d_k, half-width
+    t_{n-1} sd(d) / sqrt(n).  ``paired=False``: Welch's interval for two
+    independent samples, half-width t_nu sqrt(s_1^2/n_1 + s_2^2/n_2) with
+    the Welch-Satterthwaite degrees of freedom nu.
+
+    Returns ``(mean, low, high)``.  The paper reports no intervals (Sec. 4);
+    this is the uncertainty behind its claim "contextual beats random".
+    """
+    from scipy import stats
+
+    a = _errors_vector(errors, "errors")
+    b = _errors_vector(baseline_errors, "baseline_errors")
+    level = _check_level(level)
+    q = 0.5 + level / 2
+    if paired:
+        if a.size != b.size:
+            raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
+                             f"as in baseline_errors ({b.size})")
+        d = a - b
+        m = float(d.mean())
+        half = float(stats.t.ppf(q, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
+        return m, m - half, m + half
+    m = float(a.mean() - b.mean())
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    if va + vb == 0:
+        return m, m, m
+    nu = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = float(stats.t.ppf(q, nu) * math.sqrt(va + vb))
+    return m, m - half, m + half
+
+
+def runs_needed(errors, baseline_errors, *, paired=True, level=0.95, max_runs=1_000_000):
+    """Runs per policy after which the ``level`` interval of the difference excludes 0.
+
+    A planning estimate: the mean difference and the standard deviations are
+    estimated from the runs given, and the answer is the smallest n >= 2 with
+
+    * paired: t_{n-1} sd(d) / sqrt(n) < |mean(d)|;
+    * unpaired (Welch, n runs of each policy): t_nu sqrt((s_1^2 + s_2^2) / n)
+      < |mean_1 - mean_2|, nu = (n - 1)(s_1^2 + s_2^2)^2 / (s_1^4 + s_2^4).
+
+    Returns an ``int``, or ``None`` when no n up to ``max_runs`` suffices
+    (e.g. a zero mean difference).
+    """
+    from scipy import stats
+
+    a = _errors_vector(errors, "errors")
+    b = _errors_vector(baseline_errors, "baseline_errors")
+    level = _check_level(level)
+    if isinstance(max_runs, (bool, np.bool_)) or not isinstance(max_runs, (int, np.integer)):
+        raise TypeError(f"max_runs must be an integer >= 2, got {max_runs!r}")
+    if max_runs < 2:
+        raise ValueError(f"max_runs must be >= 2, got {max_runs}")
+    if paired:
+        if a.size != b.size:
+            raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
+                             f"as in baseline_errors ({b.size})")
+        d = a - b
+        gap, s2 = abs(float(d.mean())), float(d.var(ddof=1))
+        s4 = None
+    else:
+        gap = abs(float(a.mean() - b.mean()))
+        va, vb = float(a.var(ddof=1)), float(b.var(ddof=1))
+        s2, s4 = va + vb, va ** 2 + vb ** 2
+    if gap == 0.0:
+        return None
+    if s2 == 0.0:
+        return 2
+    q = 0.5 + level / 2
+
+    def resolved(n):
+        dof = n - 1 if paired else (n - 1) * s2 ** 2 / s4
+        return stats.t.ppf(q, dof) * math.sqrt(s2 / n) < gap
+
+    # The half-width falls with n (fewer degrees of freedom lost, more runs),
+    # so the first resolving n is found by doubling and then bisection.
+    hi = 2
+    while not resolved(hi):
+        if hi >= max_runs:
+            return None
+        hi = min(2 * hi, int(max_runs))
+    lo = hi // 2            # not resolved (or below 2)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mid >= 2 and resolved(mid):
+            hi = mid
+        else:
+            lo = mid
+    return int(hi)
+
+
+def _holm(p):
+    """Holm's step-down adjustment of a vector of p-values (family-wise error)."""
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(p, kind="stable")
+    m = p.size
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adj
+    return out
+
+
+def _paired_pvalues(d):
+    """Two-sided p-values of the paired t-test and the Wilcoxon signed-rank test."""
+    import warnings
+    from scipy import stats
+
+    n = d.size
+    m, s = float(d.mean()), float(d.std(ddof=1))
+    if s == 0.0:
+        p_t = 1.0 if m == 0.0 else 0.0
+    else:
+        p_t = float(2 * stats.t.sf(abs(m) / (s / math.sqrt(n)), n - 1))
+    if not np.any(d != 0):
+        p_w = 1.0
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p_w = float(stats.wilcoxon(d, zero_method="wilcox").pvalue)
+    return p_t, p_w
+
+
+def paired_tests(df, baseline="random", *, level=0.95):
+    """Paired comparison of every policy with ``baseline``, per task and capacity.
+
+    In a table from :func:`error_vs_capacity` run k of every policy processes
+    the same task order, so the per-run differences
+    d_k = e_k(policy) - e_k(baseline) form a paired sample.  For every
+    (task, policy, alpha1) this returns:
+
+    ``diff`` (mean d, negative when the policy errs less), ``ci_low``,
+    ``ci_high`` (Student-t interval at ``level``, see :func:`difference_ci`),
+    ``sd`` (standard deviation of d), ``p_t`` (two-sided paired t-test),
+    ``p_wilcoxon`` (two-sided Wilcoxon signed-rank test, zero differences
+    dropped), ``p_holm`` (``p_t`` adjusted by Holm's method over all tests of
+    the same task), ``won`` / ``lost`` / ``tied`` (runs in which the policy's
+    error is below / above / equal to the baseline's) and ``runs``.
+
+    The paper's Sec. 4.1 claim "contextual policies beat the non-contextual
+    baseline" is tested here run by run.  Where both policies are forced onto
+    one agent (alpha1 = 0 or 1) every difference is 0 and the p-values are 1.
+    The ``hindsight`` rows (one deterministic value) are skipped; every other
+    policy must have as many runs as the baseline.  At least 2 runs are needed.
+    """
+    import pandas as pd
+
+    _check_frame(df, ("task", "policy", "alpha1", "errors"))
+    if not isinstance(baseline, str):
+        raise TypeError(f"baseline must be a policy name, got {baseline!r}")
+    level = _check_level(level)
+    base = {(r.task, float(r.alpha1)): np.asarray(r.errors, dtype=float)
+            for r in df.itertuples() if r.policy == baseline}
+    if not base:
+        raise ValueError(f"baseline {baseline!r} is not a policy of df; its policies are "
+                         f"{', '.join(map(str, pd.unique(df.policy)))}")
+    rows = []
+    for r in df.itertuples():
+        if r.policy in (baseline, "hindsight"):
+            continue
+        key = (r.task, float(r.alpha1))
+        if key not in base:
+            raise ValueError(f"df has no {baseline!r} row for task {r.task!r} at "
+                             f"alpha1 = {r.alpha1}")
+        e, b = np.asarray(r.errors, dtype=float), base[key]
+        if e.size != b.size:
+            raise ValueError(f"policy {r.policy!r} has {e.size} runs at alpha1 = {r.alpha1} "
+                             f"but {baseline!r} has {b.size}; a paired test needs equal runs")
+        if e.size < 2:
+            raise ValueError("paired tests need at least 2 runs per policy")
+        d = e - b
+        m, lo, hi = difference_ci(e, b, paired=True, level=level)
+        p_t, p_w = _paired_pvalues(d)
+        rows.append({"task": r.task, "policy": r.policy, "alpha1": float(r.alpha1),
+                     "runs": int(e.size), "diff": m, "ci_low": lo, "ci_high": hi,
+                     "sd": float(d.std(ddof=1)), "p_t": p_t, "p_wilcoxon": p_w,
+                     "won": int(np.sum(d < 0)), "lost": int(np.sum(d > 0)),
+                     "tied": int(np.sum(d == 0))})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["p_holm"] = np.nan
+    for _, idx in out.groupby(out["task"].astype(str), sort=False).groups.items():
+        out.loc[idx, "p_holm"] = _holm(out.loc[idx, "p_t"].to_numpy())
+    cols = ["task", "policy", "alpha1", "runs", "diff", "ci_low", "ci_high", "sd",
+            "p_t", "p_wilcoxon", "p_holm", "won", "lost", "tied"]
+    return out[cols]
+
+
+def _fmt_p(p):
+    if not np.isfinite(p):
+        return "n/a"
+    return "<0.0001" if p < 1e-4 else f"{p:.4f}"
+
+
+def paired_table(tests, digits=4):
+    """:func:`paired_tests` as fixed-width strings, one row per (task, policy, alpha1)."""
+    import pandas as pd
+
+    _check_frame(tests, ("task", "policy", "alpha1", "diff", "ci_low", "ci_high", "p_t",
+                         "p_wilcoxon", "p_holm", "won", "lost", "runs"), name="tests")
+    f = f"{{:+.{digits}f}}"
+    return pd.DataFrame({
+        "task": tests["task"].astype(str),
+        "policy": tests["policy"],
+        "alpha1": tests["alpha1"].map(lambda v: f"{v:.1f}"),
+        "diff": tests["diff"].map(f.format),
+        "95% CI": [f"[{f.format(lo)}, {f.format(hi)}]"
+                   for lo, hi in zip(tests["ci_low"], tests["ci_high"])],
+        "p (t)": tests["p_t"].map(_fmt_p),
+        "p (Wilcoxon)": tests["p_wilcoxon"].map(_fmt_p),
+        "p (Holm)": tests["p_holm"].map(_fmt_p),
+        "won/lost": [f"{w}/{l} of {n}" for w, l, n in
+                     zip(tests["won"], tests["lost"], tests["runs"])],
+    })
+
+
+def hindsight_gaps(df, *, baseline="random"):
+    """Each policy's distance to the hindsight floor, per task and capacity.
+
+    ``df`` is a table from :func:`error_vs_capacity` with ``hindsight=True``.
+    For every (task, policy, alpha1) the result holds ``error`` (mean over
+    runs), ``hindsight`` (the floor of :func:`hindsight_optimum`), ``gap``
+    = error - hindsight with ``gap_low`` / ``gap_high`` (the error's 95%
+    interval shifted by the floor, which is a fixed number), and ``closed``:
+    the share of the baseline's gap that the policy closes,
+    (error_baseline - error) / (error_baseline - hindsight), NaN where the
+    baseline sits on the floor (alpha1 = 0 or 1, one agent takes every task).
+
+    Online policies meet the capacities only in the long run (the paper,
+    Eq. 1, App. F), and the offline benchmarks ignore them, so a gap may be
+    slightly negative; the floor binds policies that meet the rounded counts.
+    """
+    import pandas as pd
+
+    _check_frame(df, ("task", "policy", "alpha1", "error", "ci_low", "ci_high"))
+    floor = {(r.task, float(r.alpha1)): float(r.error)
+             for r in df.itertuples() if r.policy == "hindsight"}
+    if not floor:
+        raise ValueError("df has no 'hindsight' rows; run error_vs_capacity(..., "
+                         "hindsight=True)")
+    ref = {(r.task, float(r.alpha1)): float(r.error)
+           for r in df.itertuples() if r.policy == baseline}
+    rows = []
+    for r in df.itertuples():
+        if r.policy == "hindsight":
+            continue
+        key = (r.task, float(r.alpha1))
+        if key not in floor:
+            raise ValueError(f"df has no hindsight row for task {r.task!r} at "
+                             f"alpha1 = {r.alpha1}")
+        h = floor[key]
+        span = ref.get(key, np.nan) - h
+        closed = (ref[key] - r.error) / span if np.isfinite(span) and span > 1e-12 else np.nan
+        rows.append({"task": r.task, "policy": r.policy, "alpha1": float(r.alpha1),
+                     "error": float(r.error), "hindsight": h, "gap": float(r.error) - h,
+                     "gap_low": float(r.ci_low) - h, "gap_high": float(r.ci_high) - h,
+                     "closed": float(closed)})
+    return pd.DataFrame(rows)
+
+
+# --- capacity adherence of a simulated policy ----------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityAdherence:
+    """How closely a policy's running shares N_{t,a}/t follow alpha_a (Eq. 1, App. F).
+
+    Attributes
+    ----------
+    policy, label : str
+        The policy and a free label (e.g. the task).
+    capacities : ndarray, shape (A,)
+        alpha_a, NaN for a free agent.
+    shares : ndarray, shape (runs, A)
+        Realised fractions N_{T,a}/T at the end of each run.
+    max_deviation : ndarray, shape (runs,)
+        max over t > burn_in of max_a |N_{t,a}/t - alpha_a| per run.
+    max_count_deviation : ndarray, shape (runs,)
+        The same in tasks: max over t > burn_in of max_a |N_{t,a} - alpha_a t|.
+    deviation_curve : ndarray, shape (T,)
+        Mean over runs of max_a |N_{t,a}/t - alpha_a| at t = 1..T.
+    burn_in : int
+        Decisions ignored by the two maxima.
+    """
+
+    policy: str
+    label: Any
+    capacities: np.ndarray
+    shares: np.ndarray
+    max_deviation: np.ndarray
+    max_count_deviation: np.ndarray
+    deviation_curve: np.ndarray
+    burn_in: int
+
+
+def _traced(result, need_queues=False):
+    if not isinstance(result, SimulationResult):
+        raise TypeError(f"result must be a SimulationResult, got {type(result).__name__}")
+    if result.assignments is None or result.orders is None:
+        raise ValueError("result has no traces; run simulate(..., return_traces=True)")
+    if need_queues and result.queues is None:
+        raise ValueError(f"result of policy {result.policy!r} has no queues (offline "
+                         f"policies keep none)")
+    return result
+
+
+def capacity_adherence(result, *, burn_in=0, label=None):
+    """Realised shares against the capacities, and the running deviation over t.
+
+    The paper asks only for the long-run average constraint
+    limsup_T (1/T) sum_t E[1{a_t = a}] <= alpha_a (App. F) and states no rate.
+    Here the whole path is measured: with N_{t,a} the number of the first t
+    tasks given to agent a, the running deviation is
+    max_a |N_{t,a}/t - alpha_a|, reported as a curve over t (mean over runs)
+    and as its maximum over t > ``burn_in`` per run, also in tasks,
+    max_a |N_{t,a} - alpha_a t|.  The queue recursion (Eq. 1) gives
+    Q_{t+1,a} >= N_{t,a} - alpha_a t, so bounded queues mean an O(1/t)
+    deviation; random assignment deviates by O(1/sqrt(t)).
+
+    When some agent is free (capacity ``None``) the capacities are upper
+    bounds (App. F, App. H.4): only overshoot, max(N_{t,a}/t - alpha_a, 0), of
+    the constrained agents counts.
+
+    ``result`` must come from ``simulate(..., return_traces=True)``; offline
+    policies, which ignore capacities, are measured the same way.
+    """
+    _traced(result)
+    runs, T = result.assignments.shape
+    if isinstance(burn_in, (bool, np.bool_)) or not isinstance(burn_in, (int, np.integer)):
+        raise TypeError(f"burn_in must be an integer, got {burn_in!r}")
+    if not 0 <= burn_in < T:
+        raise ValueError(f"burn_in must be in [0, {T - 1}] for a stream of {T} tasks, "
+                         f"got {burn_in}")
+    alpha, constrained = _validate_capacities(result.capacities)
+    A = alpha.shape[0]
+    t = np.arange(1, T + 1, dtype=float)
+    dev = np.zeros((runs, T))
+    cdev = np.zeros((runs, T))
+    shares = np.empty((runs, A))
+    upper = not constrained.all()
+    for a in range(A):
+        N = np.cumsum(result.assignments == a, axis=1, dtype=np.int64)
+        shares[:, a] = N[:, -1] / T
+        if not constrained[a]:
+            continue
+        diff = N - alpha[a] * t
+        diff = np.maximum(diff, 0.0) if upper else np.abs(diff)
+        np.maximum(cdev, diff, out=cdev)
+        np.maximum(dev, diff / t, out=dev)
+    return CapacityAdherence(
+        policy=result.policy, label=label,
+        capacities=np.where(constrained, alpha, np.nan), shares=shares,
+        max_deviation=dev[:, burn_in:].max(axis=1),
+        max_count_deviation=cdev[:, burn_in:].max(axis=1),
+        deviation_curve=dev.mean(axis=0), burn_in=int(burn_in))
+
+
+def adherence_table(adherences, digits=4):
+    """Fixed-width table of :class:`CapacityAdherence` objects, one row each.
+
+    Columns: ``task`` (the label), ``policy``, ``alpha`` (capacities),
+    ``realised`` (mean final shares over runs), ``max dev (mean)`` and
+    ``max dev (worst)`` (the per-run maximum running deviation, averaged over
+    runs and at its worst run) and ``max tasks off (worst)`` (the same in
+    tasks, worst run).
+    """
+    import pandas as pd
+
+    rows = []
+    for ad in adherences:
+        if not isinstance(ad, CapacityAdherence):
+            raise TypeError(f"adherences must hold CapacityAdherence objects, got "
+                            f"{type(ad).__name__}")
+        caps = ", ".join("free" if np.isnan(c) else f"{c:g}" for c in ad.capacities)
+        rows.append({"task": str(ad.label), "policy": ad.policy, "alpha": f"({caps})",
+                     "realised": "(" + ", ".join(f"{s:.{digits}f}"
+                                                 for s in ad.shares.mean(axis=0)) + ")",
+                     "max dev (mean)": f"{ad.max_deviation.mean():.{digits}f}",
+                     "max dev (worst)": f"{ad.max_deviation.max():.{digits}f}",
+                     "max tasks off (worst)": f"{ad.max_count_deviation.max():.1f}"})
+    return pd.DataFrame(rows)
+
+
+# --- regret against the optimal constrained policy (known mu) -------------------
+
+
+def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
+    """The queue rule of Eq. 2 fed with the true mu_a(x): no learning, same queues.
+
+    At step t of run k the task ``orders[k, t]`` goes to
+    argmax_a mu_a(x_t) - eta Q_{t,a} (ties to the lowest index) and the queues
+    move by Eq. 1; a free agent keeps Q = 0.  The task orders are those of
+    :func:`simulate` with the same ``seed``, so run k here and run k of any
+    simulated policy process the same stream.  This separates what the online
+    policies lose by learning mu from what the fixed queue penalty eta costs
+    even when mu is known.
+
+    ``mu`` and ``R`` are T x A (true expected rewards and realised 0/1
+    rewards).  Returns a :class:`SimulationResult` with ``policy="known-mu"``
+    and all traces.
+    """
+    mu = _validate_matrix(mu, "mu")
+    R = _validate_matrix(R, "R")
+    if mu.shape != R.shape:
+        raise ValueError(f"mu has shape {mu.shape} but R has shape {R.shape}; both must be "
+                         f"T x A")
+    if mu.shape[0] < 1:
+        raise ValueError("mu must hold at least one task")
+    alpha, constrained = _validate_capacities(capacities, mu.shape[1])
+    eta = _validate_eta(eta)
+    if isinstance(runs, (bool, np.bool_)) or not isinstance(runs, (int, np.integer)) or runs < 1:
+        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    T, A = mu.shape
+    orders, _ = _stream_orders(int(seed), int(runs), T)
+    Q = np.zeros((runs, A))
+    queues = np.zeros((runs, T, A))
+    assign = np.zeros((runs, T), dtype=np.int32)
+    rows = np.arange(runs)
+    for t in range(T):
+        queues[:, t] = Q
+        a = np.argmax(mu[orders[:, t]] - eta * Q, axis=1)
+        assign[:, t] = a
+        step = np.zeros((runs, A))
+        step[rows, a] = 1.0
+        Q = np.where(constrained, np.maximum((Q + step) - alpha, 0.0), 0.0)
+    rewards = R[orders, assign].sum(axis=1)
+    counts = np.stack([np.bincount(assign[k], minlength=A) for k in range(runs)])
+    caps = tuple(None if c is None else float(c) for c in capacities)
+    return SimulationResult(policy="known-mu", capacities=caps, eta=eta, runs=int(runs),
+                            seed=int(seed), engine="reference", errors=1.0 - rewards / T,
+                            assigned=counts / T, orders=orders, assignments=assign,
+                            queues=queues)
+
+
+@dataclass(frozen=True)
+class RegretCurves:
+    """Cumulative expected regret of one simulated policy, per run (see :func:`regret_curve`).
+
+    Every array has shape (runs, T); entry [k, t-1] sums steps 1..t of run k.
+    ``modified`` is ``None`` for policies without queues.
+    """
+
+    policy: str
+    shadow_prices: np.ndarray
+    lagrangian: np.ndarray
+    reward: np.ndarray
+    modified: np.ndarray | None
+
+    def mean(self, kind="lagrangian"):
+        """Mean over runs of one regret, shape (T,)."""
+        if kind not in ("lagrangian", "reward", "modified"):
+            raise ValueError(f"kind must be 'lagrangian', 'reward' or 'modified', got {kind!r}")
+        v = getattr(self, kind)
+        if v is None:
+            raise ValueError(f"policy {self.policy!r} has no queues, so no modified regret")
+        return v.mean(axis=0)
+
+
+def regret_curve(result, mu, shadow_prices):
+    """Cumulative expected regret of a simulated policy against the oracle of Thm 1.
+
+    ``mu`` (T x A) holds the true mu_a(x) of every task of the stream that
+    ``result`` (from ``simulate(..., return_traces=True)``) was run on, and
+    ``shadow_prices`` the true lambda of the optimal constrained policy
+    phi*(x) = argmax_a mu_a(x) - lambda_a (Thm 1; e.g.
+    ``optimal_assignment(mu_grid, capacities).shadow_prices`` on the context
+    distribution).  With a_s the agent the policy chose for the task x_s
+    of step s, three cumulative regrets are returned, all in expected
+    rewards (the true mu of the tasks actually assigned, not the realised 0/1
+    rewards, which removes the reward noise):
+
+    ``lagrangian``
+        sum_{s<=t} [max_a (mu_a(x_s) - lambda_a) - (mu_{a_s}(x_s) - lambda_{a_s})],
+        the shortfall in the adjusted reward of Thm 1.  Every term is >= 0,
+        and it is unchanged by a common shift of the prices.  Since phi*
+        maximises the adjusted reward and meets the capacities, it is the
+        regret against phi* with a charge lambda_a per task for every task an
+        agent takes.
+    ``reward``
+        sum_{s<=t} [mu_{phi*(x_s)}(x_s) - mu_{a_s}(x_s)]: expected correct
+        answers lost against phi* on the same tasks.  It differs from
+        ``lagrangian`` by sum_a lambda_a (N_{t,a} - N*_{t,a}) (N* the counts
+        of phi*) and may be negative when the policy runs over a capacity.
+    ``modified``
+        The paper's modified regret (App. G, the quantity of its Prop. 1):
+        sum_{s<=t} [max_a (mu_a(x_s) - eta Q_{s,a}) - (mu_{a_s}(x_s) - eta Q_{s,a_s})]
+        with the policy's own queues, i.e. against the rule that knows mu but
+        faces the same queues.  ``None`` without queues (offline policies).
+
+    Ties in phi* go to the lowest agent index.  Returns :class:`RegretCurves`.
+    """
+    _traced(result)
+    runs, T = result.assignments.shape
+    mu = _validate_matrix(mu, "mu")
+    if mu.shape[0] != T:
+        raise ValueError(f"mu has {mu.shape[0]} rows but the stream of result has {T} tasks")
+    A = mu.shape[1]
+    if result.n_agents != A:
+        raise ValueError(f"mu has {A} columns but result has {result.n_agents} agents")
+    lam = _validate_matrix(shadow_prices, "shadow_prices", ndim=1)
+    if lam.shape[0] != A:
+        raise ValueError(f"shadow_prices has {lam.shape[0]} entries but there are {A} agents")
+    mu_t = mu[result.orders]                      # runs x T x A
+    chosen = result.assignments[..., None].astype(np.int64)
+    got = np.take_along_axis(mu_t, chosen, axis=2)[..., 0]
+    adj = mu_t - lam
+    lagr = np.cumsum(adj.max(axis=2) - (got - lam[result.assignments]), axis=1)
+    best = np.argmax(adj, axis=2)[..., None]
+    reward = np.cumsum(np.take_along_axis(mu_t, best, axis=2)[..., 0] - got, axis=1)
+    modified = None
+    if result.queues is not None:
+        madj = mu_t - result.eta * result.queues
+        modified = np.cumsum(madj.max(axis=2)
+                             - np.take_along_axis(madj, chosen, axis=2)[..., 0], axis=1)
+    return RegretCurves(policy=result.policy, shadow_prices=lam.copy(), lagrangian=lagr,
+                        reward=reward, modified=modified)
+
+
+def loglog_slope(y, *, t_min=None, t_max=None, points=50):
+    """Slope of log y(t) against log t: the exponent b of a growth y ~ c t^b.
+
+    ``y[t-1]`` is the curve at t = 1..T (e.g. :meth:`RegretCurves.mean`).  The
+    least-squares line is fitted at ``points`` times spaced evenly in log t
+    between ``t_min`` (default T/100, at least 1) and ``t_max`` (default T),
+    so that every decade weighs the same.  A slope below 1 is sublinear
+    growth; App. G of the paper bounds the modified regret of Thompson
+    sampling by O(sqrt(T)), slope 1/2.
+    """
+    y = _validate_matrix(y, "y", ndim=1)
+    T = y.shape[0]
+    t_min = max(1, T // 100) if t_min is None else t_min
+    t_max = T if t_max is None else t_max
+    for nm, v in (("t_min", t_min), ("t_max", t_max), ("points", points)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{nm} must be an integer, got {v!r}")
+    if not 1 <= t_min < t_max <= T:
+        raise ValueError(f"need 1 <= t_min < t_max <= {T}, got t_min={t_min}, t_max={t_max}")
+    if points < 2:
+        raise ValueError(f"points must be >= 2, got {points}")
+    t = np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
+    v = y[t - 1]
+    if np.any(v <= 0):
+        raise ValueError("y must be positive at the fitted times to take logarithms")
+    return float(np.polyfit(np.log(t), np.log(v), 1)[0])
+
+
+@dataclass(frozen=True)
+class PriceTracking:
+    """eta Q_t against the shadow prices lambda (see :func:`price_tracking`).
+
+    ``tracked``, ``low``, ``high`` have shape (T, A): mean and 10%/90%
+    quantiles over runs of eta (Q_{t,a} - Q_{t,ref}); ``shadow_prices`` are
+    lambda_a - lambda_ref; ``tail_mean`` / ``tail_sd`` the mean and standard
+    deviation of eta (Q_{t,a} - Q_{t,ref}) over the last ``tail`` share of
+    the steps and all runs.
+    """
+
+    policy: str
+    eta: float
+    reference: int
+    shadow_prices: np.ndarray
+    tracked: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    tail_mean: np.ndarray
+    tail_sd: np.ndarray
+    tail: float
+
+
+def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
+    """How the queue penalties eta Q_{t,a} follow the shadow prices lambda_a over t.
+
+    The paper reads eta Q_{t,a} as a running estimate of lambda_a (Sec. 3.2,
+    App. F).  Only differences between agents enter the choice
+    argmax_a mu_a(x) - eta Q_{t,a} (Eq. 2), and the oracle's prices are
+    normalised so that the smallest constrained one is 0
+    (:func:`optimal_assignment`), so both are compared relative to a reference
+    agent: eta (Q_{t,a} - Q_{t,ref}) against lambda_a - lambda_ref.  The
+    reference defaults to the agent with the smallest lambda.
+
+    ``result`` must come from ``simulate(..., return_traces=True)`` (or
+    :func:`simulate_known_mu`) with queues.  Returns :class:`PriceTracking`.
+    """
+    _traced(result, need_queues=True)
+    lam = _validate_matrix(shadow_prices, "shadow_prices", ndim=1)
+    runs, T, A = result.queues.shape
+    if lam.shape[0] != A:
+        raise ValueError(f"shadow_prices has {lam.shape[0]} entries but result has {A} agents")
+    if reference is None:
+        reference = int(np.argmin(lam))
+    if isinstance(reference, (bool, np.bool_)) or not isinstance(reference, (int, np.integer)):
+        raise TypeError(f"reference must be an agent index, got {reference!r}")
+    if not 0 <= reference < A:
+        raise ValueError(f"reference must be in [0, {A - 1}], got {reference}")
+    tail = _check_level(tail, "tail")
+    P = result.eta * (result.queues - result.queues[:, :, reference:reference + 1])
+    start = min(T - 1, int(math.floor((1.0 - tail) * T)))
+    late = P[:, start:, :].reshape(-1, A)
+    return PriceTracking(
+        policy=result.policy, eta=float(result.eta), reference=int(reference),
+        shadow_prices=lam - lam[reference], tracked=P.mean(axis=0),
+        low=np.quantile(P, 0.1, axis=0), high=np.quantile(P, 0.9, axis=0),
+        tail_mean=late.mean(axis=0), tail_sd=late.std(axis=0), tail=tail)
 
 
 # =============================================================================
@@ -4045,6 +4702,165 @@ def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
                             color=style.get("color"), alpha=0.15, lw=0)
     ax.set_xlabel(r"capacity of agent 1, $\alpha_1$")
     ax.set_ylabel("error rate")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=7, frameon=False)
+    return ax
+
+
+# --- Beyond the paper: regret, price tracking, capacity adherence, paired tests ---
+
+#: Styles of curves that are not policies of simulate().
+_EXTRA_STYLE = {
+    "known-mu": dict(color="k", ls="-", marker="", label="queue rule with known mu"),
+}
+
+
+def _style(policy):
+    style = POLICY_STYLE.get(policy) or _EXTRA_STYLE.get(policy) or dict(label=str(policy))
+    return dict(style)
+
+
+def _log_times(T, points):
+    return np.unique(np.rint(np.geomspace(1, T, points)).astype(np.int64))
+
+
+def plot_regret(curves, ax=None, *, kind="lagrangian", points=200, title=None, legend=True):
+    """Mean cumulative regret over t on log-log axes, one line per policy.
+
+    ``curves`` is a sequence of :class:`RegretCurves` (see :func:`regret_curve`);
+    ``kind`` picks the regret ("lagrangian", "reward" or "modified").  Lines are
+    drawn at ``points`` times spaced evenly in log t; non-positive values are
+    left out (a log axis cannot show them).  A straight line of slope b means
+    growth like t^b: b = 1 is linear regret.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    for c in curves:
+        if not isinstance(c, RegretCurves):
+            raise TypeError(f"curves must hold RegretCurves, got {type(c).__name__}")
+        y = c.mean(kind)
+        t = _log_times(y.shape[0], points)
+        v = y[t - 1]
+        keep = v > 0
+        style = _style(c.policy)
+        style.pop("marker", None)
+        ax.plot(t[keep], v[keep], lw=1.6, **style)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tasks assigned, $t$")
+    ax.set_ylabel(f"cumulative {kind} regret")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    if legend:
+        ax.legend(fontsize=7, frameon=False)
+    return ax
+
+
+def plot_price_tracking(trackings, ax=None, *, agent=None, points=200, title=None,
+                        legend=True):
+    """eta (Q_{t,a} - Q_{t,ref}) over t (log axis) against lambda_a - lambda_ref.
+
+    ``trackings`` is a sequence of :class:`PriceTracking`; one line per policy
+    (mean over runs, with a band between the 10% and 90% quantiles across
+    runs for the first one) and a horizontal line at the shadow-price
+    difference.  ``agent`` defaults to the first agent other than the reference.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    for i, p in enumerate(trackings):
+        if not isinstance(p, PriceTracking):
+            raise TypeError(f"trackings must hold PriceTracking objects, got "
+                            f"{type(p).__name__}")
+        a = agent if agent is not None else (1 if p.reference == 0 else 0)
+        t = _log_times(p.tracked.shape[0], points)
+        style = _style(p.policy)
+        style.pop("marker", None)
+        ax.plot(t, p.tracked[t - 1, a], lw=1.4, **style)
+        if i == 0:
+            ax.fill_between(t, p.low[t - 1, a], p.high[t - 1, a], color=style.get("color"),
+                            alpha=0.12, lw=0)
+    if trackings:
+        p = trackings[0]
+        a = agent if agent is not None else (1 if p.reference == 0 else 0)
+        ax.axhline(p.shadow_prices[a], color="tab:green", lw=2, ls="--",
+                   label=rf"$\lambda_{a + 1} - \lambda_{p.reference + 1}$ (oracle)")
+        ax.set_ylabel(rf"$\eta\,(Q_{{t,{a + 1}}} - Q_{{t,{p.reference + 1}}})$")
+    ax.set_xscale("log")
+    ax.set_xlabel("tasks assigned, $t$")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    if legend:
+        ax.legend(fontsize=7, frameon=False)
+    return ax
+
+
+def plot_capacity_adherence(adherences, ax=None, *, points=200, title=None, legend=True):
+    """Running deviation max_a |N_{t,a}/t - alpha_a| over t on log-log axes.
+
+    One line per :class:`CapacityAdherence` (mean over runs).  Queue-based
+    policies fall like 1/t (bounded queues, Eq. 1); random assignment like
+    1/sqrt(t); a policy that ignores the capacities levels off.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    for ad in adherences:
+        if not isinstance(ad, CapacityAdherence):
+            raise TypeError(f"adherences must hold CapacityAdherence objects, got "
+                            f"{type(ad).__name__}")
+        y = ad.deviation_curve
+        t = _log_times(y.shape[0], points)
+        v = y[t - 1]
+        keep = v > 0
+        style = _style(ad.policy)
+        style.pop("marker", None)
+        ax.plot(t[keep], v[keep], lw=1.4, **style)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tasks assigned, $t$")
+    ax.set_ylabel(r"$\max_a |N_{t,a}/t - \alpha_a|$")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    if legend:
+        ax.legend(fontsize=7, frameon=False)
+    return ax
+
+
+def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
+    """Mean paired error difference policy - baseline against alpha_1, with 95% CIs.
+
+    ``tests`` is a table from :func:`paired_tests` for one task; each policy is
+    a line with error bars (the paired t intervals), slightly offset along
+    the x-axis so that the bars do not overlap.  Below the zero line the
+    policy errs less than the baseline.
+    """
+    import matplotlib.pyplot as plt
+
+    _check_frame(tests, ("policy", "alpha1", "diff", "ci_low", "ci_high"), name="tests")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    groups = list(tests.groupby("policy", sort=False))
+    for i, (policy, g) in enumerate(groups):
+        g = g.sort_values("alpha1")
+        x = g["alpha1"].to_numpy() + 0.012 * (i - (len(groups) - 1) / 2)
+        y = g["diff"].to_numpy()
+        err = np.vstack([y - g["ci_low"].to_numpy(), g["ci_high"].to_numpy() - y])
+        style = _style(policy)
+        ax.errorbar(x, y, yerr=err, lw=1.2, ms=4, capsize=2, **style)
+    ax.axhline(0.0, color="0.3", lw=0.8)
+    ax.set_xlabel(r"capacity of agent 1, $\alpha_1$")
+    ax.set_ylabel("error difference to baseline")
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3)
