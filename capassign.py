@@ -2964,16 +2964,29 @@ def _bin_row_nb(x, edges, n_edges, xb):
 
 
 @njit(cache=True)
-def _router_tree_mu_nb(X, edges, n_edges, xb, feat, thr, val, fitted, thompson, rng, mu,
+def _all_finite_nb(X):
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            if not math.isfinite(X[i, j]):
+                return False
+    return True
+
+
+@njit(cache=True)
+def _router_tree_mu_nb(X, edges, n_edges, feat, thr, val, fitted, thompson, rng, mu,
                        step, Q, alpha, constrained, eta):
     """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
 
     The draws are those of :func:`_tree_run` at one decision.  With ``step``
     (a single task), also picks the agent by Eq. 2, advances the queues
-    (Eq. 1) and returns it; otherwise returns -1.
+    (Eq. 1) and returns it; otherwise returns -1.  Returns -2, changing
+    nothing, when ``X`` holds NaN or infinite values.
     """
+    if not _all_finite_nb(X):
+        return -2
     A = feat.shape[0]
     B = feat.shape[1]
+    xb = np.empty(X.shape[1], dtype=np.uint8)
     for i in range(X.shape[0]):
         _bin_row_nb(X[i], edges, n_edges, xb)
         for a in range(A):
@@ -2995,17 +3008,18 @@ def _router_tree_mu_nb(X, edges, n_edges, xb, feat, thr, val, fitted, thompson, 
 
 
 @njit(cache=True)
-def _router_tree_update_nb(a, x, y, edges, n_edges, xb, n_bins, max_bins, max_depth, min_leaf,
+def _router_tree_update_nb(a, x, y, edges, n_edges, max_bins, max_depth, min_leaf,
                            refit_every, rng, Xa, ya, W, H, HS, node_c, node_s, feat, thr, val,
-                           head, nxt, nobs, fitted, stale, sel, can, cl, sl, best, bpos,
-                           tot_c, tot_s, nfeat, nthr, stats):
+                           head, nxt, nobs, fitted):
     """Agent a observed reward y for context x: one step of its online forest.
 
     As in :func:`_tree_run`: the row is stored, given its Poisson weights and
     added to the forest (:func:`_online_observe_nb`), and every
     ``refit_every`` rewards of the agent the forest is refit
     (:func:`_online_refit_nb`).  The caller keeps the row arrays large enough.
+    Scratch arrays are allocated here, only when a refit needs them.
     """
+    xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
     k = nobs[a]
     for j in range(xb.shape[0]):
@@ -3015,10 +3029,19 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, xb, n_bins, max_bins, max_de
                        node_s[a], feat[a], thr[a], head[a], nxt[a])
     nobs[a] = k + 1
     if nobs[a] % refit_every == 0:
+        B = W.shape[1]
+        n_bins = n_edges + 1
+        sel = np.empty(nobs[a], dtype=np.int32)
+        stale = np.zeros((H.shape[1], B), dtype=np.bool_)
+        can = np.empty(B, dtype=np.bool_)
+        sc = np.empty((6, B))
+        nfeat = np.empty(B, dtype=np.int64)
+        nthr = np.empty(B, dtype=np.int64)
+        stats = np.zeros(3 * max_depth, dtype=np.int64)
         _online_refit_nb(Xa[a], ya[a], W[a], nobs[a], n_bins, max_bins, max_depth, min_leaf,
                          H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a], head[a],
-                         nxt[a], stale, sel, can, cl, sl, best, bpos, tot_c, tot_s, nfeat,
-                         nthr, stats)
+                         nxt[a], stale, sel, can, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5],
+                         nfeat, nthr, stats)
         fitted[a] = True
 
 
@@ -3067,6 +3090,8 @@ def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
     kept in ``gauss = [has_spare, spare]``).  ``step`` as in
     :func:`_router_tree_mu_nb`.
     """
+    if not _all_finite_nb(X):
+        return -2
     A = theta.shape[0]
     p = theta.shape[1]
     for i in range(X.shape[0]):
@@ -3113,14 +3138,18 @@ def _router_logistic_update_nb(a, x, y, xd, theta, Sigma, w_min, w_max, Sx):
 
 
 @njit(cache=True)
-def _router_noncontextual_mu_nb(n_rows, learned, n, s, cum, rng, mu, step, Q, alpha,
+def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
                                 constrained, eta):
     """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
     probability alpha_a) as in :func:`_noncontextual_run`.
 
     For ``random`` the draw picks the agent directly; ``mu`` is then its
-    indicator (1 for the drawn agent).
+    indicator (1 for the drawn agent).  ``X`` is only checked (-2 when it
+    holds NaN or infinite values).
     """
+    if not _all_finite_nb(X):
+        return -2
+    n_rows = X.shape[0]
     A = Q.shape[0]
     last = 0
     for a in range(A):
@@ -3313,6 +3342,11 @@ class Router:
         self._counts = np.zeros(n_agents, dtype=np.int64)
         self._n_rewards = np.zeros(n_agents, dtype=np.int64)
         self._thompson = policy.endswith("-ts")
+        self._learned = policy == "marginal"
+        self._kind = 2 if policy.startswith("tree") else (1 if policy.startswith("logistic") else 0)
+        self._kappa = float(settings.kappa)
+        self._w_min = float(settings.w_min)
+        self._w_max = float(settings.w_max)
         self._mu1 = np.empty((1, n_agents))
         A = n_agents
         s = settings
@@ -3351,7 +3385,6 @@ class Router:
             self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
             self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
             self._head = np.full((A, d, self._max_bins), -1, dtype=np.int32)
-            self._xb = np.zeros(d, dtype=np.uint8)
             self._stale = np.zeros((n_int, B), dtype=np.bool_)
             self._scratch = (np.empty(B, dtype=np.bool_),) + tuple(np.empty(B) for _ in range(6)) \
                 + (np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64))
@@ -3464,19 +3497,21 @@ class Router:
     def _mu(self, X, step):
         """Estimates for the rows of X; with ``step`` the chosen agent of X[0]."""
         mu = self._mu1 if step else np.empty((X.shape[0], self._A))
-        p = self.policy
-        if p.startswith("tree"):
-            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._xb, self._feat, self._thr,
+        kind = self._kind
+        if kind == 2:
+            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._feat, self._thr,
                                    self._val, self._fitted, self._thompson, self._rng, mu, step,
                                    self._Q, self._alpha, self._constrained, self.eta)
-        elif p.startswith("logistic"):
+        elif kind == 1:
             a = _router_logistic_mu_nb(X, self._xd, self._theta, self._Sigma, self._thompson,
-                                       float(self.settings.kappa), self._gauss, self._rng, mu,
+                                       self._kappa, self._gauss, self._rng, mu,
                                        step, self._Q, self._alpha, self._constrained, self.eta)
         else:
-            a = _router_noncontextual_mu_nb(X.shape[0], p == "marginal", self._n, self._s,
+            a = _router_noncontextual_mu_nb(X, self._learned, self._n, self._s,
                                             self._cum, self._rng, mu, step, self._Q,
                                             self._alpha, self._constrained, self.eta)
+        if a == -2:
+            raise ValueError(("x" if step else "X") + " contains NaN or infinite values")
         return a, mu
 
     def _new_id(self, task_id, offset=0):
@@ -3497,10 +3532,21 @@ class Router:
         the task for that update; by default it is the task's sequence number
         (0 for the first task this router assigns, then 1, 2, ...).
         """
-        x = self._context(x)
-        tid = self._new_id(task_id)
-        a, _ = self._mu(x.reshape(1, -1), True)
-        self._pending[tid] = (a, x)
+        try:
+            x = np.array(x, dtype=float)
+        except (TypeError, ValueError):
+            raise TypeError("x must be a 1-d array of numbers (a context)") from None
+        if x.ndim != 1 or (self.n_features is not None and x.shape[0] != self.n_features):
+            self._context(x)  # raises the precise error
+        X = x.reshape(1, -1)
+        if task_id is None:
+            tid = self.n_assigned
+            if tid in self._pending:
+                tid = self._new_id(tid)
+        else:
+            tid = self._new_id(task_id)
+        a, _ = self._mu(X, True)
+        self._pending[tid] = (a, X[0])
         self.n_assigned += 1
         self._counts[a] += 1
         return self._names[a] if self._names else a
@@ -3553,17 +3599,24 @@ class Router:
         for the tree policies).  Updating a task that is not pending - never
         assigned, or already updated - is an error.
         """
-        if isinstance(task, (int, np.integer, str)) and not isinstance(task, (bool, np.bool_)):
-            tid = int(task) if isinstance(task, (int, np.integer)) else task
+        tt = type(task)
+        if tt is int or tt is str or (isinstance(task, (int, np.integer, str))
+                                      and not isinstance(task, (bool, np.bool_))):
+            tid = task if tt is int or tt is str else (
+                int(task) if isinstance(task, (int, np.integer)) else str(task))
             entry = self._pending.get(tid)
             if entry is None:
                 raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
                                  f"router, or its reward was already recorded")
             a, x = entry
-            if agent is not None and self._agent_index(agent) != a:
+            if agent is not None and agent != a and self._agent_index(agent) != a:
                 raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
                                  f"assigned to ({self._agent_out(a)!r})")
-            r = self._reward(reward)
+            tr = type(reward)
+            if (tr is int or tr is float) and (reward == 0 or reward == 1):
+                r = float(reward)
+            else:
+                r = self._reward(reward)
             del self._pending[tid]
         elif isinstance(task, (bool, np.bool_)) or task is None:
             raise TypeError(f"task must be a pending task id (int or str) or a context "
@@ -3577,22 +3630,19 @@ class Router:
         self._learn(a, x, r)
 
     def _learn(self, a, x, r):
-        p = self.policy
-        s = self.settings
-        if p.startswith("tree"):
+        kind = self._kind
+        if kind == 2:
             if self._nobs[a] >= self._cap:
                 self._alloc_rows(2 * self._cap)
-            sc = self._scratch
-            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, self._xb,
-                                   self._n_bins, self._max_bins, s.max_depth, s.min_samples_leaf,
-                                   s.refit_every, self._rng, self._Xa, self._ya, self._W, self._H,
-                                   self._HS, self._node_c, self._node_s, self._feat, self._thr,
-                                   self._val, self._head, self._nxt, self._nobs, self._fitted,
-                                   self._stale, self._sel, sc[0], sc[1], sc[2], sc[3], sc[4],
-                                   sc[5], sc[6], sc[7], sc[8], self._stats)
-        elif p.startswith("logistic"):
+            s = self.settings
+            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, self._max_bins,
+                                   s.max_depth, s.min_samples_leaf, s.refit_every, self._rng,
+                                   self._Xa, self._ya, self._W, self._H, self._HS, self._node_c,
+                                   self._node_s, self._feat, self._thr, self._val, self._head,
+                                   self._nxt, self._nobs, self._fitted)
+        elif kind == 1:
             _router_logistic_update_nb(a, x, r, self._xd, self._theta, self._Sigma,
-                                       float(s.w_min), float(s.w_max), self._Sx)
+                                       self._w_min, self._w_max, self._Sx)
         else:
             self._n[a] += 1.0
             self._s[a] += r
