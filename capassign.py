@@ -5003,6 +5003,336 @@ def error_table(df, value="error", digits=3):
 
 
 # =============================================================================
+# 7b. Resumable sweeps
+# =============================================================================
+#
+# A sweep is a grid of cells (task, policy, capacities, block of runs).  Each
+# finished cell is written to its own JSON file in the results directory,
+# first to a temporary name and then renamed (os.replace is atomic), so a
+# sweep killed at any moment leaves only whole cells behind.  Started again,
+# it skips every cell already stored and ends with the same table as an
+# uninterrupted sweep: a block of runs k0..k1-1 gives exactly the numbers of
+# runs k0..k1-1 of simulate(..., runs=N, seed=seed), because run k draws
+# everything from the k-th child of SeedSequence(seed) whatever N is.
+#
+# Cells are computed in parallel with joblib (processes on this machine by
+# default) or on a Dask cluster through joblib's dask backend; workers return
+# their numbers and only the calling process writes files, so the cluster
+# needs no shared file system.
+
+#: Version tag written into every sweep directory (``sweep.json``).
+SWEEP_SCHEMA = "capassign.sweep/1"
+#: Parallel backends of :func:`sweep`.
+SWEEP_BACKENDS = ("loky", "threading", "sequential", "dask")
+
+
+def _simulate_block(X, R, capacities, policy, run_start, run_stop, *, eta=DEFAULT_ETA, seed=0,
+                    engine="fast", settings=PAPER_SETTINGS):
+    """Runs ``run_start .. run_stop - 1`` of ``simulate(X, R, ..., seed=seed)``.
+
+    Returns ``(errors, assigned)`` for those runs, equal to the matching rows
+    of :func:`simulate`'s result (tested), without computing the other runs:
+    child k of ``SeedSequence(seed)`` is the same whichever number of
+    children is spawned, and every engine computes each run from its own
+    child alone (see :func:`_stream_orders`).
+    """
+    X, R, alpha, constrained, eta, _, seed, caps = _validate_simulation(
+        X, R, capacities, policy, eta, max(run_stop, 1), seed, engine, settings)
+    T, A = R.shape
+    children = np.random.SeedSequence(seed).spawn(run_stop)[run_start:]
+    runs = len(children)
+    orders = np.empty((runs, T), dtype=np.int64)
+    policy_seeds = []
+    for k, child in enumerate(children):
+        perm_ss, policy_ss = child.spawn(2)
+        orders[k] = np.random.default_rng(perm_ss).permutation(T)
+        policy_seeds.append(policy_ss)
+    if policy.startswith("offline-"):
+        rewards, counts, _ = _offline_runs(X, R, orders, policy, policy_seeds, engine, settings)
+    elif engine == "reference":
+        rewards = np.zeros(runs, dtype=np.int64)
+        counts = np.zeros((runs, A), dtype=np.int64)
+        for k in range(runs):
+            rng = np.random.default_rng(policy_seeds[k])
+            a_k, _ = _reference_run(X, R, orders[k], caps, eta, policy, rng, settings)
+            rewards[k] = R[orders[k], a_k].sum()
+            counts[k] = np.bincount(a_k, minlength=A)
+    else:
+        rewards, counts, _, _ = _fast_runs(X, R, orders, alpha, constrained, eta, policy,
+                                           _rng_states(policy_seeds), settings, False)
+    return 1.0 - rewards / T, counts / T
+
+
+def _capacity_label(caps):
+    return "/".join("free" if c is None else repr(float(c)) for c in caps)
+
+
+def _cell_file(task, policy, caps, run_start, run_stop):
+    import hashlib
+
+    key = json.dumps([task, policy, list(caps), run_start, run_stop])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    safe = "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in
+                   f"{task}_{policy}_{_capacity_label(caps)}")
+    return f"{safe}_runs{run_start}-{run_stop}_{digest}.json"
+
+
+def _write_json_atomic(path, obj):
+    """Write ``obj`` as JSON to ``path`` atomically (temporary file, fsync, rename)."""
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _sweep_task_data(task, task_seed):
+    """(X, R) of a task given by name (loaded) or as a pair of arrays."""
+    if isinstance(task, str):
+        t = load_task(task, seed=task_seed)
+        return t.X, t.R
+    return task
+
+
+def _sweep_cell(spec, data, eta, seed, engine, settings, threads):
+    """Compute one cell (in a worker); returns its record for the results store."""
+    if threads is not None:
+        import numba
+
+        numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+    task, policy, caps, k0, k1 = spec
+    X, R = _sweep_task_data(*data)
+    errors, assigned = _simulate_block(X, R, list(caps), policy, k0, k1, eta=eta, seed=seed,
+                                       engine=engine, settings=settings)
+    return {"task": task, "policy": policy, "capacities": list(caps), "run_start": k0,
+            "run_stop": k1, "errors": [float(v) for v in errors],
+            "assigned": [[float(v) for v in row] for row in assigned]}
+
+
+def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
+          eta=DEFAULT_ETA, seed=0, task_seed=0, engine="fast", settings=PAPER_SETTINGS,
+          n_jobs=-1, backend="loky", client=None, scheduler=None, progress=None, out=None):
+    """A resumable, parallel grid of simulations; returns the tidy results table.
+
+    The grid is every (task, policy, capacity vector) combination, with the
+    ``runs`` randomised streams of each split into blocks of ``block`` runs;
+    one cell is one block.  Each finished cell is stored atomically in
+    ``out_dir/cells/`` (temporary file, then rename), so the sweep can be
+    killed at any moment and started again with the same arguments: stored
+    cells are read, not recomputed, and the final table is identical to that
+    of an uninterrupted sweep.  The table (one row per task, policy,
+    capacities and run) is also written to ``out_dir/results.csv``.  A
+    block's numbers are exactly those of the same runs of
+    ``simulate(X, R, capacities, policy, runs=runs, seed=seed, eta=eta)``.
+
+    Parameters
+    ----------
+    tasks : sequence
+        Task names for :func:`load_task` (loaded with ``seed=task_seed``), or a
+        dict ``name -> (X, R)`` of your own arrays.
+    policies : sequence of str
+        Names from :data:`POLICIES`.
+    capacities : sequence
+        Capacity vectors (sequences, ``None`` for a free agent), or numbers
+        alpha_1 meaning the two-agent vector (alpha_1, 1 - alpha_1).
+    out_dir : path
+        The results directory (created if needed).  It remembers the sweep's
+        settings in ``sweep.json``; resuming with other settings is an error.
+    runs, block : int
+        Runs per grid point (default 100, the paper's) and runs per cell
+        (default: all runs in one cell).
+    eta, seed, engine, settings
+        As in :func:`simulate`.
+    n_jobs : int
+        Parallel jobs (joblib convention: -1 = all cores).
+    backend : {"loky", "threading", "sequential", "dask"}
+        joblib backend.  ``"dask"`` runs the cells on a Dask distributed
+        cluster through joblib's dask backend: pass ``client`` (a
+        ``distributed.Client``) or ``scheduler`` (an address such as
+        ``"tcp://10.0.0.1:8786"``).  Passing ``client`` implies ``"dask"``.
+    progress : bool, optional
+        Show a tqdm progress bar; by default only when stderr is a terminal.
+    out : callable, optional
+        Receives one summary line (cells computed and reused).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``task``, ``policy``, ``capacities`` (e.g. ``"0.2/0.8"``,
+        ``free`` for a free agent), ``alpha1``, ``run``, ``error`` and
+        ``share_1`` .. ``share_A`` (realised fraction of tasks per agent).
+        The attribute ``attrs["computed"]`` / ``attrs["reused"]`` counts cells.
+    """
+    import pandas as pd
+
+    # --- check everything before any work --------------------------------------
+    if isinstance(tasks, dict):
+        task_items = []
+        for name, pair in tasks.items():
+            if not isinstance(name, str):
+                raise TypeError(f"tasks: keys must be task names (str), got {name!r}")
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"tasks[{name!r}] must be a pair (X, R) of arrays")
+            task_items.append((name, (np.asarray(pair[0], dtype=float),
+                                      np.asarray(pair[1], dtype=float))))
+    else:
+        if isinstance(tasks, str) or not hasattr(tasks, "__iter__"):
+            raise TypeError("tasks must be a list of task names or a dict name -> (X, R)")
+        task_items = []
+        for name in tasks:
+            if not isinstance(name, str) or name not in TASK_NAMES:
+                raise ValueError(f"tasks: unknown task {name!r}; valid names: "
+                                 f"{', '.join(TASK_NAMES)}")
+            task_items.append((name, None))
+    if not task_items:
+        raise ValueError("tasks must name at least one task")
+    if len({n for n, _ in task_items}) != len(task_items):
+        raise ValueError("tasks: names must be unique")
+    if isinstance(policies, str) or not hasattr(policies, "__iter__"):
+        raise TypeError("policies must be a list of policy names")
+    policies = list(policies)
+    if not policies:
+        raise ValueError("policies must name at least one policy")
+    for p in policies:
+        if not isinstance(p, str) or p not in POLICIES:
+            raise ValueError(f"policies: unknown policy {p!r}; valid: {', '.join(POLICIES)}")
+    if isinstance(capacities, (str, bytes)) or not hasattr(capacities, "__iter__"):
+        raise TypeError("capacities must be a list of capacity vectors or of alpha_1 values")
+    cap_list = []
+    for c in capacities:
+        if isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool):
+            c = two_agent_capacities(_validate_share(c, "capacities[i] (alpha_1)"))
+        cap_list.append(tuple(None if v is None else float(v) for v in c)
+                        if hasattr(c, "__iter__") and not isinstance(c, (str, bytes)) else c)
+    if not cap_list:
+        raise ValueError("capacities must hold at least one capacity vector")
+    runs = _validate_int(runs, "runs", lo=1)
+    block = runs if block is None else _validate_int(block, "block", lo=1)
+    eta = _validate_eta(eta)
+    seed = _validate_int(seed, "seed")
+    task_seed = _validate_int(task_seed, "task_seed")
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if not isinstance(settings, ModelSettings):
+        raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
+    if client is not None:
+        backend = "dask"
+    if not isinstance(backend, str) or backend not in SWEEP_BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(SWEEP_BACKENDS)}; got {backend!r}")
+    if backend == "dask" and client is None and scheduler is None:
+        raise ValueError("backend 'dask' needs client (a distributed.Client) or scheduler "
+                         "(an address such as 'tcp://host:8786')")
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0:
+        raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
+    shapes = {}
+    for name, pair in task_items:
+        X, R = pair if pair is not None else _sweep_task_data(name, task_seed)
+        _validate_simulation(X, R, [1.0] + [0.0] * (np.shape(R)[1] - 1), "random", eta, 1,
+                             seed, engine, settings)
+        shapes[name] = np.shape(R)
+        for caps in cap_list:
+            _validate_capacities(caps, shapes[name][1])
+    out_dir = Path(out_dir)
+    (out_dir / "cells").mkdir(parents=True, exist_ok=True)
+    manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
+                "task_data": "arrays" if isinstance(tasks, dict) else "load_task",
+                "task_shapes": {n: list(s) for n, s in shapes.items()},
+                "policies": policies, "capacities": [list(c) for c in cap_list],
+                "runs": runs, "block": block, "eta": eta, "seed": seed, "task_seed": task_seed,
+                "engine": engine,
+                "settings": {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}}
+    mpath = out_dir / "sweep.json"
+    if mpath.exists():
+        try:
+            old = json.loads(mpath.read_text())
+        except json.JSONDecodeError:
+            raise ValueError(f"out_dir: {mpath} is not valid JSON; remove it or choose another "
+                             f"directory") from None
+        if old != json.loads(json.dumps(manifest)):
+            raise ValueError(f"out_dir {out_dir} holds a sweep with other settings "
+                             f"({mpath}); use another directory or the same settings")
+    else:
+        _write_json_atomic(mpath, manifest)
+
+    # --- the cells: stored ones are read, the others computed -------------------
+    specs = [(name, p, caps, k0, min(k0 + block, runs))
+             for name, _ in task_items for p in policies for caps in cap_list
+             for k0 in range(0, runs, block)]
+    records, todo = {}, []
+    for spec in specs:
+        path = out_dir / "cells" / _cell_file(*spec)
+        rec = None
+        if path.exists():
+            try:
+                rec = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                rec = None  # cannot happen with atomic writes; recompute to be safe
+        if rec is not None:
+            records[spec] = rec
+        else:
+            todo.append(spec)
+    reused = len(records)
+    data = {name: (pair if pair is not None else name, task_seed) for name, pair in task_items}
+    threads = 1 if (backend != "sequential" and n_jobs != 1) else None
+    if todo:
+        import joblib
+        from tqdm.auto import tqdm
+
+        show = sys.stderr.isatty() if progress is None else bool(progress)
+        calls = (joblib.delayed(_sweep_cell)(spec, data[spec[0]], eta, seed, engine, settings,
+                                             threads) for spec in todo)
+        if backend == "sequential":
+            ctx = joblib.parallel_config(backend="sequential")
+        elif backend == "dask":
+            ctx = joblib.parallel_config(backend="dask", n_jobs=n_jobs, **(
+                {"client": client} if client is not None else {"scheduler_host": scheduler}))
+        else:
+            ctx = joblib.parallel_config(backend=backend, n_jobs=n_jobs)
+        with ctx, tqdm(total=len(todo), disable=not show, desc="sweep cells") as bar:
+            results = joblib.Parallel(return_as="generator_unordered")(calls)
+            for rec in results:
+                spec = (rec["task"], rec["policy"], tuple(rec["capacities"]), rec["run_start"],
+                        rec["run_stop"])
+                _write_json_atomic(out_dir / "cells" / _cell_file(*spec), rec)
+                records[spec] = rec
+                bar.update(1)
+    # --- the tidy table, in grid order ------------------------------------------------
+    A_max = max(s[1] for s in shapes.values())
+    rows = []
+    for spec in specs:
+        rec = records[spec]
+        name, p, caps, k0, _ = spec
+        for i, (err, shares) in enumerate(zip(rec["errors"], rec["assigned"])):
+            row = {"task": name, "policy": p, "capacities": _capacity_label(caps),
+                   "alpha1": caps[0] if caps[0] is not None else float("nan"),
+                   "run": k0 + i, "error": err}
+            for a in range(A_max):
+                row[f"share_{a + 1}"] = shares[a] if a < len(shares) else float("nan")
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    tmp = out_dir / ".results.csv.tmp"
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, out_dir / "results.csv")
+    df.attrs["computed"] = len(todo)
+    df.attrs["reused"] = reused
+    if out is not None:
+        out(f"sweep: {len(specs)} cells ({len(todo)} computed, {reused} already stored); "
+            f"table {out_dir / 'results.csv'} ({len(df)} rows)")
+    return df
+
+
+# =============================================================================
 # 8. Plotting
 # =============================================================================
 
