@@ -5582,6 +5582,8 @@ def _build_parser():
     p.set_defaults(func=lambda a: sync_text(a.chapters))
     _add_data_parser(sub)
     _add_bench_parser(sub)
+    _add_simulate_parser(sub)
+    _add_sweep_parser(sub)
     return parser
 
 
@@ -5671,6 +5673,9 @@ def _add_bench_parser(sub):
     p.add_argument("--policies", default=None,
                    help="comma-separated online policies to time (default: all six)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--router", action="store_true",
+                   help="time the streaming Router instead (microseconds per assign + update, "
+                        "per policy, on T tasks)")
     p.set_defaults(func=_cmd_bench)
 
 
@@ -5688,6 +5693,10 @@ def _cmd_bench(args):
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
+    if args.router:
+        benchmark_router(T=T, d=args.d, seed=args.seed,
+                         policies=kwargs.get("policies", ROUTER_POLICIES))
+        return
     benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs, reference_runs=args.reference_runs,
                       reference_T=ref_T, seed=args.seed, grid=not args.no_grid,
                       grid_runs=grid_runs, **kwargs)
@@ -5718,6 +5727,119 @@ def main(argv=None):
     except (ValueError, TypeError, FileNotFoundError) as exc:
         parser.exit(2, f"capassign {args.command}: error: {exc}\n")
     return 0
+
+
+def _parse_capacities(text, name="--capacities"):
+    """``"0.3,0.7"`` -> [0.3, 0.7]; ``free`` (or ``none``) marks a free agent."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.lower() in ("free", "none"):
+            out.append(None)
+            continue
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise ValueError(f"{name}: {part!r} is neither a number nor 'free' "
+                             f"(expected e.g. 0.3,0.7 or 0.5,0.5,free)") from None
+    return out
+
+
+def _split_names(text):
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _add_simulate_parser(sub):
+    """``python -m capassign simulate``: one task, policy and capacity vector."""
+    p = sub.add_parser("simulate", help="simulate one policy on one task",
+                       description="Run one online policy (or offline benchmark) on one task "
+                                   "at one capacity vector, over randomised task orders "
+                                   "(Algorithm 1), and print the error rate.")
+    p.add_argument("--task", required=True, help=f"task name: {', '.join(TASK_NAMES)}")
+    p.add_argument("--task-seed", type=int, default=0,
+                   help="seed of the task's agent construction (default 0)")
+    p.add_argument("--policy", required=True, help=f"one of {', '.join(POLICIES)}")
+    p.add_argument("--capacities", required=True,
+                   help="one share per agent, comma-separated, 'free' for an unconstrained "
+                        "agent (e.g. 0.3,0.7 or 0.5,0.5,free)")
+    p.add_argument("--eta", type=float, default=DEFAULT_ETA,
+                   help=f"queue penalty (default {DEFAULT_ETA})")
+    p.add_argument("--runs", type=int, default=PAPER_RUNS,
+                   help=f"randomised task orders (default {PAPER_RUNS})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
+    p.add_argument("--engine", default="fast", choices=ENGINES)
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(func=_cmd_simulate)
+
+
+def _cmd_simulate(args):
+    task = load_task(args.task, seed=args.task_seed)
+    caps = _parse_capacities(args.capacities)
+    res = simulate(task.X, task.R, caps, args.policy, eta=args.eta, runs=args.runs,
+                   seed=args.seed, engine=args.engine)
+    shares = res.assigned.mean(axis=0)
+    if args.json:
+        print(json.dumps({
+            "task": args.task, "task_seed": args.task_seed, "policy": res.policy,
+            "capacities": list(res.capacities), "eta": res.eta, "runs": res.runs,
+            "seed": res.seed, "engine": res.engine, "agents": list(task.agent_names),
+            "error": res.error, "std": res.std, "stderr": res.stderr,
+            "shares": [float(v) for v in shares],
+            "errors": [float(v) for v in res.errors]}))
+        return
+    print(f"task {args.task} (T={task.R.shape[0]}, d={task.X.shape[1]}), policy {res.policy}, "
+          f"capacities {_capacity_label(res.capacities)}, eta {res.eta}, {res.runs} runs, "
+          f"seed {res.seed}, {res.engine} engine")
+    print(f"error {res.error:.4f} +/- {res.stderr:.4f} (std {res.std:.4f})")
+    for name, v in zip(task.agent_names, shares):
+        print(f"  share of {name}: {v:.4f}")
+
+
+def _add_sweep_parser(sub):
+    """``python -m capassign sweep``: a resumable grid of simulations."""
+    p = sub.add_parser("sweep", help="a resumable grid of simulations -> tidy CSV",
+                       description="Simulate every (task, policy, capacities) combination "
+                                   "over --runs task orders, in cells of --block runs stored "
+                                   "one by one in --out; a killed sweep started again resumes "
+                                   "where it stopped. Writes OUT/results.csv (one row per run).")
+    p.add_argument("--tasks", required=True, help="comma-separated task names")
+    p.add_argument("--policies", required=True, help="comma-separated policy names")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--alphas", help="comma-separated alpha_1 values of two-agent capacities "
+                                    "(alpha_1, 1 - alpha_1), e.g. 0.2,0.4,0.5,0.6,0.8")
+    g.add_argument("--capacities", nargs="+", metavar="VECTOR",
+                   help="capacity vectors, each comma-separated ('free' for a free agent)")
+    p.add_argument("--out", required=True, help="results directory")
+    p.add_argument("--runs", type=int, default=PAPER_RUNS, help=f"runs per grid point "
+                                                                f"(default {PAPER_RUNS})")
+    p.add_argument("--block", type=int, default=None,
+                   help="runs per stored cell (default: all runs of a grid point)")
+    p.add_argument("--eta", type=float, default=DEFAULT_ETA)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--task-seed", type=int, default=0)
+    p.add_argument("--engine", default="fast", choices=ENGINES)
+    p.add_argument("--jobs", type=int, default=-1, help="parallel jobs (-1: all cores)")
+    p.add_argument("--backend", default="loky", choices=SWEEP_BACKENDS,
+                   help="joblib backend; 'dask' needs --scheduler")
+    p.add_argument("--scheduler", default=None,
+                   help="Dask scheduler address for --backend dask, e.g. tcp://host:8786")
+    p.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_sweep(args):
+    if args.alphas is not None:
+        caps = [float(v) for v in _parse_capacities(args.alphas, "--alphas")]
+    else:
+        caps = [_parse_capacities(v) for v in args.capacities]
+    if args.backend == "dask" and not args.scheduler:
+        raise ValueError("--backend dask needs --scheduler ADDRESS")
+    df = sweep(_split_names(args.tasks), _split_names(args.policies), caps, args.out,
+               runs=args.runs, block=args.block, eta=args.eta, seed=args.seed,
+               task_seed=args.task_seed, engine=args.engine, n_jobs=args.jobs,
+               backend=args.backend, scheduler=args.scheduler, out=print)
+    summary = df.groupby(["task", "policy", "capacities"], sort=False)["error"].agg(
+        ["mean", "std", "count"])
+    print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
 
 
 if __name__ == "__main__":
