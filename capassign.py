@@ -5245,6 +5245,8 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
             _validate_capacities(caps, shapes[name][1])
     out_dir = Path(out_dir)
     (out_dir / "cells").mkdir(parents=True, exist_ok=True)
+    for stale in (out_dir / "cells").glob(".tmp-*.json"):
+        stale.unlink()  # a write cut short by a kill; its cell was never stored
     manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
                 "task_data": "arrays" if isinstance(tasks, dict) else "load_task",
                 "task_shapes": {n: list(s) for n, s in shapes.items()},
