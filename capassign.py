@@ -2910,6 +2910,996 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
 
 
 # =============================================================================
+# 5b. Streaming router (live use)
+# =============================================================================
+#
+# Router is Algorithm 1 for a live stream: tasks arrive one at a time (or in
+# mini-batches), the router names an agent at once, and the agent's reward
+# comes back later, possibly out of order (the paper lists delayed rewards as
+# a natural extension, Sec. 6).  The virtual queues move when a task is
+# assigned (Eq. 1-2); an agent's reward model moves when its reward arrives.
+#
+# The models are those of the fast engine, driven by the same compiled pieces
+# (_laplace_update_nb; the online Poisson-bootstrap forest _online_observe_nb
+# and _online_refit_nb), so that a router fed with immediate rewards in the
+# order of a simulated run takes exactly that run's decisions.  Each call of
+# assign/update enters compiled code once; the state lives in a few arrays
+# stacked over agents.
+#
+# Saved state is plain JSON.  Everything a model holds is an exact function of
+# what it has seen: a logistic model stores theta and Sigma (floats survive
+# json round trips exactly); a forest stores each agent's binned rows,
+# rewards and Poisson weights, and is rebuilt by replaying them through the
+# same observe/refit steps.
+
+#: Version tag of :meth:`Router.state_dict`; :meth:`Router.from_state` reads
+#: this version and refuses newer ones.
+ROUTER_SCHEMA = "capassign.router"
+ROUTER_SCHEMA_VERSION = 1
+#: Policies a :class:`Router` can run (the online policies of :data:`POLICIES`).
+ROUTER_POLICIES = ("random", "marginal") + CONTEXTUAL_POLICIES
+
+
+@njit(cache=True)
+def _bin_row_nb(x, edges, n_edges, xb):
+    """Bin one context like :func:`_bin_contexts`: xb[j] = #{edges of j < x[j]}."""
+    for j in range(x.shape[0]):
+        v = x[j]
+        lo = 0
+        hi = n_edges[j]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if edges[j, mid] < v:
+                lo = mid + 1
+            else:
+                hi = mid
+        xb[j] = lo
+
+
+@njit(cache=True)
+def _all_finite_nb(X):
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            if not math.isfinite(X[i, j]):
+                return False
+    return True
+
+
+@njit(cache=True)
+def _router_tree_mu_nb(X, edges, n_edges, feat, thr, val, fitted, thompson, rng, mu,
+                       step, Q, alpha, constrained, eta):
+    """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
+
+    The draws are those of :func:`_tree_run` at one decision.  With ``step``
+    (a single task), also picks the agent by Eq. 2, advances the queues
+    (Eq. 1) and returns it; otherwise returns -1.  Returns -2, changing
+    nothing, when ``X`` holds NaN or infinite values.
+    """
+    if not _all_finite_nb(X):
+        return -2
+    A = feat.shape[0]
+    B = feat.shape[1]
+    xb = np.empty(X.shape[1], dtype=np.uint8)
+    for i in range(X.shape[0]):
+        _bin_row_nb(X[i], edges, n_edges, xb)
+        for a in range(A):
+            if not fitted[a]:
+                mu[i, a] = _uniform(rng) if thompson else 0.5
+            elif thompson:
+                b = _randint(rng, B)
+                mu[i, a] = _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
+            else:
+                acc = 0.0
+                for b in range(B):
+                    acc += _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
+                mu[i, a] = acc / B
+    if not step:
+        return -1
+    chosen = _select_nb(mu[0], Q, eta)
+    _queue_step_nb(Q, alpha, constrained, chosen)
+    return chosen
+
+
+@njit(cache=True)
+def _router_tree_update_nb(a, x, y, edges, n_edges, max_bins, max_depth, min_leaf,
+                           refit_every, rng, Xa, ya, W, H, HS, node_c, node_s, feat, thr, val,
+                           head, nxt, nobs, fitted):
+    """Agent a observed reward y for context x: one step of its online forest.
+
+    As in :func:`_tree_run`: the row is stored, given its Poisson weights and
+    added to the forest (:func:`_online_observe_nb`), and every
+    ``refit_every`` rewards of the agent the forest is refit
+    (:func:`_online_refit_nb`).  The caller keeps the row arrays large enough.
+    Scratch arrays are allocated here, only when a refit needs them.
+    """
+    xb = np.empty(x.shape[0], dtype=np.uint8)
+    _bin_row_nb(x, edges, n_edges, xb)
+    k = nobs[a]
+    for j in range(xb.shape[0]):
+        Xa[a, k, j] = xb[j]
+    ya[a, k] = y
+    _online_observe_nb(xb, y, k, max_depth, max_bins, rng, W[a], H[a], HS[a], node_c[a],
+                       node_s[a], feat[a], thr[a], head[a], nxt[a])
+    nobs[a] = k + 1
+    if nobs[a] % refit_every == 0:
+        B = W.shape[1]
+        n_bins = n_edges + 1
+        sel = np.empty(nobs[a], dtype=np.int32)
+        stale = np.zeros((H.shape[1], B), dtype=np.bool_)
+        can = np.empty(B, dtype=np.bool_)
+        sc = np.empty((6, B))
+        nfeat = np.empty(B, dtype=np.int64)
+        nthr = np.empty(B, dtype=np.int64)
+        stats = np.zeros(3 * max_depth, dtype=np.int64)
+        _online_refit_nb(Xa[a], ya[a], W[a], nobs[a], n_bins, max_bins, max_depth, min_leaf,
+                         H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a], head[a],
+                         nxt[a], stale, sel, can, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5],
+                         nfeat, nthr, stats)
+        fitted[a] = True
+
+
+@njit(cache=True)
+def _router_tree_replay_nb(a, n, n_bins, max_bins, max_depth, min_leaf, refit_every, Xa, ya,
+                           W, H, HS, node_c, node_s, feat, thr, val, head, nxt, fitted, stale,
+                           sel, can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr, stats):
+    """Rebuild agent a's forest from its first n stored rows and their weights.
+
+    Repeats what :func:`_online_observe_nb` did for each row, with the stored
+    Poisson weights instead of fresh draws, and refits at the same counts, so
+    the rebuilt forest (trees and histograms) is the one the live router had.
+    """
+    B = W.shape[1]
+    d = Xa.shape[2]
+    n_int = 2 ** max_depth - 1
+    for k in range(n):
+        xb = Xa[a, k]
+        y = ya[a, k]
+        for j in range(d):
+            nxt[a, j, k] = head[a, j, xb[j]]
+            head[a, j, xb[j]] = k
+        for b in range(B):
+            w = np.int64(W[a, b, k])
+            if w == 0:
+                continue
+            node_c[a, 0, b] += w
+            if y:
+                node_s[a, 0, b] += w
+            _path_add_nb(xb, y, w, b, 0, n_int, max_bins, H[a], HS[a], feat[a], thr[a])
+        if (k + 1) % refit_every == 0:
+            _online_refit_nb(Xa[a], ya[a], W[a], k + 1, n_bins, max_bins, max_depth, min_leaf,
+                             H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a],
+                             head[a], nxt[a], stale, sel, can, cl, sl, best, bpos, tot_c,
+                             tot_s, nfeat, nthr, stats)
+            fitted[a] = True
+
+
+@njit(cache=True)
+def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
+                           step, Q, alpha, constrained, eta):
+    """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
+
+    Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
+    with the normal pairs of :func:`_logistic_run` (the unused second draw is
+    kept in ``gauss = [has_spare, spare]``).  ``step`` as in
+    :func:`_router_tree_mu_nb`.
+    """
+    if not _all_finite_nb(X):
+        return -2
+    A = theta.shape[0]
+    p = theta.shape[1]
+    for i in range(X.shape[0]):
+        xd[0] = 1.0
+        for j in range(p - 1):
+            xd[j + 1] = X[i, j]
+        for a in range(A):
+            m = 0.0
+            for j in range(p):
+                m += theta[a, j] * xd[j]
+            if thompson:
+                if gauss[0] != 0.0:
+                    g = gauss[1]
+                    gauss[0] = 0.0
+                else:
+                    g, spare = _normal_pair(rng)
+                    gauss[0] = 1.0
+                    gauss[1] = spare
+                q = 0.0
+                for j in range(p):
+                    acc = 0.5 * Sigma[a, j, j] * xd[j]
+                    for k in range(j + 1, p):
+                        acc += Sigma[a, j, k] * xd[k]
+                    q += xd[j] * acc
+                q *= 2.0
+                if q < 0.0:
+                    q = 0.0
+                m += kappa * math.sqrt(q) * g
+            mu[i, a] = _sigmoid_nb(m)
+    if not step:
+        return -1
+    chosen = _select_nb(mu[0], Q, eta)
+    _queue_step_nb(Q, alpha, constrained, chosen)
+    return chosen
+
+
+@njit(cache=True)
+def _router_logistic_update_nb(a, x, y, xd, theta, Sigma, w_min, w_max, Sx):
+    """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
+    xd[0] = 1.0
+    for j in range(x.shape[0]):
+        xd[j + 1] = x[j]
+    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
+
+
+@njit(cache=True)
+def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
+                                constrained, eta):
+    """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
+    probability alpha_a) as in :func:`_noncontextual_run`.
+
+    For ``random`` the draw picks the agent directly; ``mu`` is then its
+    indicator (1 for the drawn agent).  ``X`` is only checked (-2 when it
+    holds NaN or infinite values).
+    """
+    if not _all_finite_nb(X):
+        return -2
+    n_rows = X.shape[0]
+    A = Q.shape[0]
+    last = 0
+    for a in range(A):
+        if alpha[a] > 0.0:
+            last = a
+    for i in range(n_rows):
+        if learned:
+            for a in range(A):
+                mu[i, a] = s[a] / n[a] if n[a] > 0 else 0.5
+        else:
+            u = _uniform(rng)
+            pick = last
+            for b in range(A):
+                if u < cum[b] and alpha[b] > 0.0:
+                    pick = b
+                    break
+            for a in range(A):
+                mu[i, a] = 1.0 if a == pick else 0.0
+    if not step:
+        return -1
+    if learned:
+        chosen = _select_nb(mu[0], Q, eta)
+    else:
+        chosen = 0
+        for a in range(A):
+            if mu[0, a] == 1.0:
+                chosen = a
+    _queue_step_nb(Q, alpha, constrained, chosen)
+    return chosen
+
+
+def _validate_task_id(task_id, name="task_id"):
+    if isinstance(task_id, (bool, np.bool_)) or not isinstance(task_id, (int, np.integer, str)):
+        raise TypeError(f"{name} must be an int or a str, got {type(task_id).__name__}")
+    return int(task_id) if isinstance(task_id, (int, np.integer)) else task_id
+
+
+def _validate_int(v, name, lo=0):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= {lo}, got {v!r}")
+    if v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    return int(v)
+
+
+def _pack_uint8(arr):
+    """A uint8 array as plain JSON: its shape and its bytes in base64."""
+    import base64
+
+    arr = np.ascontiguousarray(arr, dtype=np.uint8)
+    return {"shape": list(arr.shape), "uint8_base64": base64.b64encode(arr.tobytes()).decode()}
+
+
+def _unpack_uint8(obj, name, shape):
+    """Inverse of :func:`_pack_uint8`, checking the stored and expected shape."""
+    import base64
+    import binascii
+
+    if not isinstance(obj, dict) or set(obj) != {"shape", "uint8_base64"}:
+        raise ValueError(f"state[{name!r}] must be an object with keys 'shape' and "
+                         f"'uint8_base64'")
+    if list(obj["shape"]) != list(shape):
+        raise ValueError(f"state[{name!r}] has shape {obj['shape']}, expected {list(shape)}")
+    try:
+        raw = base64.b64decode(obj["uint8_base64"], validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        raise ValueError(f"state[{name!r}] holds invalid base64 data") from None
+    if len(raw) != int(np.prod(shape)):
+        raise ValueError(f"state[{name!r}] holds {len(raw)} bytes, expected "
+                         f"{int(np.prod(shape))}")
+    return np.frombuffer(raw, dtype=np.uint8).reshape(shape).copy()
+
+
+class Router:
+    """Route a live stream of prediction tasks to agents under capacities (Algorithm 1).
+
+    The online policies of :func:`simulate` for live use: :meth:`assign`
+    picks ``a_t = argmax_a mu_{a,t}(x_t) - eta Q_{t,a}`` (Eq. 2) and advances
+    the virtual queues at once (Eq. 1); :meth:`update` feeds an agent's reward
+    to its reward model whenever it arrives - rewards may come late and in any
+    order (the delayed-feedback extension the paper mentions in Sec. 6).
+    :meth:`assign_batch` allocates a mini-batch (Sec. 4.2, App. H.5).
+
+    Parameters
+    ----------
+    agents : int or sequence of str
+        The number of agents (then they are 0, 1, ...), or their names (then
+        :meth:`assign` returns names).
+    capacities : sequence
+        alpha_a in [0, 1] per agent or ``None`` for a free agent (App. H.4);
+        the constrained entries sum to 1.
+    policy : str
+        One of :data:`ROUTER_POLICIES` (default ``"tree-greedy"``).
+    eta : float
+        Queue penalty eta >= 0 (default 0.5, Sec. 4).
+    seed : int
+        Seed of every random draw (Thompson draws, Poisson bootstrap weights,
+        the random policy).
+    X_reference : array (n, d), optional
+        Contexts typical of the stream (e.g. past tasks, no rewards needed).
+        The tree policies need it: their contexts are cut at the quantile
+        edges that :func:`_bin_contexts` computes from ``X_reference`` with
+        ``settings.max_bins`` bins per feature, and later contexts fall in the
+        bin their value selects (values beyond the reference range fall in the
+        first or last bin).  It also fixes the context dimension d.
+    n_features : int, optional
+        The context dimension d, when no ``X_reference`` is given (needed by
+        the logistic policies; optional for ``random`` and ``marginal``).
+    settings : ModelSettings
+        Model hyper-parameters (default: the paper's, App. E).
+
+    Fed with immediate rewards in the task order of a :func:`simulate` run,
+    with ``X_reference`` the whole stream, a router takes exactly that run's
+    decisions (given the run's random state).
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(500, 3, seed=1)
+    >>> router = Router(["model", "human"], [0.7, 0.3], "logistic-greedy", n_features=3)
+    >>> agent = router.assign(X[0])                  # task id 0
+    >>> router.update(0, agent, R[0, router.agents.index(agent)])
+    """
+
+    def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
+                 X_reference=None, n_features=None, settings=PAPER_SETTINGS):
+        if isinstance(agents, (bool, np.bool_)):
+            raise TypeError("agents must be a number of agents or a list of names")
+        if isinstance(agents, (int, np.integer)):
+            if agents < 2:
+                raise ValueError(f"agents must be at least 2, got {agents}")
+            names = None
+            n_agents = int(agents)
+        elif isinstance(agents, (str, bytes)) or not hasattr(agents, "__iter__"):
+            raise TypeError("agents must be a number of agents or a list of names (str)")
+        else:
+            names = list(agents)
+            if not all(isinstance(n, str) for n in names):
+                raise TypeError("agents must be a list of names (str)")
+            if len(set(names)) != len(names):
+                raise ValueError("agents: names must be unique")
+            n_agents = len(names)
+        alpha, constrained = _validate_capacities(capacities, n_agents)
+        caps = [None if not c else float(x) for x, c in zip(alpha, constrained)]
+        if not isinstance(policy, str) or policy not in ROUTER_POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(ROUTER_POLICIES)}; got {policy!r}")
+        eta = _validate_eta(eta)
+        seed = _validate_int(seed, "seed")
+        if not isinstance(settings, ModelSettings):
+            raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
+        if n_features is not None:
+            n_features = _validate_int(n_features, "n_features", lo=1)
+        edges = None
+        if X_reference is not None:
+            Xr = _validate_matrix(X_reference, "X_reference")
+            if Xr.shape[0] < 1 or Xr.shape[1] < 1:
+                raise ValueError(f"X_reference must have at least one row and one column, "
+                                 f"got shape {Xr.shape}")
+            if n_features is not None and n_features != Xr.shape[1]:
+                raise ValueError(f"n_features = {n_features} but X_reference has "
+                                 f"{Xr.shape[1]} columns")
+            n_features = Xr.shape[1]
+            if policy.startswith("tree"):
+                edges = [e.tolist() for e in _bin_contexts(Xr, settings.max_bins)[2]]
+        if policy.startswith("tree") and edges is None:
+            raise ValueError(f"X_reference is required for policy {policy!r}: an array (n, d) "
+                             f"of typical contexts from which the trees' bin edges are taken")
+        if policy.startswith("logistic") and n_features is None:
+            raise ValueError(f"policy {policy!r} needs the context dimension: give "
+                             f"n_features or X_reference")
+        rng = _rng_states([np.random.SeedSequence(seed)])[0]
+        self._setup(names, n_agents, caps, policy, eta, seed, n_features, edges, settings, rng)
+
+    # --- construction ---------------------------------------------------------
+
+    def _setup(self, names, n_agents, caps, policy, eta, seed, d, edges, settings, rng):
+        self.policy = policy
+        self.eta = float(eta)
+        self.seed = seed
+        self.n_features = d
+        self.settings = settings
+        self.capacities = tuple(caps)
+        self._names = names
+        self._index = {n: i for i, n in enumerate(names)} if names else None
+        self._alpha, self._constrained = _validate_capacities(caps, n_agents)
+        self._A = n_agents
+        self._Q = np.zeros(n_agents)
+        self._rng = np.array(rng, dtype=np.uint64)
+        self._pending = {}
+        self.n_assigned = 0
+        self._counts = np.zeros(n_agents, dtype=np.int64)
+        self._n_rewards = np.zeros(n_agents, dtype=np.int64)
+        self._thompson = policy.endswith("-ts")
+        self._learned = policy == "marginal"
+        self._kind = 2 if policy.startswith("tree") else (1 if policy.startswith("logistic") else 0)
+        self._kappa = float(settings.kappa)
+        self._w_min = float(settings.w_min)
+        self._w_max = float(settings.w_max)
+        self._mu1 = np.empty((1, n_agents))
+        A = n_agents
+        s = settings
+        if policy in ("random", "marginal"):
+            self._n = np.zeros(A)
+            self._s = np.zeros(A)
+            self._cum = np.cumsum(self._alpha)
+        elif policy.startswith("logistic"):
+            p = d + 1
+            self._theta = np.zeros((A, p))
+            self._Sigma = np.zeros((A, p, p))
+            for a in range(A):
+                np.fill_diagonal(self._Sigma[a], 1.0 / s.gamma)
+            self._gauss = np.zeros(2)
+            self._xd = np.empty(p)
+            self._Sx = np.empty(p)
+        else:
+            self._edges_list = [list(map(float, e)) for e in edges]
+            n_edges = np.array([len(e) for e in edges], dtype=np.int64)
+            self._n_bins = n_edges + 1
+            self._max_bins = int(self._n_bins.max())
+            self._edges = np.zeros((d, max(self._max_bins - 1, 1)))
+            for j, e in enumerate(edges):
+                self._edges[j, :len(e)] = e
+            self._n_edges = n_edges
+            B = s.n_trees
+            n_nodes = 2 ** (s.max_depth + 1) - 1
+            n_int = 2 ** s.max_depth - 1
+            self._feat = np.full((A, B, n_nodes), -1, dtype=np.int32)
+            self._thr = np.zeros((A, B, n_nodes), dtype=np.int32)
+            self._val = np.zeros((A, B, n_nodes))
+            self._fitted = np.zeros(A, dtype=np.bool_)
+            self._nobs = np.zeros(A, dtype=np.int64)
+            self._H = np.zeros((A, n_int, d * self._max_bins, B), dtype=np.int32)
+            self._HS = np.zeros_like(self._H)
+            self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
+            self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
+            self._head = np.full((A, d, self._max_bins), -1, dtype=np.int32)
+            self._stale = np.zeros((n_int, B), dtype=np.bool_)
+            self._scratch = (np.empty(B, dtype=np.bool_),) + tuple(np.empty(B) for _ in range(6)) \
+                + (np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64))
+            self._stats = np.zeros(3 * s.max_depth, dtype=np.int64)
+            self._alloc_rows(256)
+
+    def _alloc_rows(self, cap):
+        """(Re)allocate the per-agent row stores of the forest for ``cap`` rows."""
+        A, B, d = self._A, self.settings.n_trees, self.n_features
+        old = getattr(self, "_cap", 0)
+        Xa = np.zeros((A, cap, d), dtype=np.uint8)
+        ya = np.zeros((A, cap), dtype=np.uint8)
+        W = np.zeros((A, B, cap), dtype=np.uint8)
+        nxt = np.zeros((A, d, cap), dtype=np.int32)
+        if old:
+            Xa[:, :old] = self._Xa
+            ya[:, :old] = self._ya
+            W[:, :, :old] = self._W
+            nxt[:, :, :old] = self._nxt
+        self._Xa, self._ya, self._W, self._nxt = Xa, ya, W, nxt
+        self._sel = np.zeros(cap, dtype=np.int32)
+        self._cap = cap
+
+    # --- properties -------------------------------------------------------------
+
+    @property
+    def agents(self):
+        """Agent names (or indices 0..A-1 when the router was given a count)."""
+        return list(self._names) if self._names else list(range(self._A))
+
+    @property
+    def Q(self):
+        """The virtual queues Q_{t,a} now in force (a copy; Eq. 1)."""
+        return self._Q.copy()
+
+    @property
+    def pending(self):
+        """Ids of the tasks assigned whose reward has not arrived, oldest first."""
+        return list(self._pending)
+
+    @property
+    def assigned_counts(self):
+        """Tasks assigned to each agent so far."""
+        return self._counts.copy()
+
+    @property
+    def rewards_seen(self):
+        """Rewards fed to each agent's model so far."""
+        return self._n_rewards.copy()
+
+    def __repr__(self):
+        return (f"Router(agents={self.agents}, capacities={list(self.capacities)}, "
+                f"policy={self.policy!r}, eta={self.eta}, assigned={self.n_assigned}, "
+                f"pending={len(self._pending)})")
+
+    # --- input checks -------------------------------------------------------------
+
+    def _context(self, x, name="x"):
+        try:
+            x = np.array(x, dtype=float)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a 1-d array of numbers (a context)") from None
+        if x.ndim != 1:
+            raise ValueError(f"{name} must be a 1-d context vector, got shape {x.shape}")
+        d = self.n_features
+        if d is not None and x.shape[0] != d:
+            raise ValueError(f"{name} has {x.shape[0]} features, expected d = {d}")
+        if not np.isfinite(x).all():
+            raise ValueError(f"{name} contains NaN or infinite values")
+        return x
+
+    def _contexts(self, X, name="X"):
+        X = _validate_matrix(X, name)
+        if X.shape[0] < 1:
+            raise ValueError(f"{name} must hold at least one context (row)")
+        d = self.n_features
+        if d is not None and X.shape[1] != d:
+            raise ValueError(f"{name} has {X.shape[1]} features (columns), expected d = {d}")
+        return np.ascontiguousarray(X)
+
+    def _agent_index(self, agent, name="agent"):
+        if self._index is not None and isinstance(agent, str):
+            if agent not in self._index:
+                raise ValueError(f"unknown {name} {agent!r}; agents are {self._names}")
+            return self._index[agent]
+        if isinstance(agent, (bool, np.bool_)) or not isinstance(agent, (int, np.integer)):
+            raise TypeError(f"{name} must be an agent index"
+                            + (" or name" if self._names else "") + f", got {agent!r}")
+        if not 0 <= agent < self._A:
+            raise ValueError(f"unknown {name} {agent!r}: indices run from 0 to {self._A - 1}")
+        return int(agent)
+
+    def _reward(self, reward):
+        if isinstance(reward, (bool, np.bool_)):
+            reward = int(reward)
+        if not isinstance(reward, (int, float, np.integer, np.floating)):
+            raise TypeError(f"reward must be a number in [0, 1], got {reward!r}")
+        r = float(reward)
+        if not (0.0 <= r <= 1.0):
+            raise ValueError(f"reward must lie in [0, 1], got {reward!r}")
+        if self.policy.startswith("tree") and r not in (0.0, 1.0):
+            raise ValueError(f"reward must be 0 or 1 for policy {self.policy!r}, got {reward!r}")
+        return r
+
+    def _agent_out(self, a):
+        return self._names[a] if self._names else a
+
+    # --- decisions -------------------------------------------------------------
+
+    def _mu(self, X, step):
+        """Estimates for the rows of X; with ``step`` the chosen agent of X[0]."""
+        mu = self._mu1 if step else np.empty((X.shape[0], self._A))
+        kind = self._kind
+        if kind == 2:
+            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._feat, self._thr,
+                                   self._val, self._fitted, self._thompson, self._rng, mu, step,
+                                   self._Q, self._alpha, self._constrained, self.eta)
+        elif kind == 1:
+            a = _router_logistic_mu_nb(X, self._xd, self._theta, self._Sigma, self._thompson,
+                                       self._kappa, self._gauss, self._rng, mu,
+                                       step, self._Q, self._alpha, self._constrained, self.eta)
+        else:
+            a = _router_noncontextual_mu_nb(X, self._learned, self._n, self._s,
+                                            self._cum, self._rng, mu, step, self._Q,
+                                            self._alpha, self._constrained, self.eta)
+        if a == -2:
+            raise ValueError(("x" if step else "X") + " contains NaN or infinite values")
+        return a, mu
+
+    def _new_id(self, task_id, offset=0):
+        if task_id is None:
+            task_id = self.n_assigned + offset
+        else:
+            task_id = _validate_task_id(task_id)
+        if task_id in self._pending:
+            raise ValueError(f"task_id {task_id!r} is already pending (assigned, reward not "
+                             f"yet received); task ids must be unique among pending tasks")
+        return task_id
+
+    def assign(self, x, task_id=None):
+        """Assign one task with context ``x``; return the agent (Eq. 2).
+
+        The queues advance at once (Eq. 1).  The task is then pending until
+        :meth:`update` brings its reward.  ``task_id`` (an int or str) names
+        the task for that update; by default it is the task's sequence number
+        (0 for the first task this router assigns, then 1, 2, ...).
+        """
+        try:
+            x = np.array(x, dtype=float)
+        except (TypeError, ValueError):
+            raise TypeError("x must be a 1-d array of numbers (a context)") from None
+        if x.ndim != 1 or (self.n_features is not None and x.shape[0] != self.n_features):
+            self._context(x)  # raises the precise error
+        X = x.reshape(1, -1)
+        if task_id is None:
+            tid = self.n_assigned
+            if tid in self._pending:
+                tid = self._new_id(tid)
+        else:
+            tid = self._new_id(task_id)
+        a, _ = self._mu(X, True)
+        self._pending[tid] = (a, X[0])
+        self.n_assigned += 1
+        self._counts[a] += 1
+        return self._names[a] if self._names else a
+
+    def assign_batch(self, X, task_ids=None):
+        """Assign a mini-batch of tasks at once (the paper, Sec. 4.2, App. H.5).
+
+        The batch of n = len(X) tasks gets integer counts per agent from the
+        capacities and the queues (:func:`batch_counts`), then the assignment
+        that maximises the summed estimates mu_a(x_i) - eta Q_a under those
+        counts (:func:`batch_assign`); the queues then move by the batch's
+        counts (:func:`batch_queue_update`).  Task ids default to the
+        sequence numbers, as in :meth:`assign`.  Returns the list of agents.
+        """
+        X = self._contexts(X)
+        n = X.shape[0]
+        if task_ids is None:
+            ids = [self.n_assigned + i for i in range(n)]
+        else:
+            if isinstance(task_ids, (str, bytes)) or not hasattr(task_ids, "__len__"):
+                raise TypeError("task_ids must be a sequence of task ids, one per row of X")
+            if len(task_ids) != n:
+                raise ValueError(f"task_ids has {len(task_ids)} entries but X has {n} rows")
+            ids = [_validate_task_id(t, "task_ids[i]") for t in task_ids]
+        if len(set(ids)) != n:
+            raise ValueError("task_ids must be unique within the batch")
+        clash = [t for t in ids if t in self._pending]
+        if clash:
+            raise ValueError(f"task_id {clash[0]!r} is already pending (assigned, reward not "
+                             f"yet received); task ids must be unique among pending tasks")
+        _, mu = self._mu(X, False)
+        counts = batch_counts(n, self._alpha, self._Q, self._constrained)
+        chosen = batch_assign(mu - self.eta * self._Q, counts, self._constrained)
+        realised = np.bincount(chosen, minlength=self._A)
+        self._Q[:] = batch_queue_update(self._Q, realised, self._alpha, n, self._constrained)
+        for t, i in enumerate(ids):
+            self._pending[i] = (int(chosen[t]), X[t].copy())
+        self.n_assigned += n
+        self._counts += realised
+        return [self._agent_out(int(a)) for a in chosen]
+
+    def update(self, task, agent, reward):
+        """Feed a reward to an agent's model.
+
+        ``task`` is either the id of a pending task (from :meth:`assign`) -
+        ``agent`` must then be the agent it was assigned to, or ``None`` - or
+        a context vector: an observation of ``agent`` that did not come from
+        this router's assignments (e.g. historical data), which teaches the
+        model and leaves the queues alone.  ``reward`` lies in [0, 1] (0 or 1
+        for the tree policies).  Updating a task that is not pending - never
+        assigned, or already updated - is an error.
+        """
+        tt = type(task)
+        if tt is int or tt is str or (isinstance(task, (int, np.integer, str))
+                                      and not isinstance(task, (bool, np.bool_))):
+            tid = task if tt is int or tt is str else (
+                int(task) if isinstance(task, (int, np.integer)) else str(task))
+            entry = self._pending.get(tid)
+            if entry is None:
+                raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
+                                 f"router, or its reward was already recorded")
+            a, x = entry
+            if agent is not None and agent != a and self._agent_index(agent) != a:
+                raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
+                                 f"assigned to ({self._agent_out(a)!r})")
+            tr = type(reward)
+            if (tr is int or tr is float) and (reward == 0 or reward == 1):
+                r = float(reward)
+            else:
+                r = self._reward(reward)
+            del self._pending[tid]
+        elif isinstance(task, (bool, np.bool_)) or task is None:
+            raise TypeError(f"task must be a pending task id (int or str) or a context "
+                            f"vector, got {task!r}")
+        else:
+            x = self._context(task, "task (a context)")
+            if agent is None:
+                raise TypeError("agent is required when task is a context vector")
+            a = self._agent_index(agent)
+            r = self._reward(reward)
+        self._learn(a, x, r)
+
+    def _learn(self, a, x, r):
+        kind = self._kind
+        if kind == 2:
+            if self._nobs[a] >= self._cap:
+                self._alloc_rows(2 * self._cap)
+            s = self.settings
+            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, self._max_bins,
+                                   s.max_depth, s.min_samples_leaf, s.refit_every, self._rng,
+                                   self._Xa, self._ya, self._W, self._H, self._HS, self._node_c,
+                                   self._node_s, self._feat, self._thr, self._val, self._head,
+                                   self._nxt, self._nobs, self._fitted)
+        elif kind == 1:
+            _router_logistic_update_nb(a, x, r, self._xd, self._theta, self._Sigma,
+                                       self._w_min, self._w_max, self._Sx)
+        else:
+            self._n[a] += 1.0
+            self._s[a] += r
+        self._n_rewards[a] += 1
+
+    # --- saving and restoring ------------------------------------------------------
+
+    def state_dict(self):
+        """The router's whole state as a plain JSON-serialisable dict.
+
+        ``json.dumps`` works on it directly (no pickle).  It holds the schema
+        tag (``"schema": "capassign.router/1"``), the configuration, the
+        random state, the queues, the pending tasks with their contexts, and
+        the models: running sums (``marginal``), theta and Sigma
+        (``logistic-*``), or each agent's binned rows, rewards and Poisson
+        weights (``tree-*``; the forests are rebuilt from them).
+        :meth:`from_state` restores a router that takes exactly the decisions
+        this one would have taken.
+        """
+        s = self.settings
+        state = {
+            "schema": f"{ROUTER_SCHEMA}/{ROUTER_SCHEMA_VERSION}",
+            "agents": list(self._names) if self._names else self._A,
+            "capacities": list(self.capacities),
+            "policy": self.policy,
+            "eta": self.eta,
+            "seed": self.seed,
+            "n_features": self.n_features,
+            "settings": {k: getattr(s, k) for k in ModelSettings.__dataclass_fields__},
+            "rng": [int(v) for v in self._rng],
+            "Q": [float(v) for v in self._Q],
+            "n_assigned": int(self.n_assigned),
+            "assigned_counts": [int(v) for v in self._counts],
+            "rewards_seen": [int(v) for v in self._n_rewards],
+            "pending": [[tid, int(a), [float(v) for v in x]]
+                        for tid, (a, x) in self._pending.items()],
+        }
+        p = self.policy
+        if p in ("random", "marginal"):
+            model = {"n": self._n.tolist(), "s": self._s.tolist()}
+        elif p.startswith("logistic"):
+            model = {"theta": self._theta.tolist(), "Sigma": self._Sigma.tolist(),
+                     "gauss": self._gauss.tolist()}
+        else:
+            n = [int(v) for v in self._nobs]
+            model = {"edges": self._edges_list, "nobs": n,
+                     "bins": [_pack_uint8(self._Xa[a, :n[a]]) for a in range(self._A)],
+                     "rewards": [_pack_uint8(self._ya[a, :n[a]]) for a in range(self._A)],
+                     "weights": [_pack_uint8(self._W[a, :, :n[a]]) for a in range(self._A)]}
+        state["model"] = model
+        return state
+
+    @classmethod
+    def from_state(cls, state):
+        """Rebuild a router from :meth:`state_dict` (e.g. after ``json.loads``).
+
+        Raises ``ValueError`` naming the offending key when the state is
+        malformed or was written by a newer schema version than this module
+        reads (:data:`ROUTER_SCHEMA_VERSION`).
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict (from Router.state_dict), got "
+                            f"{type(state).__name__}")
+        schema = state.get("schema")
+        prefix = ROUTER_SCHEMA + "/"
+        if not isinstance(schema, str) or not schema.startswith(prefix):
+            raise ValueError(f"state['schema'] must be '{prefix}<version>', got {schema!r}")
+        try:
+            version = int(schema[len(prefix):])
+        except ValueError:
+            raise ValueError(f"state['schema'] has no integer version: {schema!r}") from None
+        if version > ROUTER_SCHEMA_VERSION:
+            raise ValueError(f"state['schema'] is version {version}, newer than this capassign "
+                             f"{__version__} reads (version {ROUTER_SCHEMA_VERSION}); upgrade "
+                             f"capassign")
+        if version < 1:
+            raise ValueError(f"state['schema'] has an invalid version {version}")
+        try:
+            return cls._from_state_v1(state)
+        except KeyError as exc:
+            raise ValueError(f"state is missing the key {exc.args[0]!r}") from None
+
+    @classmethod
+    def _from_state_v1(cls, st):
+        settings_d = st["settings"]
+        if not isinstance(settings_d, dict) or set(settings_d) != set(ModelSettings.__dataclass_fields__):
+            raise ValueError("state['settings'] must hold every field of ModelSettings")
+        settings = ModelSettings(**settings_d)
+        policy = st["policy"]
+        if not isinstance(policy, str) or policy not in ROUTER_POLICIES:
+            raise ValueError(f"state['policy'] must be one of {', '.join(ROUTER_POLICIES)}, "
+                             f"got {policy!r}")
+        agents = st["agents"]
+        model = st["model"]
+        if not isinstance(model, dict):
+            raise ValueError("state['model'] must be an object")
+        d = st["n_features"]
+        if d is not None:
+            d = _validate_int(d, "state['n_features']", lo=1)
+        kw = dict(policy=policy, eta=st["eta"], seed=st["seed"], n_features=d,
+                  settings=settings)
+        if policy.startswith("tree"):
+            edges = model["edges"]
+            if (not isinstance(edges, list) or d is None or len(edges) != d
+                    or not all(isinstance(e, list) and len(e) < settings.max_bins
+                               for e in edges)):
+                raise ValueError(f"state['model']['edges'] must be {d} lists of fewer than "
+                                 f"{settings.max_bins} bin edges")
+            e_arr = [_validate_matrix(e, "state['model']['edges'][j]", ndim=1) for e in edges]
+            if any(np.any(np.diff(e) <= 0) for e in e_arr):
+                raise ValueError("state['model']['edges'] must be increasing")
+            # a reference sample whose quantile bins reproduce the stored edges
+            # is not needed: the edges are installed directly below
+            kw["n_features"] = d
+            kw["X_reference"] = np.zeros((1, d))
+        router = cls(agents, st["capacities"], **kw)
+        A = router._A
+        rng = st["rng"]
+        if (not isinstance(rng, list) or len(rng) != 4
+                or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** 64
+                           for v in rng) or not any(rng)):
+            raise ValueError("state['rng'] must be 4 unsigned 64-bit integers, not all zero")
+        Q = _validate_matrix(st["Q"], "state['Q']", ndim=1)
+        if Q.shape != (A,) or np.any(Q < 0):
+            raise ValueError(f"state['Q'] must be {A} non-negative numbers")
+        n_assigned = _validate_int(st["n_assigned"], "state['n_assigned']")
+        counts = _validate_matrix(st["assigned_counts"], "state['assigned_counts']", ndim=1)
+        seen = _validate_matrix(st["rewards_seen"], "state['rewards_seen']", ndim=1)
+        if counts.shape != (A,) or seen.shape != (A,) or np.any(counts < 0) or np.any(seen < 0):
+            raise ValueError(f"state['assigned_counts'] and state['rewards_seen'] must be "
+                             f"{A} non-negative integers")
+        pending = st["pending"]
+        if not isinstance(pending, list):
+            raise ValueError("state['pending'] must be a list of [task_id, agent, context]")
+        entries = {}
+        for e in pending:
+            if not isinstance(e, list) or len(e) != 3:
+                raise ValueError("state['pending'] entries must be [task_id, agent, context]")
+            tid = _validate_task_id(e[0], "state['pending'] task id")
+            if tid in entries:
+                raise ValueError(f"state['pending'] lists task {tid!r} twice")
+            a = router._agent_index(e[1], "state['pending'] agent")
+            entries[tid] = (a, router._context(e[2], "state['pending'] context"))
+        if policy in ("random", "marginal"):
+            for key in ("n", "s"):
+                v = _validate_matrix(model[key], f"state['model'][{key!r}]", ndim=1)
+                if v.shape != (A,) or np.any(v < 0):
+                    raise ValueError(f"state['model'][{key!r}] must be {A} non-negative numbers")
+                getattr(router, "_" + key)[:] = v
+        elif policy.startswith("logistic"):
+            p = d + 1
+            theta = _validate_matrix(model["theta"], "state['model']['theta']")
+            Sigma = _validate_matrix(model["Sigma"], "state['model']['Sigma']", ndim=3)
+            gauss = _validate_matrix(model["gauss"], "state['model']['gauss']", ndim=1)
+            if theta.shape != (A, p) or Sigma.shape != (A, p, p) or gauss.shape != (2,):
+                raise ValueError(f"state['model'] must hold theta ({A}, {p}), Sigma "
+                                 f"({A}, {p}, {p}) and gauss (2,)")
+            router._theta[:] = theta
+            router._Sigma[:] = Sigma
+            router._gauss[:] = gauss
+        else:
+            router._install_edges(e_arr)
+            nobs = model["nobs"]
+            if (not isinstance(nobs, list) or len(nobs) != A
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                               for v in nobs)):
+                raise ValueError(f"state['model']['nobs'] must be {A} non-negative integers")
+            for key in ("bins", "rewards", "weights"):
+                if not isinstance(model[key], list) or len(model[key]) != A:
+                    raise ValueError(f"state['model'][{key!r}] must have one entry per agent")
+            cap = 256
+            while cap < max(nobs) + 1:
+                cap *= 2
+            router._alloc_rows(cap)
+            B = settings.n_trees
+            for a in range(A):
+                n = nobs[a]
+                xb = _unpack_uint8(model["bins"][a], f"model.bins[{a}]", (n, d))
+                if np.any(xb >= router._n_bins[None, :]):
+                    raise ValueError(f"state['model']['bins'][{a}] has a bin beyond the edges")
+                y = _unpack_uint8(model["rewards"][a], f"model.rewards[{a}]", (n,))
+                if np.any(y > 1):
+                    raise ValueError(f"state['model']['rewards'][{a}] must be 0 or 1")
+                w = _unpack_uint8(model["weights"][a], f"model.weights[{a}]", (B, n))
+                router._Xa[a, :n] = xb
+                router._ya[a, :n] = y
+                router._W[a, :, :n] = w
+                router._nobs[a] = n
+                sc = router._scratch
+                _router_tree_replay_nb(a, n, router._n_bins, router._max_bins, settings.max_depth,
+                                       settings.min_samples_leaf, settings.refit_every,
+                                       router._Xa, router._ya, router._W, router._H, router._HS,
+                                       router._node_c, router._node_s, router._feat, router._thr,
+                                       router._val, router._head, router._nxt, router._fitted,
+                                       router._stale, router._sel, sc[0], sc[1], sc[2], sc[3],
+                                       sc[4], sc[5], sc[6], sc[7], sc[8], router._stats)
+        router._rng[:] = np.array(rng, dtype=np.uint64)
+        router._Q[:] = Q
+        router.n_assigned = n_assigned
+        router._counts[:] = counts.astype(np.int64)
+        router._n_rewards[:] = seen.astype(np.int64)
+        router._pending = entries
+        return router
+
+    def _install_edges(self, edges):
+        """Replace the tree bin edges (before any row is stored)."""
+        d = self.n_features
+        self._edges_list = [list(map(float, e)) for e in edges]
+        self._n_edges = np.array([len(e) for e in edges], dtype=np.int64)
+        n_bins = self._n_edges + 1
+        max_bins = int(n_bins.max())
+        self._edges = np.zeros((d, max(max_bins - 1, 1)))
+        for j, e in enumerate(edges):
+            self._edges[j, :len(e)] = e
+        self._n_bins = n_bins
+        if max_bins != self._max_bins:
+            A, B = self._A, self.settings.n_trees
+            n_int = self._H.shape[1]
+            self._max_bins = max_bins
+            self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
+            self._HS = np.zeros_like(self._H)
+            self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
+
+
+def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=print):
+    """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
+
+    Two agents at capacities (0.5, 0.5), eta = 0.5, on a :func:`synthetic_stream`
+    of T tasks with d features; every reward comes back right after its
+    assignment.  The compiled kernels are loaded before timing.  Prints wall
+    and CPU time per task (CPU time is less disturbed by other load on the
+    machine).  Returns a dict policy -> wall-clock microseconds per task.
+    """
+    import time
+
+    X, R, _ = synthetic_stream(T, d, seed=seed)
+    Xw, Rw, _ = synthetic_stream(64, d, seed=seed)
+    out(f"capassign bench --router: Router.assign + Router.update, A=2 agents, "
+        f"capacities (0.5, 0.5), eta=0.5, d={d}, T={T} tasks, immediate rewards")
+    out(f"{'policy':<17}{'us/task':>10}{'(cpu)':>9}{'error':>9}")
+    result = {}
+    for policy in policies:
+        warm = Router(2, [0.5, 0.5], policy, X_reference=Xw, seed=seed)
+        for t in range(64):
+            a = warm.assign(Xw[t])
+            warm.update(t, a, int(Rw[t, a]))
+        router = Router(2, [0.5, 0.5], policy, X_reference=X, seed=seed)
+        rows = [X[t] for t in range(T)]
+        rewards = R.tolist()
+        total = 0
+        t0, c0 = time.perf_counter(), time.process_time()
+        for t in range(T):
+            a = router.assign(rows[t])
+            r = rewards[t][a]
+            router.update(t, a, r)
+            total += r
+        us = (time.perf_counter() - t0) / T * 1e6
+        cpu = (time.process_time() - c0) / T * 1e6
+        result[policy] = us
+        out(f"{policy:<17}{us:>10.2f}{cpu:>9.2f}{1.0 - total / T:>9.4f}")
+    return result
+
+
+# =============================================================================
 # 6. Tasks
 # =============================================================================
 
@@ -4665,6 +5655,338 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
 
 
 # =============================================================================
+# 7b. Resumable sweeps
+# =============================================================================
+#
+# A sweep is a grid of cells (task, policy, capacities, block of runs).  Each
+# finished cell is written to its own JSON file in the results directory,
+# first to a temporary name and then renamed (os.replace is atomic), so a
+# sweep killed at any moment leaves only whole cells behind.  Started again,
+# it skips every cell already stored and ends with the same table as an
+# uninterrupted sweep: a block of runs k0..k1-1 gives exactly the numbers of
+# runs k0..k1-1 of simulate(..., runs=N, seed=seed), because run k draws
+# everything from the k-th child of SeedSequence(seed) whatever N is.
+#
+# Cells are computed in parallel with joblib (processes on this machine by
+# default) or on a Dask cluster through joblib's dask backend; workers return
+# their numbers and only the calling process writes files, so the cluster
+# needs no shared file system.
+
+#: Version tag written into every sweep directory (``sweep.json``).
+SWEEP_SCHEMA = "capassign.sweep/1"
+#: Parallel backends of :func:`sweep`.
+SWEEP_BACKENDS = ("loky", "threading", "sequential", "dask")
+
+
+def _simulate_block(X, R, capacities, policy, run_start, run_stop, *, eta=DEFAULT_ETA, seed=0,
+                    engine="fast", settings=PAPER_SETTINGS):
+    """Runs ``run_start .. run_stop - 1`` of ``simulate(X, R, ..., seed=seed)``.
+
+    Returns ``(errors, assigned)`` for those runs, equal to the matching rows
+    of :func:`simulate`'s result (tested), without computing the other runs:
+    child k of ``SeedSequence(seed)`` is the same whichever number of
+    children is spawned, and every engine computes each run from its own
+    child alone (see :func:`_stream_orders`).
+    """
+    X, R, alpha, constrained, eta, _, seed, caps = _validate_simulation(
+        X, R, capacities, policy, eta, max(run_stop, 1), seed, engine, settings)
+    T, A = R.shape
+    children = np.random.SeedSequence(seed).spawn(run_stop)[run_start:]
+    runs = len(children)
+    orders = np.empty((runs, T), dtype=np.int64)
+    policy_seeds = []
+    for k, child in enumerate(children):
+        perm_ss, policy_ss = child.spawn(2)
+        orders[k] = np.random.default_rng(perm_ss).permutation(T)
+        policy_seeds.append(policy_ss)
+    if policy.startswith("offline-"):
+        rewards, counts, _ = _offline_runs(X, R, orders, policy, policy_seeds, engine, settings)
+    elif engine == "reference":
+        rewards = np.zeros(runs, dtype=np.int64)
+        counts = np.zeros((runs, A), dtype=np.int64)
+        for k in range(runs):
+            rng = np.random.default_rng(policy_seeds[k])
+            a_k, _ = _reference_run(X, R, orders[k], caps, eta, policy, rng, settings)
+            rewards[k] = R[orders[k], a_k].sum()
+            counts[k] = np.bincount(a_k, minlength=A)
+    else:
+        rewards, counts, _, _ = _fast_runs(X, R, orders, alpha, constrained, eta, policy,
+                                           _rng_states(policy_seeds), settings, False)
+    return 1.0 - rewards / T, counts / T
+
+
+def _capacity_label(caps):
+    return "/".join("free" if c is None else repr(float(c)) for c in caps)
+
+
+def _cell_file(task, policy, caps, run_start, run_stop):
+    import hashlib
+
+    key = json.dumps([task, policy, list(caps), run_start, run_stop])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    safe = "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in
+                   f"{task}_{policy}_{_capacity_label(caps)}")
+    return f"{safe}_runs{run_start}-{run_stop}_{digest}.json"
+
+
+def _write_json_atomic(path, obj):
+    """Write ``obj`` as JSON to ``path`` atomically (temporary file, fsync, rename)."""
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _sweep_task_data(task, task_seed):
+    """(X, R) of a task given by name (loaded) or as a pair of arrays."""
+    if isinstance(task, str):
+        t = load_task(task, seed=task_seed)
+        return t.X, t.R
+    return task
+
+
+def _sweep_cell(spec, data, eta, seed, engine, settings, threads):
+    """Compute one cell (in a worker); returns its record for the results store."""
+    if threads is not None:
+        import numba
+
+        numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
+    task, policy, caps, k0, k1 = spec
+    X, R = _sweep_task_data(*data)
+    errors, assigned = _simulate_block(X, R, list(caps), policy, k0, k1, eta=eta, seed=seed,
+                                       engine=engine, settings=settings)
+    return {"task": task, "policy": policy, "capacities": list(caps), "run_start": k0,
+            "run_stop": k1, "errors": [float(v) for v in errors],
+            "assigned": [[float(v) for v in row] for row in assigned]}
+
+
+def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
+          eta=DEFAULT_ETA, seed=0, task_seed=0, engine="fast", settings=PAPER_SETTINGS,
+          n_jobs=-1, backend="loky", client=None, scheduler=None, progress=None, out=None):
+    """A resumable, parallel grid of simulations; returns the tidy results table.
+
+    The grid is every (task, policy, capacity vector) combination, with the
+    ``runs`` randomised streams of each split into blocks of ``block`` runs;
+    one cell is one block.  Each finished cell is stored atomically in
+    ``out_dir/cells/`` (temporary file, then rename), so the sweep can be
+    killed at any moment and started again with the same arguments: stored
+    cells are read, not recomputed, and the final table is identical to that
+    of an uninterrupted sweep.  The table (one row per task, policy,
+    capacities and run) is also written to ``out_dir/results.csv``.  A
+    block's numbers are exactly those of the same runs of
+    ``simulate(X, R, capacities, policy, runs=runs, seed=seed, eta=eta)``.
+
+    Parameters
+    ----------
+    tasks : sequence
+        Task names for :func:`load_task` (loaded with ``seed=task_seed``), or a
+        dict ``name -> (X, R)`` of your own arrays.
+    policies : sequence of str
+        Names from :data:`POLICIES`.
+    capacities : sequence
+        Capacity vectors (sequences, ``None`` for a free agent), or numbers
+        alpha_1 meaning the two-agent vector (alpha_1, 1 - alpha_1).
+    out_dir : path
+        The results directory (created if needed).  It remembers the sweep's
+        settings in ``sweep.json``; resuming with other settings is an error.
+    runs, block : int
+        Runs per grid point (default 100, the paper's) and runs per cell
+        (default: all runs in one cell).
+    eta, seed, engine, settings
+        As in :func:`simulate`.
+    n_jobs : int
+        Parallel jobs (joblib convention: -1 = all cores).
+    backend : {"loky", "threading", "sequential", "dask"}
+        joblib backend.  ``"dask"`` runs the cells on a Dask distributed
+        cluster through joblib's dask backend: pass ``client`` (a
+        ``distributed.Client``) or ``scheduler`` (an address such as
+        ``"tcp://10.0.0.1:8786"``).  Passing ``client`` implies ``"dask"``.
+    progress : bool, optional
+        Show a tqdm progress bar; by default only when stderr is a terminal.
+    out : callable, optional
+        Receives one summary line (cells computed and reused).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``task``, ``policy``, ``capacities`` (e.g. ``"0.2/0.8"``,
+        ``free`` for a free agent), ``alpha1``, ``run``, ``error`` and
+        ``share_1`` .. ``share_A`` (realised fraction of tasks per agent).
+        The attribute ``attrs["computed"]`` / ``attrs["reused"]`` counts cells.
+    """
+    import pandas as pd
+
+    # --- check everything before any work --------------------------------------
+    if isinstance(tasks, dict):
+        task_items = []
+        for name, pair in tasks.items():
+            if not isinstance(name, str):
+                raise TypeError(f"tasks: keys must be task names (str), got {name!r}")
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"tasks[{name!r}] must be a pair (X, R) of arrays")
+            task_items.append((name, (np.asarray(pair[0], dtype=float),
+                                      np.asarray(pair[1], dtype=float))))
+    else:
+        if isinstance(tasks, str) or not hasattr(tasks, "__iter__"):
+            raise TypeError("tasks must be a list of task names or a dict name -> (X, R)")
+        task_items = []
+        for name in tasks:
+            if not isinstance(name, str) or name not in TASK_NAMES:
+                raise ValueError(f"tasks: unknown task {name!r}; valid names: "
+                                 f"{', '.join(TASK_NAMES)}")
+            task_items.append((name, None))
+    if not task_items:
+        raise ValueError("tasks must name at least one task")
+    if len({n for n, _ in task_items}) != len(task_items):
+        raise ValueError("tasks: names must be unique")
+    if isinstance(policies, str) or not hasattr(policies, "__iter__"):
+        raise TypeError("policies must be a list of policy names")
+    policies = list(policies)
+    if not policies:
+        raise ValueError("policies must name at least one policy")
+    for p in policies:
+        if not isinstance(p, str) or p not in POLICIES:
+            raise ValueError(f"policies: unknown policy {p!r}; valid: {', '.join(POLICIES)}")
+    if isinstance(capacities, (str, bytes)) or not hasattr(capacities, "__iter__"):
+        raise TypeError("capacities must be a list of capacity vectors or of alpha_1 values")
+    cap_list = []
+    for c in capacities:
+        if isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool):
+            c = two_agent_capacities(_validate_share(c, "capacities[i] (alpha_1)"))
+        cap_list.append(tuple(None if v is None else float(v) for v in c)
+                        if hasattr(c, "__iter__") and not isinstance(c, (str, bytes)) else c)
+    if not cap_list:
+        raise ValueError("capacities must hold at least one capacity vector")
+    runs = _validate_int(runs, "runs", lo=1)
+    block = runs if block is None else _validate_int(block, "block", lo=1)
+    eta = _validate_eta(eta)
+    seed = _validate_int(seed, "seed")
+    task_seed = _validate_int(task_seed, "task_seed")
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if not isinstance(settings, ModelSettings):
+        raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
+    if client is not None:
+        backend = "dask"
+    if not isinstance(backend, str) or backend not in SWEEP_BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(SWEEP_BACKENDS)}; got {backend!r}")
+    if backend == "dask" and client is None and scheduler is None:
+        raise ValueError("backend 'dask' needs client (a distributed.Client) or scheduler "
+                         "(an address such as 'tcp://host:8786')")
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0:
+        raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
+    shapes = {}
+    for name, pair in task_items:
+        X, R = pair if pair is not None else _sweep_task_data(name, task_seed)
+        _validate_simulation(X, R, [1.0] + [0.0] * (np.shape(R)[1] - 1), "random", eta, 1,
+                             seed, engine, settings)
+        shapes[name] = np.shape(R)
+        for caps in cap_list:
+            _validate_capacities(caps, shapes[name][1])
+    out_dir = Path(out_dir)
+    (out_dir / "cells").mkdir(parents=True, exist_ok=True)
+    for stale in (out_dir / "cells").glob(".tmp-*.json"):
+        stale.unlink()  # a write cut short by a kill; its cell was never stored
+    manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
+                "task_data": "arrays" if isinstance(tasks, dict) else "load_task",
+                "task_shapes": {n: list(s) for n, s in shapes.items()},
+                "policies": policies, "capacities": [list(c) for c in cap_list],
+                "runs": runs, "block": block, "eta": eta, "seed": seed, "task_seed": task_seed,
+                "engine": engine,
+                "settings": {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}}
+    mpath = out_dir / "sweep.json"
+    if mpath.exists():
+        try:
+            old = json.loads(mpath.read_text())
+        except json.JSONDecodeError:
+            raise ValueError(f"out_dir: {mpath} is not valid JSON; remove it or choose another "
+                             f"directory") from None
+        if old != json.loads(json.dumps(manifest)):
+            raise ValueError(f"out_dir {out_dir} holds a sweep with other settings "
+                             f"({mpath}); use another directory or the same settings")
+    else:
+        _write_json_atomic(mpath, manifest)
+
+    # --- the cells: stored ones are read, the others computed -------------------
+    specs = [(name, p, caps, k0, min(k0 + block, runs))
+             for name, _ in task_items for p in policies for caps in cap_list
+             for k0 in range(0, runs, block)]
+    records, todo = {}, []
+    for spec in specs:
+        path = out_dir / "cells" / _cell_file(*spec)
+        rec = None
+        if path.exists():
+            try:
+                rec = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                rec = None  # cannot happen with atomic writes; recompute to be safe
+        if rec is not None:
+            records[spec] = rec
+        else:
+            todo.append(spec)
+    reused = len(records)
+    data = {name: (pair if pair is not None else name, task_seed) for name, pair in task_items}
+    threads = 1 if (backend != "sequential" and n_jobs != 1) else None
+    if todo:
+        import joblib
+        from tqdm.auto import tqdm
+
+        show = sys.stderr.isatty() if progress is None else bool(progress)
+        calls = (joblib.delayed(_sweep_cell)(spec, data[spec[0]], eta, seed, engine, settings,
+                                             threads) for spec in todo)
+        if backend == "sequential":
+            ctx = joblib.parallel_config(backend="sequential")
+        elif backend == "dask":
+            ctx = joblib.parallel_config(backend="dask", n_jobs=n_jobs, **(
+                {"client": client} if client is not None else {"scheduler_host": scheduler}))
+        else:
+            ctx = joblib.parallel_config(backend=backend, n_jobs=n_jobs)
+        with ctx, tqdm(total=len(todo), disable=not show, desc="sweep cells") as bar:
+            results = joblib.Parallel(return_as="generator_unordered")(calls)
+            for rec in results:
+                spec = (rec["task"], rec["policy"], tuple(rec["capacities"]), rec["run_start"],
+                        rec["run_stop"])
+                _write_json_atomic(out_dir / "cells" / _cell_file(*spec), rec)
+                records[spec] = rec
+                bar.update(1)
+    # --- the tidy table, in grid order ------------------------------------------------
+    A_max = max(s[1] for s in shapes.values())
+    rows = []
+    for spec in specs:
+        rec = records[spec]
+        name, p, caps, k0, _ = spec
+        for i, (err, shares) in enumerate(zip(rec["errors"], rec["assigned"])):
+            row = {"task": name, "policy": p, "capacities": _capacity_label(caps),
+                   "alpha1": caps[0] if caps[0] is not None else float("nan"),
+                   "run": k0 + i, "error": err}
+            for a in range(A_max):
+                row[f"share_{a + 1}"] = shares[a] if a < len(shares) else float("nan")
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    tmp = out_dir / ".results.csv.tmp"
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, out_dir / "results.csv")
+    df.attrs["computed"] = len(todo)
+    df.attrs["reused"] = reused
+    if out is not None:
+        out(f"sweep: {len(specs)} cells ({len(todo)} computed, {reused} already stored); "
+            f"table {out_dir / 'results.csv'} ({len(df)} rows)")
+    return df
+
+
+# =============================================================================
 # 8. Plotting
 # =============================================================================
 
@@ -5073,6 +6395,8 @@ def _build_parser():
     p.set_defaults(func=lambda a: sync_text(a.chapters))
     _add_data_parser(sub)
     _add_bench_parser(sub)
+    _add_simulate_parser(sub)
+    _add_sweep_parser(sub)
     return parser
 
 
@@ -5162,6 +6486,9 @@ def _add_bench_parser(sub):
     p.add_argument("--policies", default=None,
                    help="comma-separated online policies to time (default: all six)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--router", action="store_true",
+                   help="time the streaming Router instead (microseconds per assign + update, "
+                        "per policy, on T tasks)")
     p.set_defaults(func=_cmd_bench)
 
 
@@ -5179,6 +6506,10 @@ def _cmd_bench(args):
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
+    if args.router:
+        benchmark_router(T=T, d=args.d, seed=args.seed,
+                         policies=kwargs.get("policies", ROUTER_POLICIES))
+        return
     benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs, reference_runs=args.reference_runs,
                       reference_T=ref_T, seed=args.seed, grid=not args.no_grid,
                       grid_runs=grid_runs, **kwargs)
@@ -5209,6 +6540,119 @@ def main(argv=None):
     except (ValueError, TypeError, FileNotFoundError) as exc:
         parser.exit(2, f"capassign {args.command}: error: {exc}\n")
     return 0
+
+
+def _parse_capacities(text, name="--capacities"):
+    """``"0.3,0.7"`` -> [0.3, 0.7]; ``free`` (or ``none``) marks a free agent."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.lower() in ("free", "none"):
+            out.append(None)
+            continue
+        try:
+            out.append(float(part))
+        except ValueError:
+            raise ValueError(f"{name}: {part!r} is neither a number nor 'free' "
+                             f"(expected e.g. 0.3,0.7 or 0.5,0.5,free)") from None
+    return out
+
+
+def _split_names(text):
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _add_simulate_parser(sub):
+    """``python -m capassign simulate``: one task, policy and capacity vector."""
+    p = sub.add_parser("simulate", help="simulate one policy on one task",
+                       description="Run one online policy (or offline benchmark) on one task "
+                                   "at one capacity vector, over randomised task orders "
+                                   "(Algorithm 1), and print the error rate.")
+    p.add_argument("--task", required=True, help=f"task name: {', '.join(TASK_NAMES)}")
+    p.add_argument("--task-seed", type=int, default=0,
+                   help="seed of the task's agent construction (default 0)")
+    p.add_argument("--policy", required=True, help=f"one of {', '.join(POLICIES)}")
+    p.add_argument("--capacities", required=True,
+                   help="one share per agent, comma-separated, 'free' for an unconstrained "
+                        "agent (e.g. 0.3,0.7 or 0.5,0.5,free)")
+    p.add_argument("--eta", type=float, default=DEFAULT_ETA,
+                   help=f"queue penalty (default {DEFAULT_ETA})")
+    p.add_argument("--runs", type=int, default=PAPER_RUNS,
+                   help=f"randomised task orders (default {PAPER_RUNS})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
+    p.add_argument("--engine", default="fast", choices=ENGINES)
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(func=_cmd_simulate)
+
+
+def _cmd_simulate(args):
+    task = load_task(args.task, seed=args.task_seed)
+    caps = _parse_capacities(args.capacities)
+    res = simulate(task.X, task.R, caps, args.policy, eta=args.eta, runs=args.runs,
+                   seed=args.seed, engine=args.engine)
+    shares = res.assigned.mean(axis=0)
+    if args.json:
+        print(json.dumps({
+            "task": args.task, "task_seed": args.task_seed, "policy": res.policy,
+            "capacities": list(res.capacities), "eta": res.eta, "runs": res.runs,
+            "seed": res.seed, "engine": res.engine, "agents": list(task.agent_names),
+            "error": res.error, "std": res.std, "stderr": res.stderr,
+            "shares": [float(v) for v in shares],
+            "errors": [float(v) for v in res.errors]}))
+        return
+    print(f"task {args.task} (T={task.R.shape[0]}, d={task.X.shape[1]}), policy {res.policy}, "
+          f"capacities {_capacity_label(res.capacities)}, eta {res.eta}, {res.runs} runs, "
+          f"seed {res.seed}, {res.engine} engine")
+    print(f"error {res.error:.4f} +/- {res.stderr:.4f} (std {res.std:.4f})")
+    for name, v in zip(task.agent_names, shares):
+        print(f"  share of {name}: {v:.4f}")
+
+
+def _add_sweep_parser(sub):
+    """``python -m capassign sweep``: a resumable grid of simulations."""
+    p = sub.add_parser("sweep", help="a resumable grid of simulations -> tidy CSV",
+                       description="Simulate every (task, policy, capacities) combination "
+                                   "over --runs task orders, in cells of --block runs stored "
+                                   "one by one in --out; a killed sweep started again resumes "
+                                   "where it stopped. Writes OUT/results.csv (one row per run).")
+    p.add_argument("--tasks", required=True, help="comma-separated task names")
+    p.add_argument("--policies", required=True, help="comma-separated policy names")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--alphas", help="comma-separated alpha_1 values of two-agent capacities "
+                                    "(alpha_1, 1 - alpha_1), e.g. 0.2,0.4,0.5,0.6,0.8")
+    g.add_argument("--capacities", nargs="+", metavar="VECTOR",
+                   help="capacity vectors, each comma-separated ('free' for a free agent)")
+    p.add_argument("--out", required=True, help="results directory")
+    p.add_argument("--runs", type=int, default=PAPER_RUNS, help=f"runs per grid point "
+                                                                f"(default {PAPER_RUNS})")
+    p.add_argument("--block", type=int, default=None,
+                   help="runs per stored cell (default: all runs of a grid point)")
+    p.add_argument("--eta", type=float, default=DEFAULT_ETA)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--task-seed", type=int, default=0)
+    p.add_argument("--engine", default="fast", choices=ENGINES)
+    p.add_argument("--jobs", type=int, default=-1, help="parallel jobs (-1: all cores)")
+    p.add_argument("--backend", default="loky", choices=SWEEP_BACKENDS,
+                   help="joblib backend; 'dask' needs --scheduler")
+    p.add_argument("--scheduler", default=None,
+                   help="Dask scheduler address for --backend dask, e.g. tcp://host:8786")
+    p.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_sweep(args):
+    if args.alphas is not None:
+        caps = [float(v) for v in _parse_capacities(args.alphas, "--alphas")]
+    else:
+        caps = [_parse_capacities(v) for v in args.capacities]
+    if args.backend == "dask" and not args.scheduler:
+        raise ValueError("--backend dask needs --scheduler ADDRESS")
+    df = sweep(_split_names(args.tasks), _split_names(args.policies), caps, args.out,
+               runs=args.runs, block=args.block, eta=args.eta, seed=args.seed,
+               task_seed=args.task_seed, engine=args.engine, n_jobs=args.jobs,
+               backend=args.backend, scheduler=args.scheduler, out=print)
+    summary = df.groupby(["task", "policy", "capacities"], sort=False)["error"].agg(
+        ["mean", "std", "count"])
+    print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The page whose screenshot is saved: the main results page of the book. Change
 # it here when the results chapter exists.
-SCREENSHOT_PAGE = "book/executed/theory_two_agents.html"
+SCREENSHOT_PAGE = "book/executed/exp_imagenet_mmlu.html"
 
 CHROMIUM = os.environ.get("CAPASSIGN_CHROMIUM") or shutil.which("chromium")
 

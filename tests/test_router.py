@@ -1,0 +1,193 @@
+"""Tests of the streaming Router: decisions, delayed rewards, state round trips."""
+
+import json
+
+import numpy as np
+import pytest
+
+import capassign as ca
+
+
+@pytest.fixture(scope="module")
+def stream():
+    X, R, _ = ca.synthetic_stream(2000, 4, seed=5)
+    return X, R
+
+
+@pytest.mark.parametrize("policy", ca.ROUTER_POLICIES)
+def test_router_takes_the_decisions_of_a_simulated_run(stream, policy):
+    # Immediate rewards in run k's task order, with run k's random state and
+    # the whole stream as reference contexts: exactly simulate's run k.
+    X, R = stream[0][:600], stream[1][:600]
+    caps = [0.3, 0.7]
+    res = ca.simulate(X, R, caps, policy, runs=2, seed=7, return_traces=True)
+    orders, seeds = ca._stream_orders(7, 2, len(X))
+    router = ca.Router(2, caps, policy, X_reference=X, seed=0)
+    router._rng[:] = ca._rng_states(seeds)[1]
+    got = []
+    for t, i in enumerate(orders[1]):
+        np.testing.assert_array_equal(router.Q, res.queues[1, t])  # Q in force at decision t
+        a = router.assign(X[i])
+        router.update(t, a, int(R[i, a]))
+        got.append(a)
+    assert np.array_equal(got, res.assignments[1])
+    assert router.pending == []
+    assert router.assigned_counts.sum() == len(X)
+
+
+def _delayed_run(policy, X, R, save_at=None, T=2000):
+    router = ca.Router(["model", "crowd", "expert"], [0.6, 0.4, None], policy,
+                       X_reference=X[:300], seed=4)
+    delays = np.random.default_rng(1).integers(0, 40, size=T)
+    due, decisions = {}, []
+    for t in range(T):
+        if t == save_at:
+            router = ca.Router.from_state(json.loads(json.dumps(router.state_dict())))
+        a = router.assign(X[t])
+        decisions.append(a)
+        due.setdefault(t + int(delays[t]), []).append((t, a))
+        # rewards of earlier tasks arrive now, newest first (out of order)
+        for tid, agent in reversed(due.pop(t, [])):
+            router.update(tid, agent, int(R[tid, router.agents.index(agent) % 2]))
+    return decisions, router
+
+
+@pytest.mark.parametrize("policy", ca.ROUTER_POLICIES)
+def test_restored_router_decides_like_an_uninterrupted_one(stream, policy):
+    X, R = stream
+    plain, r1 = _delayed_run(policy, X, R)
+    restored, r2 = _delayed_run(policy, X, R, save_at=1000)
+    assert restored == plain
+    assert r1.pending == r2.pending and len(r1.pending) > 0
+    np.testing.assert_array_equal(r1.Q, r2.Q)
+    np.testing.assert_array_equal(r1.rewards_seen, r2.rewards_seen)
+    # every agent, the free one included, was used; capacities are met
+    shares = r1.assigned_counts / r1.n_assigned
+    assert np.all(r1.assigned_counts[:2] > 0)
+    if policy != "random":                 # random never picks a free agent
+        assert r1.assigned_counts[2] > 0
+    assert shares[0] <= 0.6 + 0.01 and shares[1] <= 0.4 + 0.01
+    if policy.startswith("tree"):
+        np.testing.assert_array_equal(r1._feat, r2._feat)
+        np.testing.assert_array_equal(r1._val, r2._val)
+
+
+def test_state_is_plain_versioned_json(stream):
+    X, R = stream
+    router = ca.Router(2, [0.5, 0.5], "tree-ts", X_reference=X, seed=3)
+    for t in range(120):
+        router.assign(X[t])
+    for t in range(0, 120, 2):
+        router.update(t, None, int(R[t, 0]))
+    state = router.state_dict()
+    text = json.dumps(state)
+    assert state["schema"] == "capassign.router/1"
+    back = json.loads(text)
+    assert back == state
+    again = ca.Router.from_state(back)
+    assert again.state_dict() == state
+    assert again.pending == list(range(1, 120, 2))
+
+
+def test_future_and_malformed_states_are_rejected(stream):
+    X, _ = stream
+    state = ca.Router(2, [0.5, 0.5], "logistic-greedy", n_features=4).state_dict()
+    with pytest.raises(ValueError, match="newer"):
+        ca.Router.from_state(dict(state, schema="capassign.router/2"))
+    with pytest.raises(ValueError, match="schema"):
+        ca.Router.from_state(dict(state, schema="something/1"))
+    with pytest.raises(ValueError, match="'Q'"):
+        ca.Router.from_state(dict(state, Q=[0.0, -1.0]))
+    with pytest.raises(ValueError, match="missing the key 'rng'"):
+        ca.Router.from_state({k: v for k, v in state.items() if k != "rng"})
+    with pytest.raises(ValueError, match="rng"):
+        ca.Router.from_state(dict(state, rng=[0, 0, 0, 0]))
+    bad = json.loads(json.dumps(state))
+    bad["model"]["theta"] = [[0.0] * 5]
+    with pytest.raises(ValueError, match="theta"):
+        ca.Router.from_state(bad)
+    tree = ca.Router(2, [0.5, 0.5], "tree-greedy", X_reference=X).state_dict()
+    tree["model"]["weights"][0]["uint8_base64"] = "***"
+    with pytest.raises(ValueError, match="weights"):
+        ca.Router.from_state(tree)
+    with pytest.raises(TypeError, match="state"):
+        ca.Router.from_state("{}")
+
+
+def test_pending_unknown_and_duplicate_updates(stream):
+    X, R = stream
+    router = ca.Router(["a", "b"], [0.5, 0.5], "logistic-ts", n_features=4, seed=1)
+    a0 = router.assign(X[0])
+    a1 = router.assign(X[1], task_id="job-7")
+    assert router.pending == [0, "job-7"]
+    with pytest.raises(ValueError, match="already pending"):
+        router.assign(X[2], task_id="job-7")
+    with pytest.raises(ValueError, match="not pending"):
+        router.update(99, a0, 1)
+    other = "b" if a1 == "a" else "a"
+    with pytest.raises(ValueError, match="does not match"):
+        router.update("job-7", other, 1)
+    router.update("job-7", a1, 1)
+    with pytest.raises(ValueError, match="not pending"):
+        router.update("job-7", a1, 1)
+    with pytest.raises(ValueError, match="reward"):
+        router.update(0, a0, 1.5)
+    assert router.pending == [0]          # a rejected update changes nothing
+    router.update(0, None, 0.25)
+    assert router.pending == []
+    assert router.rewards_seen.sum() == 2
+
+
+def test_assign_batch_meets_the_batch_counts(stream):
+    X, R = stream
+    router = ca.Router(3, [0.5, 0.3, 0.2], "tree-greedy", X_reference=X, seed=2)
+    Q = router.Q
+    counts = ca.batch_counts(11, [0.5, 0.3, 0.2], Q)
+    agents = router.assign_batch(X[:11])
+    assert np.array_equal(np.bincount(agents, minlength=3), counts)
+    np.testing.assert_allclose(router.Q, ca.batch_queue_update(Q, counts, [0.5, 0.3, 0.2], 11))
+    assert router.pending == list(range(11))
+    for t, a in enumerate(agents):
+        router.update(t, a, int(R[t, a % 2]))
+    # over many batches the realised shares follow the capacities
+    for start in range(11, 1111, 25):
+        router.assign_batch(X[start:start + 25])
+    shares = router.assigned_counts / router.n_assigned
+    np.testing.assert_allclose(shares, [0.5, 0.3, 0.2], atol=2 / router.n_assigned)
+
+
+def test_free_agent_and_observations_outside_the_stream(stream):
+    X, R = stream
+    router = ca.Router(2, [1.0, None], "logistic-greedy", n_features=4)
+    # teach the free agent (index 1) that it is always right, from history
+    for t in range(200):
+        router.update(X[t], 1, 1)
+        router.update(X[t], 0, 0)
+    assert router.n_assigned == 0 and np.all(router.Q == 0)
+    picks = [router.assign(X[t]) for t in range(200, 260)]
+    assert picks.count(1) == 60            # the free agent takes every task
+    assert router.Q[1] == 0.0
+
+
+def test_router_rejects_bad_input(stream):
+    X, _ = stream
+    with pytest.raises(ValueError, match="X_reference"):
+        ca.Router(2, [0.5, 0.5], "tree-greedy")
+    with pytest.raises(ValueError, match="policy"):
+        ca.Router(2, [0.5, 0.5], "oracle", n_features=4)
+    with pytest.raises(ValueError, match="capacities"):
+        ca.Router(2, [0.5, 0.6], "random")
+    with pytest.raises(ValueError, match="eta"):
+        ca.Router(2, [0.5, 0.5], "random", eta=-1.0)
+    with pytest.raises(ValueError, match="unique"):
+        ca.Router(["a", "a"], [0.5, 0.5], "random")
+    router = ca.Router(2, [0.5, 0.5], "logistic-ts", n_features=4)
+    with pytest.raises(ValueError, match="features"):
+        router.assign(X[0, :3])
+    with pytest.raises(ValueError, match="NaN"):
+        router.assign([0.0, np.nan, 1.0, 2.0])
+    with pytest.raises(ValueError, match="NaN"):
+        router.assign_batch(np.full((3, 4), np.inf))
+    with pytest.raises(ValueError, match="agent"):
+        router.update(X[0], 5, 1)
+    assert router.n_assigned == 0 and router.pending == []
