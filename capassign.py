@@ -1578,11 +1578,25 @@ def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, W, H, HS, node_c, nod
                        feat, thr, head, nxt):
     """Add row k (bins ``xb``, reward ``y``) to one agent's online forest.
 
-    Draws its Poisson(1) weight ``W[b, k]`` in every tree b, then adds it to
-    the root totals and to the histograms of the internal nodes on the row's
-    path through the current tree b.  Also files row k in the per-feature bin
-    lists ``head[j, bin]`` / ``nxt[j, k]`` (linked lists of the agent's rows
-    by bin) that let a refit find the rows crossing a moved threshold.
+    Draws its Poisson(1) weight ``W[b, k]`` in every tree b, then adds the row
+    with :func:`_online_add_row_nb`.
+    """
+    for b in range(W.shape[0]):
+        W[b, k] = _poisson1_nb(rng)
+    _online_add_row_nb(xb, y, k, max_depth, max_bins, W, H, HS, node_c, node_s, feat, thr,
+                       head, nxt)
+
+
+@njit(cache=True)
+def _online_add_row_nb(xb, y, k, max_depth, max_bins, W, H, HS, node_c, node_s, feat, thr,
+                       head, nxt):
+    """Add row k, with its weights ``W[:, k]`` already drawn, to an online forest.
+
+    Adds each tree's weight to the root totals and to the histograms of the
+    internal nodes on the row's path through the current tree.  Also files
+    row k in the per-feature bin lists ``head[j, bin]`` / ``nxt[j, k]``
+    (linked lists of the agent's rows by bin) that let a refit find the rows
+    of a bin range.
     """
     B = W.shape[0]
     d = xb.shape[0]
@@ -1591,8 +1605,7 @@ def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, W, H, HS, node_c, nod
         nxt[j, k] = head[j, xb[j]]
         head[j, xb[j]] = k
     for b in range(B):
-        w = _poisson1_nb(rng)
-        W[b, k] = w
+        w = np.int64(W[b, k])
         if w == 0:
             continue
         node_c[0, b] += w
@@ -3024,7 +3037,6 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, max_bins, max_depth, min_lea
     if nobs[a] % refit_every == 0:
         B = W.shape[1]
         n_bins = n_edges + 1
-        sel = np.empty(nobs[a], dtype=np.int32)
         stale = np.zeros((H.shape[1], B), dtype=np.bool_)
         can = np.empty(B, dtype=np.bool_)
         sc = np.empty((6, B))
@@ -3033,7 +3045,7 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, max_bins, max_depth, min_lea
         stats = np.zeros(3 * max_depth, dtype=np.int64)
         _online_refit_nb(Xa[a], ya[a], W[a], nobs[a], n_bins, max_bins, max_depth, min_leaf,
                          H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a], head[a],
-                         nxt[a], stale, sel, can, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5],
+                         nxt[a], stale, can, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5],
                          nfeat, nthr, stats)
         fitted[a] = True
 
@@ -3041,34 +3053,20 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, max_bins, max_depth, min_lea
 @njit(cache=True)
 def _router_tree_replay_nb(a, n, n_bins, max_bins, max_depth, min_leaf, refit_every, Xa, ya,
                            W, H, HS, node_c, node_s, feat, thr, val, head, nxt, fitted, stale,
-                           sel, can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr, stats):
+                           can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr, stats):
     """Rebuild agent a's forest from its first n stored rows and their weights.
 
     Repeats what :func:`_online_observe_nb` did for each row, with the stored
     Poisson weights instead of fresh draws, and refits at the same counts, so
     the rebuilt forest (trees and histograms) is the one the live router had.
     """
-    B = W.shape[1]
-    d = Xa.shape[2]
-    n_int = 2 ** max_depth - 1
     for k in range(n):
-        xb = Xa[a, k]
-        y = ya[a, k]
-        for j in range(d):
-            nxt[a, j, k] = head[a, j, xb[j]]
-            head[a, j, xb[j]] = k
-        for b in range(B):
-            w = np.int64(W[a, b, k])
-            if w == 0:
-                continue
-            node_c[a, 0, b] += w
-            if y:
-                node_s[a, 0, b] += w
-            _path_add_nb(xb, y, w, b, 0, n_int, max_bins, H[a], HS[a], feat[a], thr[a])
+        _online_add_row_nb(Xa[a, k], ya[a, k], k, max_depth, max_bins, W[a], H[a], HS[a],
+                           node_c[a], node_s[a], feat[a], thr[a], head[a], nxt[a])
         if (k + 1) % refit_every == 0:
             _online_refit_nb(Xa[a], ya[a], W[a], k + 1, n_bins, max_bins, max_depth, min_leaf,
                              H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a],
-                             head[a], nxt[a], stale, sel, can, cl, sl, best, bpos, tot_c,
+                             head[a], nxt[a], stale, can, cl, sl, best, bpos, tot_c,
                              tot_s, nfeat, nthr, stats)
             fitted[a] = True
 
@@ -3398,7 +3396,6 @@ class Router:
             W[:, :, :old] = self._W
             nxt[:, :, :old] = self._nxt
         self._Xa, self._ya, self._W, self._nxt = Xa, ya, W, nxt
-        self._sel = np.zeros(cap, dtype=np.int32)
         self._cap = cap
 
     # --- properties -------------------------------------------------------------
@@ -3830,7 +3827,7 @@ class Router:
                                        router._Xa, router._ya, router._W, router._H, router._HS,
                                        router._node_c, router._node_s, router._feat, router._thr,
                                        router._val, router._head, router._nxt, router._fitted,
-                                       router._stale, router._sel, sc[0], sc[1], sc[2], sc[3],
+                                       router._stale, sc[0], sc[1], sc[2], sc[3],
                                        sc[4], sc[5], sc[6], sc[7], sc[8], router._stats)
         router._rng[:] = np.array(rng, dtype=np.uint64)
         router._Q[:] = Q
