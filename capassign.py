@@ -6046,6 +6046,28 @@ def _log_times(T, points):
     return np.unique(np.rint(np.geomspace(1, T, points)).astype(np.int64))
 
 
+def _loglog_lines(ax, series, points, lw, ylabel, title, legend):
+    """Draw (policy, y over t = 1..T) curves at ``points`` log-spaced times on
+    log-log axes, leaving out non-positive values (a log axis cannot show them)."""
+    for policy, y in series:
+        t = _log_times(y.shape[0], points)
+        v = y[t - 1]
+        keep = v > 0
+        style = _style(policy)
+        style.pop("marker", None)
+        ax.plot(t[keep], v[keep], lw=lw, **style)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tasks assigned, $t$")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    if legend:
+        ax.legend(fontsize=7, frameon=False)
+    return ax
+
+
 def plot_regret(curves, ax=None, *, kind="lagrangian", points=200, title=None, legend=True):
     """Mean cumulative regret over t on log-log axes, one line per policy.
 
@@ -6062,23 +6084,8 @@ def plot_regret(curves, ax=None, *, kind="lagrangian", points=200, title=None, l
     for c in curves:
         if not isinstance(c, RegretCurves):
             raise TypeError(f"curves must hold RegretCurves, got {type(c).__name__}")
-        y = c.mean(kind)
-        t = _log_times(y.shape[0], points)
-        v = y[t - 1]
-        keep = v > 0
-        style = _style(c.policy)
-        style.pop("marker", None)
-        ax.plot(t[keep], v[keep], lw=1.6, **style)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("tasks assigned, $t$")
-    ax.set_ylabel(f"cumulative {kind} regret")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3, which="both")
-    if legend:
-        ax.legend(fontsize=7, frameon=False)
-    return ax
+    return _loglog_lines(ax, [(c.policy, c.mean(kind)) for c in curves], points, 1.6,
+                         f"cumulative {kind} regret", title, legend)
 
 
 def plot_price_tracking(trackings, ax=None, *, agent=None, points=200, title=None,
@@ -6137,23 +6144,8 @@ def plot_capacity_adherence(adherences, ax=None, *, points=200, title=None, lege
         if not isinstance(ad, CapacityAdherence):
             raise TypeError(f"adherences must hold CapacityAdherence objects, got "
                             f"{type(ad).__name__}")
-        y = ad.deviation_curve
-        t = _log_times(y.shape[0], points)
-        v = y[t - 1]
-        keep = v > 0
-        style = _style(ad.policy)
-        style.pop("marker", None)
-        ax.plot(t[keep], v[keep], lw=1.4, **style)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("tasks assigned, $t$")
-    ax.set_ylabel(r"$\max_a |N_{t,a}/t - \alpha_a|$")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3, which="both")
-    if legend:
-        ax.legend(fontsize=7, frameon=False)
-    return ax
+    return _loglog_lines(ax, [(ad.policy, ad.deviation_curve) for ad in adherences], points,
+                         1.4, r"$\max_a |N_{t,a}/t - \alpha_a|$", title, legend)
 
 
 def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
