@@ -2656,18 +2656,27 @@ def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B)
 # arrive) and the queues move by the batch rule.  The last batch of a stream
 # whose length is not a multiple of B is shorter.
 #
-# Exact early exit (early=True).  With eta > 0, a constrained agent with
-# alpha_a = 0 whose queue exceeds 1/eta can never be chosen again: its score
-# mu - eta Q_a is below 0 (rewards lie in [0, 1]), its queue never shrinks
-# (Q + I - 0 >= Q), and the only other agent left has alpha = 1, hence a
-# queue of exactly 0 and a score >= 0.  Once at most one agent can still be
-# chosen the rest of the run is forced: _forced_tail adds that agent's
+# Exact early exit (early=True).  With eta > 0, a constrained agent a with
+# alpha_a = 0 that is not chosen keeps both its queue (Q + 0 - 0 = Q) and its
+# reward model (models learn only from their own rewards), so an upper bound
+# M_a of its estimates mu_a(x) stays valid for the rest of the run: M_a = 1
+# for Thompson draws and unfitted Thompson trees (rewards lie in [0, 1]), the
+# running mean for ``marginal``, the largest value stored in its trees (0.5
+# before the first fit) for ``tree-greedy``, the largest sigma(theta^T z) over
+# the stream's contexts for ``logistic-greedy``.  Once M_a - eta Q_a < 0 the
+# agent can never be chosen again while the agent it competes with has a
+# score >= 0, which holds when that agent is the only other one left: it has
+# alpha = 1, hence a queue of exactly 0.  When M_a - eta Q_a = 0 exactly, the
+# agent loses to such a score only through the tie rule, i.e. when the agent
+# left has the lower index.  (The rule "eta Q_a > 1" alone would rarely fire:
+# at eta = 0.5 an unfitted greedy tree agent picked once has score exactly
+# 0.5 - 0.5 = 0 and is never picked again.)  Once at most one agent can still
+# be chosen the rest of the run is forced: _forced_tail adds that agent's
 # remaining rewards and fills the traces, without touching models or the rng,
-# which no longer influence anything.  In batch mode an agent with alpha_a = 0
-# never gets a count, so the run is forced from the start when a single agent
-# has all the capacity and none is free.  Results are identical with and
-# without the exit (tests/test_batch.py); it saves most of the time of the
-# capacity end points of every sweep.
+# which no longer influence anything.  In batch mode an agent with
+# alpha_a = 0 never gets a count, so the run is forced from the start when a
+# single agent has all the capacity and none is free.  Results are identical
+# with and without the exit (tests/test_batch.py).
 
 #: Private switch of the early exit, for the tests that prove it exact.
 _EARLY_EXIT = True
@@ -2690,18 +2699,25 @@ def _forced_tail(R, order, t, a, Q, assign, queues, counts, trace):
 def _sole_agent(alpha, constrained, dead):
     """The agent that takes every remaining task, or -1 if the choice is open.
 
-    Agents marked ``dead`` can no longer be chosen; the run is forced when the
-    one agent left is constrained with alpha = 1 (its queue stays 0).
+    ``dead[a]`` is 0 while agent a may still be chosen, 1 once it never can
+    be against a score >= 0, and 2 once its score is <= 0 for good, so that it
+    loses to a score >= 0 only through the tie rule (lowest index wins).  The
+    run is forced when one agent is left, constrained with alpha = 1 (its
+    queue, hence its score's penalty, stays 0), and every agent of code 2 has
+    a higher index.
     """
     live = -1
     for a in range(alpha.shape[0]):
-        if not dead[a]:
+        if dead[a] == 0:
             if live >= 0:
                 return -1
             live = a
-    if live >= 0 and constrained[live] and alpha[live] == 1.0:
-        return live
-    return -1
+    if live < 0 or not constrained[live] or alpha[live] != 1.0:
+        return -1
+    for a in range(live):
+        if dead[a] == 2:
+            return -1
+    return live
 
 
 @njit(cache=True)
@@ -2713,11 +2729,11 @@ def _initial_dead(alpha, constrained, batch, random_policy):
     it until its queue passes 1/eta.
     """
     A = alpha.shape[0]
-    dead = np.zeros(A, dtype=np.bool_)
+    dead = np.zeros(A, dtype=np.int8)
     if batch > 0 or random_policy:
         for a in range(A):
             if constrained[a] and alpha[a] == 0.0:
-                dead[a] = True
+                dead[a] = 1
     return dead
 
 
@@ -2733,10 +2749,26 @@ def _batch_queue_step_nb(Q, alpha, constrained, Nb, nb):
 
 
 @njit(cache=True)
-def _check_dead(a, Q, alpha, constrained, eta, dead):
-    """Mark agent ``a`` dead once alpha_a = 0 and eta Q_a > 1 (see above)."""
-    if eta > 0.0 and constrained[a] and alpha[a] == 0.0 and eta * Q[a] > 1.0:
-        dead[a] = True
+def _may_die(a, alpha, constrained, eta, early, dead):
+    """Whether the early-exit test applies to agent ``a`` (see above)."""
+    return early and eta > 0.0 and constrained[a] and alpha[a] == 0.0 and dead[a] == 0
+
+
+@njit(cache=True)
+def _check_dead(a, bound, exact, Q, eta, dead):
+    """Mark agent ``a`` dead once its score ``bound`` - eta Q_a is below 0 for good.
+
+    ``exact`` says that no estimate of the agent can exceed ``bound`` even by
+    rounding (the bound is one of the values the policy compares, or 1); then
+    a score bound of exactly 0 already loses every tie to a lower-indexed
+    agent (code 2 of :func:`_sole_agent`).  Otherwise a margin of 1e-9 covers
+    the rounding of a forest's mean of leaf values.
+    """
+    s = bound - eta * Q[a]
+    if s < -1e-9:
+        dead[a] = 1
+    elif exact and s <= 0.0:
+        dead[a] = 2
 
 
 @njit(cache=True)
@@ -2823,8 +2855,10 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
                 queues[t + j, :] = Q
                 assign[t + j] = a
         if batch == 0:
-            _queue_step_nb(Q, alpha, constrained, agent[0])
-            _check_dead(agent[0], Q, alpha, constrained, eta, dead)
+            a = agent[0]
+            _queue_step_nb(Q, alpha, constrained, a)
+            if learned and _may_die(a, alpha, constrained, eta, early, dead):
+                _check_dead(a, s[a] / n[a], True, Q, eta, dead)
         else:
             _batch_queue_step_nb(Q, alpha, constrained, Nb, nb)
         t += nb
@@ -2916,8 +2950,20 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
                 assign[t + jj] = a
             _laplace_update_nb(theta[a], Sigma[a], Xd[i], float(r), w_min, w_max, Sx)
         if batch == 0:
-            _queue_step_nb(Q, alpha, constrained, agent[0])
-            _check_dead(agent[0], Q, alpha, constrained, eta, dead)
+            a = agent[0]
+            _queue_step_nb(Q, alpha, constrained, a)
+            if _may_die(a, alpha, constrained, eta, early, dead):
+                bound = 1.0
+                if not thompson:  # the largest greedy estimate over the stream
+                    bound = 0.0
+                    for i in range(Xd.shape[0]):
+                        m = 0.0
+                        for j in range(p):
+                            m += theta[a, j] * Xd[i, j]
+                        v = _sigmoid_nb(m)
+                        if v > bound:
+                            bound = v
+                _check_dead(a, bound, True, Q, eta, dead)
         else:
             _batch_queue_step_nb(Q, alpha, constrained, Nb, nb)
         t += nb
@@ -3038,8 +3084,19 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
                                  tot_c, tot_s, nfeat, nthr, stats)
                 fitted[a] = True
         if batch == 0:
-            _queue_step_nb(Q, alpha, constrained, agent[0])
-            _check_dead(agent[0], Q, alpha, constrained, eta, dead)
+            a = agent[0]
+            _queue_step_nb(Q, alpha, constrained, a)
+            if _may_die(a, alpha, constrained, eta, early, dead):
+                if fitted[a]:  # every prediction is a mean of stored leaf values
+                    bound = 0.0
+                    for b in range(n_trees):
+                        for v in val[a, b]:
+                            if v > bound:
+                                bound = v
+                else:
+                    bound = 1.0 if thompson else 0.5
+                # a Thompson draw is one stored value; a greedy mean may round up
+                _check_dead(a, bound, thompson or not fitted[a], Q, eta, dead)
         else:
             _batch_queue_step_nb(Q, alpha, constrained, Nb, nb)
         t += nb

@@ -267,18 +267,33 @@ def test_early_exit_changes_nothing(monkeypatch, policy):
         np.testing.assert_array_equal(off.queues, on.queues)
 
 
-def test_early_exit_fires_at_the_end_points():
-    # At alpha = (0, 1) a learning policy tries agent 0 only until eta Q_0 > 1;
-    # after that the whole stream goes to agent 1.
+def test_early_exit_fires_and_when_it_may():
+    # alpha = (1, 0): agent 1, untrained (estimate 0.5), is picked once, its score
+    # is then 0.5 - 0.5 = 0 for good and it loses every tie to agent 0, so the run
+    # is forced; the forest of agent 0 then stops refitting (refit counters in stats).
     X, R, _ = ca.synthetic_stream(3000, 3, seed=2)
-    res = ca.simulate(X, R, [0.0, 1.0], "tree-greedy", runs=4, seed=0, return_traces=True)
-    for k in range(4):
-        n0 = int((res.assignments[k] == 0).sum())
-        assert 1 <= n0 <= 3  # queue +1 per pick; eta Q_0 > 1 after the third
-        last = np.flatnonzero(res.assignments[k] == 0)[-1]
-        assert np.all(res.assignments[k, last + 1:] == 1)
-        assert np.all(res.queues[k, last + 1:, 0] == n0)
-    dead = ca._initial_dead(np.array([0.0, 1.0]), np.ones(2, dtype=bool), 10, False)
-    assert ca._sole_agent(np.array([0.0, 1.0]), np.ones(2, dtype=bool), dead) == 1
-    live = ca._initial_dead(np.array([0.0, 1.0]), np.ones(2, dtype=bool), 0, False)
-    assert ca._sole_agent(np.array([0.0, 1.0]), np.ones(2, dtype=bool), live) == -1
+    Xb, n_bins, _ = ca._bin_contexts(X, 32)
+    orders, seeds = ca._stream_orders(0, 2, 3000)
+    s = ca.PAPER_SETTINGS
+    refits = {}
+    for early in (False, True):
+        stats = np.zeros((2, 3 * s.max_depth), dtype=np.int64)
+        rewards, counts = ca._tree_runs(
+            Xb, n_bins, int(n_bins.max()), R, orders, np.array([1.0, 0.0]),
+            np.ones(2, dtype=bool), 0.5, False, s.n_trees, s.max_depth, s.min_samples_leaf,
+            s.refit_every, 0, early, ca._rng_states(seeds), np.zeros((2, 0), dtype=np.int32),
+            np.zeros((2, 0, 2)), stats)
+        refits[early] = (stats.sum(), rewards.tolist(), counts.tolist())
+    assert refits[True][1:] == refits[False][1:]
+    assert refits[True][0] < 0.05 * refits[False][0]
+    ones = np.ones(2, dtype=bool)
+    # code 1: never chosen again; code 2: loses only ties, i.e. to a lower index
+    assert ca._sole_agent(np.array([0.0, 1.0]), ones, np.array([1, 0], np.int8)) == 1
+    assert ca._sole_agent(np.array([0.0, 1.0]), ones, np.array([2, 0], np.int8)) == -1
+    assert ca._sole_agent(np.array([1.0, 0.0]), ones, np.array([0, 2], np.int8)) == 0
+    assert ca._sole_agent(np.array([0.5, 0.5]), ones, np.array([0, 0], np.int8)) == -1
+    # in batch mode an agent without capacity never gets a count
+    dead = ca._initial_dead(np.array([0.0, 1.0]), ones, 10, False)
+    assert ca._sole_agent(np.array([0.0, 1.0]), ones, dead) == 1
+    online = ca._initial_dead(np.array([0.0, 1.0]), ones, 0, False)
+    assert ca._sole_agent(np.array([0.0, 1.0]), ones, online) == -1
