@@ -297,3 +297,26 @@ def test_early_exit_fires_and_when_it_may():
     assert ca._sole_agent(np.array([0.0, 1.0]), ones, dead) == 1
     online = ca._initial_dead(np.array([0.0, 1.0]), ones, 0, False)
     assert ca._sole_agent(np.array([0.0, 1.0]), ones, online) == -1
+
+
+# --- simulate_grid -------------------------------------------------------------------
+
+
+def test_simulate_grid_rows_are_simulate_results(stream):
+    X, R = stream
+    caps = [(0.2, 0.8), (0.7, 0.3)]
+    df = ca.simulate_grid(X, R, ["random", "logistic-greedy"], caps, x=[2.0, 7.0], runs=3,
+                          seed=4, batch_size=30, label="s")
+    assert list(df.policy) == ["random", "random", "logistic-greedy", "logistic-greedy"]
+    assert list(df.alpha1) == [2.0, 7.0, 2.0, 7.0] and set(df.batch_size) == {30}
+    for _, row in df.iterrows():
+        res = ca.simulate(X, R, row.capacities, row.policy, runs=3, seed=4, batch_size=30)
+        np.testing.assert_array_equal(row.errors, res.errors)
+        assert row.error == pytest.approx(res.error) and row.ci_low <= row.error <= row.ci_high
+        np.testing.assert_allclose(row.shares, res.assigned.mean(axis=0))
+    default_x = ca.simulate_grid(X, R, ["random"], caps, runs=2)
+    assert list(default_x.alpha1) == [0.2, 0.7]
+    with pytest.raises(ValueError, match="x has 1 values"):
+        ca.simulate_grid(X, R, ["random"], caps, x=[0.1], runs=2)
+    with pytest.raises(TypeError, match="policies"):
+        ca.simulate_grid(X, R, "random", caps, runs=2)
