@@ -2082,6 +2082,160 @@ def _batch_assign_core(S, counts, constrained, method="auto"):
     return agent
 
 
+# --- compiled batch allocation, for the fast engine ---------------------------
+
+
+@njit(cache=True)
+def _batch_counts_nb(B, alpha, Q, constrained, N):
+    """Compiled :func:`_batch_counts_core`: writes the counts into ``N``.
+
+    The same arithmetic in the same order (projection, snapping to integers,
+    largest remainders with ties to the smaller queue, then the lower index),
+    so the counts equal those of :func:`batch_counts` exactly.
+    """
+    A = alpha.shape[0]
+    idx = np.empty(A, dtype=np.int64)
+    m = 0
+    for a in range(A):
+        N[a] = 0
+        if constrained[a] and alpha[a] > 0.0:
+            idx[m] = a
+            m += 1
+    target = np.empty(m)
+    for j in range(m):
+        target[j] = B * alpha[idx[j]] - Q[idx[j]]
+    u = np.sort(target)[::-1]
+    cum = 0.0
+    shift = 0.0
+    for j in range(m):
+        cum += u[j]
+        s = (B - cum) / (j + 1)
+        if u[j] + s > 0.0:
+            shift = s
+    base = np.empty(m)
+    frac = np.empty(m)
+    total = 0.0
+    for j in range(m):
+        v = target[j] + shift
+        if v < 0.0:
+            v = 0.0
+        near = np.rint(v)
+        if abs(v - near) <= 1e-9 * B:
+            v = near
+        base[j] = math.floor(v)
+        frac[j] = v - base[j]
+        total += base[j]
+    left = B - int(total)
+    given = np.zeros(m, dtype=np.bool_)
+    for _ in range(left):
+        best = -1
+        for j in range(m):
+            if given[j]:
+                continue
+            if (best < 0 or frac[j] > frac[best]
+                    or (frac[j] == frac[best] and Q[idx[j]] < Q[idx[best]])):
+                best = j
+        given[best] = True
+        base[best] += 1.0
+    for j in range(m):
+        N[idx[j]] = np.int64(base[j])
+
+
+@njit(cache=True)
+def _ssp_assign_nb(S, n, upper, agent):
+    """Exact capacitated assignment of the first ``n`` rows of ``S``, any A.
+
+    Maximises sum_i S[i, agent[i]] subject to at most ``upper[a]`` tasks per
+    agent (sum_a upper[a] >= n), by successive shortest paths: the tasks
+    enter one at a time, and each is routed along a shortest path of the
+    residual network - onto an agent with room directly, or onto a full
+    agent whose cheapest task moves on to another agent, and so on.  Edge
+    costs are -S[i, a] from the new task and S[j, a] - S[j, b] for moving
+    task j from a to b; the agent-to-agent graph has A nodes, so Bellman-Ford
+    finds each path in O(A^3) after O(n A) work to price the moves.  Every
+    intermediate assignment is optimal for the tasks placed so far (its
+    residual network has no negative cycle), hence so is the last one.  The
+    cost is O(n^2 A + n A^3) per batch; :func:`_batch_assign_nb` uses it when
+    there are more than two agents or a free agent.
+    """
+    A = S.shape[1]
+    load = np.zeros(A, dtype=np.int64)
+    cost = np.empty((A, A))
+    arg = np.zeros((A, A), dtype=np.int64)
+    dist = np.empty(A)
+    pred = np.empty(A, dtype=np.int64)
+    for i in range(n):
+        for a in range(A):
+            for b in range(A):
+                cost[a, b] = np.inf
+        for j in range(i):
+            a = agent[j]
+            for b in range(A):
+                if b != a:
+                    c = S[j, a] - S[j, b]
+                    if c < cost[a, b]:
+                        cost[a, b] = c
+                        arg[a, b] = j
+        for a in range(A):
+            dist[a] = -S[i, a]
+            pred[a] = -1
+        for _ in range(A - 1):
+            changed = False
+            for a in range(A):
+                for b in range(A):
+                    if cost[a, b] < np.inf:
+                        nd = dist[a] + cost[a, b]
+                        if nd < dist[b] - 1e-12:
+                            dist[b] = nd
+                            pred[b] = a
+                            changed = True
+            if not changed:
+                break
+        best = -1
+        for a in range(A):
+            if load[a] < upper[a] and (best < 0 or dist[a] < dist[best]):
+                best = a
+        b = best
+        steps = 0
+        while pred[b] >= 0 and steps < A:
+            a = pred[b]
+            agent[arg[a, b]] = b
+            b = a
+            steps += 1
+        agent[i] = b
+        load[best] += 1
+
+
+@njit(cache=True)
+def _batch_assign_nb(S, n, N, constrained, agent, upper):
+    """Compiled :func:`_batch_assign_core` on the first ``n`` rows of ``S``.
+
+    Two constrained agents: agent 0 takes the N[0] tasks with the largest
+    S[:, 0] - S[:, 1] (stable order, as :func:`_two_agent_split`, so the
+    assignment is identical to ``batch_assign(..., method="sort")``).
+    Otherwise the exact successive-shortest-path solver :func:`_ssp_assign_nb`
+    with ``N[a]`` as the cap of a constrained agent and ``n`` for a free one.
+    """
+    A = S.shape[1]
+    all_c = True
+    for a in range(A):
+        if not constrained[a]:
+            all_c = False
+    if A == 2 and all_c:
+        d = np.empty(n)
+        for j in range(n):
+            d[j] = S[j, 1] - S[j, 0]
+        order = np.argsort(d, kind="mergesort")
+        for j in range(n):
+            agent[j] = 1
+        for j in range(N[0]):
+            agent[order[j]] = 0
+        return
+    for a in range(A):
+        upper[a] = min(N[a], n) if constrained[a] else n
+    _ssp_assign_nb(S, n, upper, agent)
+
+
 # =============================================================================
 # 5. Simulation engine
 # =============================================================================
@@ -2148,7 +2302,10 @@ class SimulationResult:
         Agent chosen at step t of run k (for ``orders[k, t]``).
     queues : ndarray, shape (runs, T, A), optional
         Virtual queues Q_{t,a} in force at decision t (Q_1 = 0); ``None`` for
-        the offline policies, which have no queues.
+        the offline policies, which have no queues.  In the mini-batch mode
+        every task of a batch sees the queues of the batch's start.
+    batch_size : int or None
+        The mini-batch size B, ``None`` for the online rule.
     """
 
     policy: str
@@ -2162,6 +2319,7 @@ class SimulationResult:
     orders: np.ndarray | None = None
     assignments: np.ndarray | None = None
     queues: np.ndarray | None = None
+    batch_size: int | None = None
 
     @property
     def error(self):
@@ -2184,9 +2342,10 @@ class SimulationResult:
 
     def __repr__(self):
         shares = ", ".join(f"{v:.3f}" for v in self.assigned.mean(axis=0))
+        batch = "" if self.batch_size is None else f", batch_size={self.batch_size}"
         return (f"SimulationResult(policy={self.policy!r}, engine={self.engine!r}, "
                 f"capacities={self.capacities}, eta={self.eta}, runs={self.runs}, "
-                f"seed={self.seed}, error={self.error:.4f} +/- {self.stderr:.4f}, "
+                f"seed={self.seed}{batch}, error={self.error:.4f} +/- {self.stderr:.4f}, "
                 f"assigned=[{shares}])")
 
 
@@ -2225,16 +2384,18 @@ def synthetic_stream(T=5000, d=12, n_agents=2, *, seed=0):
     return X, R, mu
 
 
-def _stream_orders(seed, runs, T):
+def _stream_orders(seed, runs, T, start=0):
     """Per-run task orders and per-run policy seeds, both drawn from ``seed``.
 
     ``SeedSequence(seed)`` spawns one child per run; each child spawns two
     streams: the first draws the run's permutation of the T tasks (the same on
     every engine), the second seeds the policy's own randomness (Thompson
-    draws, bootstraps, the random baseline).
+    draws, bootstraps, the random baseline).  Child k is the same whatever the
+    number of children, so ``start`` returns runs ``start .. runs - 1`` alone,
+    exactly as they are within all ``runs``.
     """
-    children = np.random.SeedSequence(seed).spawn(runs)
-    orders = np.empty((runs, T), dtype=np.int64)
+    children = np.random.SeedSequence(seed).spawn(runs)[start:]
+    orders = np.empty((len(children), T), dtype=np.int64)
     policy_seeds = []
     for k, child in enumerate(children):
         perm_ss, policy_ss = child.spawn(2)
@@ -2251,7 +2412,8 @@ def _rng_states(policy_seeds):
     return states
 
 
-def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings):
+def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings,
+                         batch_size=None):
     """Check every argument of :func:`simulate`; return the normalised values."""
     if not isinstance(policy, str) or policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
@@ -2278,12 +2440,21 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     if not isinstance(settings, ModelSettings):
         raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
+    if batch_size is not None:
+        if policy.startswith("offline-"):
+            raise ValueError(f"batch_size applies to the online policies only; policy "
+                             f"{policy!r} fits its models offline, so pass batch_size=None")
+        batch_size = _validate_batch_size(batch_size, "batch_size")
+        if batch_size > X.shape[0]:
+            raise ValueError(f"batch_size must be at most the stream length T = "
+                             f"{X.shape[0]}, got {batch_size}")
     caps = tuple(None if c is None else float(c) for c in capacities)
-    return X, R.astype(np.uint8), alpha, constrained, eta, int(runs), int(seed), caps
+    return (X, R.astype(np.uint8), alpha, constrained, eta, int(runs), int(seed), caps,
+            batch_size)
 
 
 def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
-             engine="fast", return_traces=False, settings=PAPER_SETTINGS):
+             engine="fast", return_traces=False, settings=PAPER_SETTINGS, batch_size=None):
     """Run an assignment policy on a task stream, ``runs`` times (Algorithm 1).
 
     Every run processes the T tasks in its own random order (the paper's
@@ -2337,15 +2508,52 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         (runs x T x A) in the result.
     settings : ModelSettings
         Model hyper-parameters (default: the paper's, :data:`PAPER_SETTINGS`).
+    batch_size : int or None
+        ``None`` (default): the online rule above, one task at a time.  An
+        integer B in [1, T]: the mini-batch setting of Sec. 4.2 and App. H.5.
+        The run's stream is cut into consecutive batches of B tasks (the last
+        one shorter when B does not divide T).  For each batch the policy
+        scores every task with its current models (the greedy estimate, or one
+        Thompson draw per task and agent), takes the integer counts
+        N_{t,a} of :func:`batch_counts` from the capacities and the queues,
+        gives the tasks to the agents by the exact assignment of
+        :func:`batch_assign` under those counts (``random`` deals the counts
+        out in a random order), and only then observes the batch's rewards and
+        updates its models; the queues follow
+        Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.  ``batch_size=1`` is
+        this rule with one-task batches, *not* the online rule: the single
+        task goes to the agent that the queues say is due, whatever the
+        scores (with free agents the scores still decide between the due
+        agent and the free ones).  Offline policies reject a batch size.
 
     Returns
     -------
     SimulationResult
     """
-    X, R, alpha, constrained, eta, runs, seed, caps = _validate_simulation(
-        X, R, capacities, policy, eta, runs, seed, engine, settings)
-    T, A = R.shape
-    orders, policy_seeds = _stream_orders(seed, runs, T)
+    X, R, alpha, constrained, eta, runs, seed, caps, batch_size = _validate_simulation(
+        X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
+    orders, policy_seeds = _stream_orders(seed, runs, R.shape[0])
+    rewards, counts, assign, queues = _run_policy(
+        X, R, orders, policy_seeds, alpha, constrained, caps, eta, policy, engine, settings,
+        return_traces, batch_size)
+    T = R.shape[0]
+    result = SimulationResult(policy=policy, capacities=caps, eta=eta, runs=runs, seed=seed,
+                              engine=engine, errors=1.0 - rewards / T, assigned=counts / T,
+                              batch_size=batch_size)
+    if return_traces:
+        result.orders = orders
+        result.assignments = assign
+        result.queues = queues
+    return result
+
+
+def _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps, eta, policy, engine,
+                settings, traces, batch_size):
+    """Run one policy over the given task orders on the chosen engine (the
+    arguments already validated by :func:`_validate_simulation`); returns
+    total rewards and counts per run, and assignments and queues (or None)."""
+    runs, T = orders.shape
+    A = R.shape[1]
     if policy.startswith("offline-"):
         rewards, counts, assign = _offline_runs(X, R, orders, policy, policy_seeds,
                                                 engine, settings)
@@ -2357,7 +2565,11 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         queues = np.zeros((runs, T, A))
         for k in range(runs):
             rng = np.random.default_rng(policy_seeds[k])
-            a_k, q_k = _reference_run(X, R, orders[k], caps, eta, policy, rng, settings)
+            if batch_size is None:
+                a_k, q_k = _reference_run(X, R, orders[k], caps, eta, policy, rng, settings)
+            else:
+                a_k, q_k = _reference_batch_run(X, R, orders[k], caps, eta, policy, rng,
+                                                settings, batch_size)
             assign[k] = a_k
             queues[k] = q_k
             rewards[k] = R[orders[k], a_k].sum()
@@ -2365,14 +2577,8 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     else:
         rewards, counts, assign, queues = _fast_runs(
             X, R, orders, alpha, constrained, eta, policy, _rng_states(policy_seeds),
-            settings, return_traces)
-    result = SimulationResult(policy=policy, capacities=caps, eta=eta, runs=runs, seed=seed,
-                              engine=engine, errors=1.0 - rewards / T, assigned=counts / T)
-    if return_traces:
-        result.orders = orders
-        result.assignments = assign
-        result.queues = queues
-    return result
+            settings, traces, batch=batch_size or 0)
+    return rewards, counts, assign, queues
 
 
 def _reference_run(X, R, order, capacities, eta, policy, rng, settings):
@@ -2383,14 +2589,7 @@ def _reference_run(X, R, order, capacities, eta, policy, rng, settings):
     """
     T, A = R.shape
     queues = VirtualQueues(capacities)
-    if policy == "marginal":
-        models = [MarginalAccuracy() for _ in range(A)]
-    elif policy.startswith("logistic"):
-        models = [LaplaceLogistic(X.shape[1], settings) for _ in range(A)]
-    elif policy.startswith("tree"):
-        models = [BootstrapTrees(settings) for _ in range(A)]
-    else:
-        models = None
+    models = _make_models(X, A, policy, settings)
     thompson = policy.endswith("-ts")
     chosen = np.zeros(T, dtype=np.int32)
     Q = np.zeros((T, A))
@@ -2416,13 +2615,193 @@ def _reference_run(X, R, order, capacities, eta, policy, rng, settings):
     return chosen, Q
 
 
+def _make_models(X, A, policy, settings):
+    """One reward model per agent for ``policy`` (``None`` for random)."""
+    if policy == "marginal":
+        return [MarginalAccuracy() for _ in range(A)]
+    if policy.startswith("logistic"):
+        return [LaplaceLogistic(X.shape[1], settings) for _ in range(A)]
+    if policy.startswith("tree"):
+        return [BootstrapTrees(settings) for _ in range(A)]
+    return None
+
+
+def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B):
+    """One run of the mini-batch setting (Sec. 4.2, App. H.5), literally.
+
+    Batch by batch: scores of every task with the models as they stand, the
+    counts of :func:`batch_counts`, the assignment of :func:`batch_assign`
+    under them (the random policy deals the counts out in a random order),
+    then the rewards, the model updates in stream order, and
+    :func:`batch_queue_update`.
+    """
+    T, A = R.shape
+    alpha, constrained = _validate_capacities(capacities)
+    models = _make_models(X, A, policy, settings)
+    thompson = policy.endswith("-ts")
+    chosen = np.zeros(T, dtype=np.int32)
+    Qs = np.zeros((T, A))
+    Q = np.zeros(A)
+    for t0 in range(0, T, B):
+        idx = order[t0:t0 + B]
+        nb = len(idx)
+        Qs[t0:t0 + nb] = Q
+        N = batch_counts(nb, alpha, Q, constrained)
+        if policy == "random":
+            agents = rng.permutation(np.repeat(np.arange(A), N))
+        else:
+            if thompson:
+                mu = np.array([[m.sample(X[i], rng) for m in models] for i in idx])
+            else:
+                mu = np.array([[m.predict(X[i]) for m in models] for i in idx])
+            agents = batch_assign(mu - eta * Q, N, constrained)
+        for i, a in zip(idx, agents):
+            r = R[i, a]
+            if policy.startswith("tree"):
+                models[a].update(X[i], r, rng)
+            elif models is not None:
+                models[a].update(X[i], r)
+        Q = batch_queue_update(Q, np.bincount(agents, minlength=A), alpha, nb, constrained)
+        chosen[t0:t0 + nb] = agents
+    return chosen, Qs
+
+
 # --- fast engine -------------------------------------------------------------
+#
+# Every run kernel has two modes.  batch == 0 is the online rule of Eq. 2: one
+# task at a time.  batch = B >= 1 is the mini-batch rule of Sec. 4.2 / App. H.5:
+# the next B tasks of the run's order are scored with the current models, the
+# integer counts come from the capacities and the queues (_batch_counts_nb),
+# the tasks go to the agents by the exact assignment under those counts
+# (_batch_assign_nb), then all B rewards are observed in stream order (the
+# models update, and the trees refit on their usual cadence, as rewards
+# arrive) and the queues move by the batch rule.  The last batch of a stream
+# whose length is not a multiple of B is shorter.
+#
+# Exact early exit (early=True).  With eta > 0, a constrained agent a with
+# alpha_a = 0 that is not chosen keeps both its queue (Q + 0 - 0 = Q) and its
+# reward model (models learn only from their own rewards), so an upper bound
+# M_a of its estimates mu_a(x) stays valid for the rest of the run: M_a = 1
+# for Thompson draws and unfitted Thompson trees (rewards lie in [0, 1]), the
+# running mean for ``marginal``, the largest value stored in its trees (0.5
+# before the first fit) for ``tree-greedy``, the largest sigma(theta^T z) over
+# the stream's contexts for ``logistic-greedy``.  Once M_a - eta Q_a < 0 the
+# agent can never be chosen again while the agent it competes with has a
+# score >= 0, which holds when that agent is the only other one left: it has
+# alpha = 1, hence a queue of exactly 0.  When M_a - eta Q_a = 0 exactly, the
+# agent loses to such a score only through the tie rule, i.e. when the agent
+# left has the lower index.  (The rule "eta Q_a > 1" alone would rarely fire:
+# at eta = 0.5 an unfitted greedy tree agent picked once has score exactly
+# 0.5 - 0.5 = 0 and is never picked again.)  Once at most one agent can still
+# be chosen the rest of the run is forced: _forced_tail adds that agent's
+# remaining rewards and fills the traces, without touching models or the rng,
+# which no longer influence anything.  In batch mode an agent with
+# alpha_a = 0 never gets a count, so the run is forced from the start when a
+# single agent has all the capacity and none is free.  Results are identical
+# with and without the exit (tests/test_batch.py).
+
+#: Private switch of the early exit, for the tests that prove it exact.
+_EARLY_EXIT = True
 
 
 @njit(cache=True)
-def _noncontextual_run(R, order, alpha, constrained, eta, learned, rng,
+def _forced_tail(R, order, t, a, Q, assign, queues, counts, trace):
+    """Steps t.. of a run in which agent ``a`` is the only possible choice."""
+    total = 0
+    for s in range(t, order.shape[0]):
+        total += R[order[s], a]
+        if trace:
+            queues[s, :] = Q
+            assign[s] = a
+    counts[a] += order.shape[0] - t
+    return total
+
+
+@njit(cache=True)
+def _sole_agent(alpha, constrained, dead):
+    """The agent that takes every remaining task, or -1 if the choice is open.
+
+    ``dead[a]`` is 0 while agent a may still be chosen, 1 once it never can
+    be against a score >= 0, and 2 once its score is <= 0 for good, so that it
+    loses to a score >= 0 only through the tie rule (lowest index wins).  The
+    run is forced when one agent is left, constrained with alpha = 1 (its
+    queue, hence its score's penalty, stays 0), and every agent of code 2 has
+    a higher index.
+    """
+    live = -1
+    for a in range(alpha.shape[0]):
+        if dead[a] == 0:
+            if live >= 0:
+                return -1
+            live = a
+    if live < 0 or not constrained[live] or alpha[live] != 1.0:
+        return -1
+    for a in range(live):
+        if dead[a] == 2:
+            return -1
+    return live
+
+
+@njit(cache=True)
+def _initial_dead(alpha, constrained, batch, random_policy):
+    """Agents that can never be chosen, from the start of a run.
+
+    In batch mode (and for the random policy) a constrained agent with
+    alpha_a = 0 never gets a task; online, a learning policy may still pick
+    it until its queue passes 1/eta.
+    """
+    A = alpha.shape[0]
+    dead = np.zeros(A, dtype=np.int8)
+    if batch > 0 or random_policy:
+        for a in range(A):
+            if constrained[a] and alpha[a] == 0.0:
+                dead[a] = 1
+    return dead
+
+
+@njit(cache=True)
+def _batch_queue_step_nb(Q, alpha, constrained, Nb, nb):
+    """Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+ (App. H.5); free agents 0."""
+    for a in range(Q.shape[0]):
+        if constrained[a]:
+            q = (Q[a] + Nb[a]) - nb * alpha[a]
+            Q[a] = q if q > 0.0 else 0.0
+        else:
+            Q[a] = 0.0
+
+
+@njit(cache=True)
+def _may_die(a, alpha, constrained, eta, early, dead):
+    """Whether the early-exit test applies to agent ``a`` (see above)."""
+    return early and eta > 0.0 and constrained[a] and alpha[a] == 0.0 and dead[a] == 0
+
+
+@njit(cache=True)
+def _check_dead(a, bound, exact, Q, eta, dead):
+    """Mark agent ``a`` dead once its score ``bound`` - eta Q_a is below 0 for good.
+
+    ``exact`` says that no estimate of the agent can exceed ``bound`` even by
+    rounding (the bound is one of the values the policy compares, or 1); then
+    a score bound of exactly 0 already loses every tie to a lower-indexed
+    agent (code 2 of :func:`_sole_agent`).  Otherwise a margin of 1e-9 covers
+    the rounding of a forest's mean of leaf values.
+    """
+    s = bound - eta * Q[a]
+    if s < -1e-9:
+        dead[a] = 1
+    elif exact and s <= 0.0:
+        dead[a] = 2
+
+
+@njit(cache=True)
+def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early, rng,
                        assign, queues, counts, trace):
-    """One run of ``random`` (learned=False) or ``marginal`` (learned=True)."""
+    """One run of ``random`` (learned=False) or ``marginal`` (learned=True).
+
+    In batch mode the random policy hands the batch's counts to its tasks in
+    a uniformly random order; the marginal policy scores every task of the
+    batch with the running means.
+    """
     T = order.shape[0]
     A = R.shape[1]
     Q = np.zeros(A)
@@ -2434,42 +2813,90 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, rng,
     for a in range(A):
         if alpha[a] > 0.0:
             last = a
+    dead = _initial_dead(alpha, constrained, batch, not learned)
+    nbmax = batch if batch > 0 else 1
+    S = np.empty((nbmax, A))
+    agent = np.empty(nbmax, dtype=np.int64)
+    N = np.zeros(A, dtype=np.int64)
+    Nb = np.zeros(A, dtype=np.int64)
+    upper = np.zeros(A, dtype=np.int64)
     total = 0
-    for t in range(T):
-        i = order[t]
-        if trace:
-            queues[t, :] = Q
-        if learned:
-            for a in range(A):
-                mu[a] = s[a] / n[a] if n[a] > 0 else 0.5
-            a = _select_nb(mu, Q, eta)
+    t = 0
+    while t < T:
+        if early:
+            sole = _sole_agent(alpha, constrained, dead)
+            if sole >= 0:
+                return total + _forced_tail(R, order, t, sole, Q, assign, queues, counts,
+                                            trace)
+        if batch == 0:
+            nb = 1
+            if learned:
+                for a in range(A):
+                    mu[a] = s[a] / n[a] if n[a] > 0 else 0.5
+                agent[0] = _select_nb(mu, Q, eta)
+            else:
+                u = _uniform(rng)
+                agent[0] = last
+                for b in range(A):
+                    if u < cum[b] and alpha[b] > 0.0:
+                        agent[0] = b
+                        break
         else:
-            u = _uniform(rng)
-            a = last
-            for b in range(A):
-                if u < cum[b] and alpha[b] > 0.0:
-                    a = b
-                    break
-        r = R[i, a]
-        n[a] += 1.0
-        s[a] += r
-        total += r
-        counts[a] += 1
-        if trace:
-            assign[t] = a
-        _queue_step_nb(Q, alpha, constrained, a)
+            nb = min(batch, T - t)
+            _batch_counts_nb(nb, alpha, Q, constrained, N)
+            if learned:
+                for a in range(A):
+                    mu[a] = s[a] / n[a] if n[a] > 0 else 0.5
+                for j in range(nb):
+                    for a in range(A):
+                        S[j, a] = mu[a] - eta * Q[a]
+                _batch_assign_nb(S, nb, N, constrained, agent, upper)
+            else:
+                j = 0
+                for a in range(A):
+                    for _ in range(N[a]):
+                        agent[j] = a
+                        j += 1
+                for j in range(nb - 1, 0, -1):  # Fisher-Yates shuffle
+                    k = _randint(rng, j + 1)
+                    tmp = agent[j]
+                    agent[j] = agent[k]
+                    agent[k] = tmp
+        for a in range(A):
+            Nb[a] = 0
+        for j in range(nb):
+            i = order[t + j]
+            a = agent[j]
+            r = R[i, a]
+            n[a] += 1.0
+            s[a] += r
+            total += r
+            counts[a] += 1
+            Nb[a] += 1
+            if trace:
+                queues[t + j, :] = Q
+                assign[t + j] = a
+        if batch == 0:
+            a = agent[0]
+            _queue_step_nb(Q, alpha, constrained, a)
+            if learned and _may_die(a, alpha, constrained, eta, early, dead):
+                _check_dead(a, s[a] / n[a], True, Q, eta, dead)
+        else:
+            _batch_queue_step_nb(Q, alpha, constrained, Nb, nb)
+        t += nb
     return total
 
 
 @njit(cache=True)
 def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
-                  w_min, w_max, rng, assign, queues, counts, trace):
+                  w_min, w_max, batch, early, rng, assign, queues, counts, trace):
     """One run of ``logistic-greedy`` / ``logistic-ts`` (App. E.1).
 
     Thompson sampling draws the scalar theta~^T z ~ N(theta_hat^T z,
     kappa^2 z^T Sigma z), which is exactly the distribution of theta~^T z
     under theta~ ~ N(theta_hat, kappa^2 Sigma), at O(p^2) cost and without
-    factorising Sigma.
+    factorising Sigma.  In batch mode every task of the batch is scored (one
+    draw per task and agent) before any of its rewards is seen.
     """
     T = order.shape[0]
     A = R.shape[1]
@@ -2480,53 +2907,95 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
         for j in range(p):
             Sigma[a, j, j] = 1.0 / gamma
     Q = np.zeros(A)
-    mu = np.empty(A)
     Sx = np.empty(p)
+    dead = _initial_dead(alpha, constrained, batch, False)
+    nbmax = batch if batch > 0 else 1
+    S = np.empty((nbmax, A))
+    agent = np.empty(nbmax, dtype=np.int64)
+    N = np.zeros(A, dtype=np.int64)
+    Nb = np.zeros(A, dtype=np.int64)
+    upper = np.zeros(A, dtype=np.int64)
     total = 0
     spare = 0.0
     has_spare = False
-    for t in range(T):
-        i = order[t]
-        x = Xd[i]
-        if trace:
-            queues[t, :] = Q
-        for a in range(A):
-            m = 0.0
-            for j in range(p):
-                m += theta[a, j] * x[j]
-            if thompson:
-                if has_spare:
-                    g = spare
-                    has_spare = False
-                else:
-                    g, spare = _normal_pair(rng)
-                    has_spare = True
-                q = 0.0
+    t = 0
+    while t < T:
+        if early:
+            sole = _sole_agent(alpha, constrained, dead)
+            if sole >= 0:
+                return total + _forced_tail(R, order, t, sole, Q, assign, queues, counts,
+                                            trace)
+        nb = 1 if batch == 0 else min(batch, T - t)
+        for jj in range(nb):
+            x = Xd[order[t + jj]]
+            for a in range(A):
+                m = 0.0
                 for j in range(p):
-                    acc = 0.5 * Sigma[a, j, j] * x[j]
-                    for k in range(j + 1, p):
-                        acc += Sigma[a, j, k] * x[k]
-                    q += x[j] * acc
-                q *= 2.0
-                if q < 0.0:
+                    m += theta[a, j] * x[j]
+                if thompson:
+                    if has_spare:
+                        g = spare
+                        has_spare = False
+                    else:
+                        g, spare = _normal_pair(rng)
+                        has_spare = True
                     q = 0.0
-                m += kappa * math.sqrt(q) * g
-            mu[a] = _sigmoid_nb(m)
-        a = _select_nb(mu, Q, eta)
-        r = R[i, a]
-        total += r
-        counts[a] += 1
-        if trace:
-            assign[t] = a
-        _laplace_update_nb(theta[a], Sigma[a], x, float(r), w_min, w_max, Sx)
-        _queue_step_nb(Q, alpha, constrained, a)
+                    for j in range(p):
+                        acc = 0.5 * Sigma[a, j, j] * x[j]
+                        for k in range(j + 1, p):
+                            acc += Sigma[a, j, k] * x[k]
+                        q += x[j] * acc
+                    q *= 2.0
+                    if q < 0.0:
+                        q = 0.0
+                    m += kappa * math.sqrt(q) * g
+                S[jj, a] = _sigmoid_nb(m)
+        if batch == 0:
+            agent[0] = _select_nb(S[0], Q, eta)
+        else:
+            _batch_counts_nb(nb, alpha, Q, constrained, N)
+            for jj in range(nb):
+                for a in range(A):
+                    S[jj, a] -= eta * Q[a]
+            _batch_assign_nb(S, nb, N, constrained, agent, upper)
+        for a in range(A):
+            Nb[a] = 0
+        for jj in range(nb):
+            i = order[t + jj]
+            a = agent[jj]
+            r = R[i, a]
+            total += r
+            counts[a] += 1
+            Nb[a] += 1
+            if trace:
+                queues[t + jj, :] = Q
+                assign[t + jj] = a
+            _laplace_update_nb(theta[a], Sigma[a], Xd[i], float(r), w_min, w_max, Sx)
+        if batch == 0:
+            a = agent[0]
+            _queue_step_nb(Q, alpha, constrained, a)
+            if _may_die(a, alpha, constrained, eta, early, dead):
+                bound = 1.0
+                if not thompson:  # the largest greedy estimate over the stream
+                    bound = 0.0
+                    for i in range(Xd.shape[0]):
+                        m = 0.0
+                        for j in range(p):
+                            m += theta[a, j] * Xd[i, j]
+                        v = _sigmoid_nb(m)
+                        if v > bound:
+                            bound = v
+                _check_dead(a, bound, True, Q, eta, dead)
+        else:
+            _batch_queue_step_nb(Q, alpha, constrained, Nb, nb)
+        t += nb
     return total
 
 
 @njit(cache=True)
 def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
-              n_trees, max_depth, min_leaf, refit_every, rng, assign, queues, counts, trace,
-              stats):
+              n_trees, max_depth, min_leaf, refit_every, batch, early, rng, assign, queues,
+              counts, trace, stats):
     """One run of ``tree-greedy`` / ``tree-ts`` (App. E.2) on binned contexts.
 
     Each agent's forest is an online Poisson-bootstrap forest (see the notes
@@ -2534,8 +3003,11 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
     agent's trees at once (:func:`_online_observe_nb`), and after every
     ``refit_every`` of them the trees are refit incrementally to the exact
     weighted fit (:func:`_online_refit_nb`).  Predictions use the trees of
-    the last refit, as in the paper.  ``stats`` accumulates the refit
-    counters of :func:`_online_refit_nb` over agents.
+    the last refit, as in the paper.  In batch mode the whole batch is scored
+    with the trees in force at its start (Thompson: one random tree per task
+    and agent); its rewards then enter one by one with the usual refits.
+    ``stats`` accumulates the refit counters of :func:`_online_refit_nb` over
+    agents.
     """
     T = order.shape[0]
     A = R.shape[1]
@@ -2569,116 +3041,211 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
     nfeat = np.empty(n_trees, dtype=np.int64)
     nthr = np.empty(n_trees, dtype=np.int64)
     Q = np.zeros(A)
-    mu = np.empty(A)
+    dead = _initial_dead(alpha, constrained, batch, False)
+    nbmax = batch if batch > 0 else 1
+    S = np.empty((nbmax, A))
+    agent = np.empty(nbmax, dtype=np.int64)
+    N = np.zeros(A, dtype=np.int64)
+    Nb = np.zeros(A, dtype=np.int64)
+    upper = np.zeros(A, dtype=np.int64)
     total = 0
-    for t in range(T):
-        i = order[t]
-        xb = Xb[i]
-        if trace:
-            queues[t, :] = Q
+    t = 0
+    while t < T:
+        if early:
+            sole = _sole_agent(alpha, constrained, dead)
+            if sole >= 0:
+                return total + _forced_tail(R, order, t, sole, Q, assign, queues, counts,
+                                            trace)
+        nb = 1 if batch == 0 else min(batch, T - t)
+        for jj in range(nb):
+            xb = Xb[order[t + jj]]
+            for a in range(A):
+                if not fitted[a]:
+                    S[jj, a] = _uniform(rng) if thompson else 0.5
+                elif thompson:
+                    b = _randint(rng, n_trees)
+                    S[jj, a] = _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
+                else:
+                    acc = 0.0
+                    for b in range(n_trees):
+                        acc += _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
+                    S[jj, a] = acc / n_trees
+        if batch == 0:
+            agent[0] = _select_nb(S[0], Q, eta)
+        else:
+            _batch_counts_nb(nb, alpha, Q, constrained, N)
+            for jj in range(nb):
+                for a in range(A):
+                    S[jj, a] -= eta * Q[a]
+            _batch_assign_nb(S, nb, N, constrained, agent, upper)
         for a in range(A):
-            if not fitted[a]:
-                mu[a] = _uniform(rng) if thompson else 0.5
-            elif thompson:
-                b = _randint(rng, n_trees)
-                mu[a] = _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-            else:
-                acc = 0.0
-                for b in range(n_trees):
-                    acc += _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-                mu[a] = acc / n_trees
-        a = _select_nb(mu, Q, eta)
-        r = R[i, a]
-        total += r
-        counts[a] += 1
-        if trace:
-            assign[t] = a
-        k = nobs[a]
-        for j in range(d):
-            Xa[a, k, j] = xb[j]
-        ya[a, k] = r
-        _online_observe_nb(xb, r, k, max_depth, max_bins, rng, W[a], H[a], HS[a],
-                           node_c[a], node_s[a], feat[a], thr[a], head[a], nxt[a])
-        nobs[a] = k + 1
-        if nobs[a] % refit_every == 0:
-            _online_refit_nb(Xa[a], ya[a], W[a], nobs[a], n_bins, max_bins, max_depth,
-                             min_leaf, H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a],
-                             val[a], head[a], nxt[a], stale, can, cl, sl, best, bpos, tot_c, tot_s,
-                             nfeat, nthr, stats)
-            fitted[a] = True
-        _queue_step_nb(Q, alpha, constrained, a)
+            Nb[a] = 0
+        for jj in range(nb):
+            i = order[t + jj]
+            xb = Xb[i]
+            a = agent[jj]
+            r = R[i, a]
+            total += r
+            counts[a] += 1
+            Nb[a] += 1
+            if trace:
+                queues[t + jj, :] = Q
+                assign[t + jj] = a
+            k = nobs[a]
+            for j in range(d):
+                Xa[a, k, j] = xb[j]
+            ya[a, k] = r
+            _online_observe_nb(xb, r, k, max_depth, max_bins, rng, W[a], H[a], HS[a],
+                               node_c[a], node_s[a], feat[a], thr[a], head[a], nxt[a])
+            nobs[a] = k + 1
+            if nobs[a] % refit_every == 0:
+                _online_refit_nb(Xa[a], ya[a], W[a], nobs[a], n_bins, max_bins, max_depth,
+                                 min_leaf, H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a],
+                                 val[a], head[a], nxt[a], stale, can, cl, sl, best, bpos,
+                                 tot_c, tot_s, nfeat, nthr, stats)
+                fitted[a] = True
+        if batch == 0:
+            a = agent[0]
+            _queue_step_nb(Q, alpha, constrained, a)
+            if _may_die(a, alpha, constrained, eta, early, dead):
+                if fitted[a]:  # every prediction is a mean of stored leaf values
+                    bound = 0.0
+                    for b in range(n_trees):
+                        for v in val[a, b]:
+                            if v > bound:
+                                bound = v
+                else:
+                    bound = 1.0 if thompson else 0.5
+                # a Thompson draw is one stored value; a greedy mean may round up
+                _check_dead(a, bound, thompson or not fitted[a], Q, eta, dead)
+        else:
+            _batch_queue_step_nb(Q, alpha, constrained, Nb, nb)
+        t += nb
     return total
 
 
 @njit(parallel=True, cache=True)
-def _noncontextual_runs(R, orders, alpha, constrained, eta, learned, states, assign, queues):
+def _noncontextual_runs(R, orders, alpha, constrained, eta, learned, batch, early, states,
+                        assign, queues):
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
     trace = assign.shape[1] > 0
     for k in prange(runs):
-        rewards[k] = _noncontextual_run(R, orders[k], alpha, constrained, eta, learned,
-                                        states[k], assign[k], queues[k], counts[k], trace)
+        rewards[k] = _noncontextual_run(R, orders[k], alpha, constrained, eta, learned, batch,
+                                        early, states[k], assign[k], queues[k], counts[k],
+                                        trace)
     return rewards, counts
 
 
 @njit(parallel=True, cache=True)
 def _logistic_runs(Xd, R, orders, alpha, constrained, eta, thompson, kappa, gamma,
-                   w_min, w_max, states, assign, queues):
+                   w_min, w_max, batch, early, states, assign, queues):
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
     trace = assign.shape[1] > 0
     for k in prange(runs):
         rewards[k] = _logistic_run(Xd, R, orders[k], alpha, constrained, eta, thompson,
-                                   kappa, gamma, w_min, w_max, states[k], assign[k],
-                                   queues[k], counts[k], trace)
+                                   kappa, gamma, w_min, w_max, batch, early, states[k],
+                                   assign[k], queues[k], counts[k], trace)
     return rewards, counts
 
 
 @njit(parallel=True, cache=True)
 def _tree_runs(Xb, n_bins, max_bins, R, orders, alpha, constrained, eta, thompson,
-               n_trees, max_depth, min_leaf, refit_every, states, assign, queues, stats):
+               n_trees, max_depth, min_leaf, refit_every, batch, early, states, assign,
+               queues, stats):
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
     trace = assign.shape[1] > 0
     for k in prange(runs):
         rewards[k] = _tree_run(Xb, n_bins, max_bins, R, orders[k], alpha, constrained, eta,
-                               thompson, n_trees, max_depth, min_leaf, refit_every,
-                               states[k], assign[k], queues[k], counts[k], trace, stats[k])
+                               thompson, n_trees, max_depth, min_leaf, refit_every, batch,
+                               early, states[k], assign[k], queues[k], counts[k], trace,
+                               stats[k])
     return rewards, counts
 
 
-def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, traces):
-    """Dispatch the compiled kernels of one online policy over all runs."""
+def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, traces,
+               batch=0):
+    """Dispatch the compiled kernels of one online policy over all runs.
+
+    ``batch`` is the mini-batch size B, 0 for the online rule.
+    """
     runs, T = orders.shape
     A = R.shape[1]
     assign = np.zeros((runs, T if traces else 0), dtype=np.int32)
     queues = np.zeros((runs, T if traces else 0, A))
     R = np.ascontiguousarray(R, dtype=np.uint8)
     s = settings
+    batch = int(batch)
+    early = bool(_EARLY_EXIT)
     if policy in ("random", "marginal"):
         rewards, counts = _noncontextual_runs(R, orders, alpha, constrained, eta,
-                                              policy == "marginal", states, assign, queues)
+                                              policy == "marginal", batch, early, states,
+                                              assign, queues)
     elif policy.startswith("logistic"):
         Xd = np.ascontiguousarray(np.column_stack([np.ones(T), X]))
         rewards, counts = _logistic_runs(Xd, R, orders, alpha, constrained, eta,
                                          policy.endswith("-ts"), float(s.kappa),
                                          float(s.gamma), float(s.w_min), float(s.w_max),
-                                         states, assign, queues)
+                                         batch, early, states, assign, queues)
     else:
         Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
         max_bins = int(n_bins.max()) if len(n_bins) else 1
         stats = np.zeros((runs, 3 * s.max_depth), dtype=np.int64)
         rewards, counts = _tree_runs(Xb, n_bins, max_bins, R, orders, alpha, constrained,
                                      eta, policy.endswith("-ts"), s.n_trees, s.max_depth,
-                                     s.min_samples_leaf, s.refit_every, states, assign, queues,
-                                     stats)
+                                     s.min_samples_leaf, s.refit_every, batch, early, states,
+                                     assign, queues, stats)
     if not traces:
         assign = queues = None
     return rewards, counts, assign, queues
 
+
+
+def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
+    """:func:`simulate` for every policy at every capacity vector, as a tidy table.
+
+    The general form of the paper's capacity sweeps (Sec. 4.1, App. H.3-H.6):
+    ``capacities`` is a list of capacity vectors (any number of agents, free
+    agents as ``None``) and ``x`` the value each is plotted at (by default the
+    first agent's capacity); ``kwargs`` go to :func:`simulate` (``runs``,
+    ``eta``, ``seed``, ``batch_size``, ...).  Returns a ``pandas.DataFrame``
+    with the columns of :func:`error_vs_capacity` (``task``, ``policy``,
+    ``alpha1`` = x, ``runs``, ``error``, ``std``, ``ci_low``, ``ci_high`` (95%
+    across runs), ``frac1``, ``errors``) plus ``eta``, ``batch_size``,
+    ``capacities`` and ``shares`` (mean realised share of every agent), so
+    that :func:`error_table` and :func:`plot_error_vs_capacity` apply.  Run k
+    of every row sees the same task order, so rows can be compared run by run.
+    """
+    import pandas as pd
+
+    if isinstance(policies, str):
+        raise TypeError("policies must be a list of policy names, not a single string")
+    capacities = [list(c) for c in capacities]
+    if len(capacities) == 0:
+        raise ValueError("capacities must list at least one capacity vector")
+    if x is None:
+        x = [c[0] if c[0] is not None else float("nan") for c in capacities]
+    x = list(x)
+    if len(x) != len(capacities):
+        raise ValueError(f"x has {len(x)} values but there are {len(capacities)} "
+                         f"capacity vectors")
+    rows = []
+    for policy in policies:
+        for xi, caps in zip(x, capacities):
+            res = simulate(X, R, caps, policy, **kwargs)
+            m, lo, hi = mean_ci(res.errors)
+            rows.append({"task": label, "policy": policy, "alpha1": float(xi),
+                         "runs": res.runs, "error": m, "std": res.std, "ci_low": lo,
+                         "ci_high": hi, "frac1": float(res.assigned[:, 0].mean()),
+                         "errors": np.asarray(res.errors, dtype=float), "eta": res.eta,
+                         "batch_size": res.batch_size, "capacities": res.capacities,
+                         "shares": res.assigned.mean(axis=0)})
+    return pd.DataFrame(rows)
 
 # --- offline unconstrained benchmark (Sec. 4) --------------------------------
 
@@ -5685,30 +6252,12 @@ def _simulate_block(X, R, capacities, policy, run_start, run_stop, *, eta=DEFAUL
     children is spawned, and every engine computes each run from its own
     child alone (see :func:`_stream_orders`).
     """
-    X, R, alpha, constrained, eta, _, seed, caps = _validate_simulation(
+    X, R, alpha, constrained, eta, _, seed, caps, _ = _validate_simulation(
         X, R, capacities, policy, eta, max(run_stop, 1), seed, engine, settings)
-    T, A = R.shape
-    children = np.random.SeedSequence(seed).spawn(run_stop)[run_start:]
-    runs = len(children)
-    orders = np.empty((runs, T), dtype=np.int64)
-    policy_seeds = []
-    for k, child in enumerate(children):
-        perm_ss, policy_ss = child.spawn(2)
-        orders[k] = np.random.default_rng(perm_ss).permutation(T)
-        policy_seeds.append(policy_ss)
-    if policy.startswith("offline-"):
-        rewards, counts, _ = _offline_runs(X, R, orders, policy, policy_seeds, engine, settings)
-    elif engine == "reference":
-        rewards = np.zeros(runs, dtype=np.int64)
-        counts = np.zeros((runs, A), dtype=np.int64)
-        for k in range(runs):
-            rng = np.random.default_rng(policy_seeds[k])
-            a_k, _ = _reference_run(X, R, orders[k], caps, eta, policy, rng, settings)
-            rewards[k] = R[orders[k], a_k].sum()
-            counts[k] = np.bincount(a_k, minlength=A)
-    else:
-        rewards, counts, _, _ = _fast_runs(X, R, orders, alpha, constrained, eta, policy,
-                                           _rng_states(policy_seeds), settings, False)
+    T = R.shape[0]
+    orders, policy_seeds = _stream_orders(seed, run_stop, T, start=run_start)
+    rewards, counts, _, _ = _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps,
+                                        eta, policy, engine, settings, False, None)
     return 1.0 - rewards / T, counts / T
 
 
