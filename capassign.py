@@ -2793,6 +2793,32 @@ def _check_dead(a, bound, exact, Q, eta, dead):
         dead[a] = 2
 
 
+@njit(cache=True, inline="always")
+def _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper):
+    """Agents for the ``nb`` tasks scored in ``S``: the online rule (Eq. 2)
+    when ``batch`` is 0, else the mini-batch counts and exact assignment of
+    Sec. 4.2 (``S`` is turned into adjusted scores in place)."""
+    if batch == 0:
+        agent[0] = _select_nb(S[0], Q, eta)
+    else:
+        _batch_counts_nb(nb, alpha, Q, constrained, N)
+        for jj in range(nb):
+            for a in range(S.shape[1]):
+                S[jj, a] -= eta * Q[a]
+        _batch_assign_nb(S, nb, N, constrained, agent, upper)
+
+
+@njit(cache=True, inline="always")
+def _record_nb(R, i, a, t, Q, counts, Nb, trace, assign, queues):
+    """Book task i (step t of the run) to agent a; return its reward."""
+    counts[a] += 1
+    Nb[a] += 1
+    if trace:
+        queues[t, :] = Q
+        assign[t] = a
+    return R[i, a]
+
+
 @njit(cache=True)
 def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early, rng,
                        assign, queues, counts, trace):
@@ -2862,20 +2888,14 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
                     tmp = agent[j]
                     agent[j] = agent[k]
                     agent[k] = tmp
-        for a in range(A):
-            Nb[a] = 0
+        Nb[:] = 0
         for j in range(nb):
             i = order[t + j]
             a = agent[j]
-            r = R[i, a]
+            r = _record_nb(R, i, a, t + j, Q, counts, Nb, trace, assign, queues)
             n[a] += 1.0
             s[a] += r
             total += r
-            counts[a] += 1
-            Nb[a] += 1
-            if trace:
-                queues[t + j, :] = Q
-                assign[t + j] = a
         if batch == 0:
             a = agent[0]
             _queue_step_nb(Q, alpha, constrained, a)
@@ -2950,26 +2970,13 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
                         q = 0.0
                     m += kappa * math.sqrt(q) * g
                 S[jj, a] = _sigmoid_nb(m)
-        if batch == 0:
-            agent[0] = _select_nb(S[0], Q, eta)
-        else:
-            _batch_counts_nb(nb, alpha, Q, constrained, N)
-            for jj in range(nb):
-                for a in range(A):
-                    S[jj, a] -= eta * Q[a]
-            _batch_assign_nb(S, nb, N, constrained, agent, upper)
-        for a in range(A):
-            Nb[a] = 0
+        _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
+        Nb[:] = 0
         for jj in range(nb):
             i = order[t + jj]
             a = agent[jj]
-            r = R[i, a]
+            r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
             total += r
-            counts[a] += 1
-            Nb[a] += 1
-            if trace:
-                queues[t + jj, :] = Q
-                assign[t + jj] = a
             _laplace_update_nb(theta[a], Sigma[a], Xd[i], float(r), w_min, w_max, Sx)
         if batch == 0:
             a = agent[0]
@@ -3070,27 +3077,14 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
                     for b in range(n_trees):
                         acc += _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
                     S[jj, a] = acc / n_trees
-        if batch == 0:
-            agent[0] = _select_nb(S[0], Q, eta)
-        else:
-            _batch_counts_nb(nb, alpha, Q, constrained, N)
-            for jj in range(nb):
-                for a in range(A):
-                    S[jj, a] -= eta * Q[a]
-            _batch_assign_nb(S, nb, N, constrained, agent, upper)
-        for a in range(A):
-            Nb[a] = 0
+        _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
+        Nb[:] = 0
         for jj in range(nb):
             i = order[t + jj]
             xb = Xb[i]
             a = agent[jj]
-            r = R[i, a]
+            r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
             total += r
-            counts[a] += 1
-            Nb[a] += 1
-            if trace:
-                queues[t + jj, :] = Q
-                assign[t + jj] = a
             k = nobs[a]
             for j in range(d):
                 Xa[a, k, j] = xb[j]
