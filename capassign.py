@@ -5329,7 +5329,7 @@ def _cached_task(name, seed, split):
 
 
 def load_task(name, seed=0, *, split="random"):
-    """Load a prediction-task stream with every agent's rewards (the paper, Sec. 5).
+    """Load a prediction-task stream with every agent's rewards (the paper, Sec. 4 and App. H.1).
 
     Parameters
     ----------
