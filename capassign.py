@@ -13,11 +13,16 @@ The module is organised in the order data flows through it:
 3. reward models            - Laplace-logistic and bootstrap-tree models (App. E)
 4. capacity control         - virtual queues (Eq. 1-2, App. F), free agents
                               (App. H.4), mini-batch allocation (App. H.5)
-5. simulation engine        - Algorithm 1, a literal reference path and a fast path
-6. tasks                    - data registry, loaders, agent construction
-7. experiments              - sweeps over tasks, policies, capacities and runs
-8. plotting                 - figures in the paper's style
-9. command line             - ``python -m capassign ...``
+5. simulation engine        - Algorithm 1, a literal reference path and a fast
+                              path; mini-batches (Sec. 4.2)
+6. streaming router         - live assignment with delayed rewards and saved state
+7. tasks                    - data registry, loaders, agent construction
+8. experiments              - error-vs-capacity tables, the paper's numbers and
+                              claims, hindsight gaps, paired tests, regret,
+                              capacity adherence
+9. resumable sweeps         - grids stored cell by cell, joblib or Dask
+10. plotting                - figures in the paper's style
+11. command line            - ``python -m capassign ...``
 
 Notation follows the paper: ``alpha`` are capacities, ``eta`` the queue
 penalty, ``mu`` conditional expected rewards, ``shadow_prices`` the Lagrange
@@ -3484,7 +3489,7 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
 
 
 # =============================================================================
-# 5b. Streaming router (live use)
+# 6. Streaming router (live use)
 # =============================================================================
 #
 # Router is Algorithm 1 for a live stream: tasks arrive one at a time (or in
@@ -4458,7 +4463,7 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
 
 
 # =============================================================================
-# 6. Tasks
+# 7. Tasks
 # =============================================================================
 
 import functools  # noqa: E402  (used by the task cache below)
@@ -5396,11 +5401,11 @@ def accuracy_by_context(x, R, *, bins=10):
 
 
 # =============================================================================
-# 7. Experiments
+# 8. Experiments
 # =============================================================================
 
 #: Numbers reported in the paper, quoted so every chapter can print them beside
-#: ours (Table 3 is :data:`PAPER_TABLE3` in section 6).
+#: ours (Table 3 is :data:`PAPER_TABLE3` in section 7).
 #: Table 4 (App. H.2): error rates at alpha = (0.5, 0.5), 10 runs, agent
 #: construction seeds 0-4, for (non-contextual, logistic greedy, tree greedy).
 PAPER_TABLE4 = {
@@ -6213,7 +6218,7 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
 
 
 # =============================================================================
-# 7b. Resumable sweeps
+# 9. Resumable sweeps
 # =============================================================================
 #
 # A sweep is a grid of cells (task, policy, capacities, block of runs).  Each
@@ -6527,7 +6532,7 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
 
 
 # =============================================================================
-# 8. Plotting
+# 10. Plotting
 # =============================================================================
 
 #: Colours and line styles shared by every figure of the book.
@@ -6724,7 +6729,7 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
 
 
 # =============================================================================
-# 9. Command line
+# 11. Command line
 # =============================================================================
 
 #: The repository root when running from a checkout (chapters live there).
