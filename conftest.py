@@ -11,6 +11,10 @@ fetched; if they cannot be had, the chapter's cells are skipped with the
 message that says how to get the data, instead of failing.
 """
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,3 +56,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(
                 reason=f"data not available ({verdicts[path]}); set CAPASSIGN_DATA "
                        f"or run `python -m capassign data fetch`"))
+
+
+@pytest.fixture(scope="session")
+def book_html(tmp_path_factory):
+    """The strict HTML build of the book (``-W -n``, zero warnings), made once per
+    session for the pipeline and browser tests; returns its html folder."""
+    root = Path(__file__).resolve().parent
+    out = tmp_path_factory.mktemp("book")
+    exe = Path(sys.executable).parent / "jupyter-book"
+    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(root), "--all", "-W", "-n",
+           "--keep-going", "--path-output", str(out)]
+    start = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=root,
+                         env={**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    print(f"\nbook built in {time.perf_counter() - start:.1f} s into {out}")
+    return out / "_build" / "html"

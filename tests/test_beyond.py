@@ -8,8 +8,6 @@ tests and intervals, explicit loops over runs and steps, the virtual queues
 of section 4 driven one decision at a time, and hand-worked examples.
 """
 
-import itertools
-
 import matplotlib
 import numpy as np
 import pandas as pd

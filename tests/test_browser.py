@@ -37,10 +37,7 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from html.parser import HTMLParser
@@ -110,21 +107,6 @@ PAGES = _toc_pages()
 
 
 # --------------------------------------------------------------------------- fixtures
-
-@pytest.fixture(scope="session")
-def book_html(tmp_path_factory):
-    """The strict HTML build of the book, made once per session; returns its html folder."""
-    out = tmp_path_factory.mktemp("book")
-    exe = Path(sys.executable).parent / "jupyter-book"
-    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(ROOT), "--all", "-W", "-n",
-           "--keep-going", "--path-output", str(out)]
-    start = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"})
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
-    print(f"\nbook built in {time.perf_counter() - start:.1f} s into {out}")
-    return out / "_build" / "html"
-
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - the base class's name

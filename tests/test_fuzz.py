@@ -9,7 +9,6 @@ offending argument - never another exception, a hang or a silent NaN.
 import json
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
