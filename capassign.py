@@ -2499,8 +2499,9 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         Both engines use the same permutations.
     engine : {"fast", "reference"}
         ``"reference"`` is the plain Python loop over the model classes of
-        section 3 (slow, the definition); ``"fast"`` runs compiled kernels in
-        parallel over runs (results do not depend on the thread count).  The
+        section 3 (slow, the definition), its runs spread over the cores in
+        separate processes; ``"fast"`` runs compiled kernels in parallel over
+        runs.  Neither engine's results depend on the number of cores.  The
         two agree in distribution, not draw by draw.  One deliberate
         difference: the fast tree policies bin the contexts
         (``settings.max_bins``) and use the online Poisson bootstrap of
@@ -2568,13 +2569,8 @@ def _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps, eta, polic
         counts = np.zeros((runs, A), dtype=np.int64)
         assign = np.zeros((runs, T), dtype=np.int32)
         queues = np.zeros((runs, T, A))
-        for k in range(runs):
-            rng = np.random.default_rng(policy_seeds[k])
-            if batch_size is None:
-                a_k, q_k = _reference_run(X, R, orders[k], caps, eta, policy, rng, settings)
-            else:
-                a_k, q_k = _reference_batch_run(X, R, orders[k], caps, eta, policy, rng,
-                                                settings, batch_size)
+        for k, (a_k, q_k) in enumerate(_reference_runs(X, R, orders, policy_seeds, caps, eta,
+                                                        policy, settings, batch_size)):
             assign[k] = a_k
             queues[k] = q_k
             rewards[k] = R[orders[k], a_k].sum()
@@ -2584,6 +2580,39 @@ def _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps, eta, polic
             X, R, orders, alpha, constrained, eta, policy, _rng_states(policy_seeds),
             settings, traces, batch=batch_size or 0)
     return rewards, counts, assign, queues
+
+
+def _reference_one(X, R, order, caps, eta, policy, policy_seed, settings, batch_size):
+    """One run of the reference engine: its assignments and queue trace."""
+    rng = np.random.default_rng(policy_seed)
+    if batch_size is None:
+        return _reference_run(X, R, order, caps, eta, policy, rng, settings)
+    return _reference_batch_run(X, R, order, caps, eta, policy, rng, settings, batch_size)
+
+
+def _reference_runs(X, R, orders, policy_seeds, caps, eta, policy, settings, batch_size):
+    """The reference engine's runs, spread over the machine's cores.
+
+    Each run depends on its own task order and policy seed only, so the runs
+    are computed in separate processes (joblib's loky backend, one per core)
+    and the numbers do not depend on how many there are.  A single run, or a
+    single core, stays in this process.
+    """
+    args = (caps, eta, policy)
+    n_jobs = min(len(orders), os.cpu_count() or 1)
+    if n_jobs < 2:
+        return [_reference_one(X, R, order, *args, ps, settings, batch_size)
+                for order, ps in zip(orders, policy_seeds)]
+    import warnings
+
+    import joblib
+
+    with warnings.catch_warnings():
+        # loky may note that an idle worker was replaced; that changes nothing
+        warnings.simplefilter("ignore", UserWarning)
+        return joblib.Parallel(n_jobs=n_jobs, backend="loky")(
+            joblib.delayed(_reference_one)(X, R, order, *args, ps, settings, batch_size)
+            for order, ps in zip(orders, policy_seeds))
 
 
 def _reference_run(X, R, order, capacities, eta, policy, rng, settings):
