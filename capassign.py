@@ -1187,6 +1187,30 @@ def _sigmoid_nb(z):
     return e / (1.0 + e)
 
 
+@njit(cache=True, inline="always")
+def _logistic_score_nb(theta, Sigma, x, thompson, kappa, g):
+    """Score of one agent's Laplace-logistic model at design vector x (App. E.1):
+    sigmoid(theta'x), or with ``thompson`` the draw
+    sigmoid(theta'x + kappa sqrt(x' Sigma x) g) for the standard normal g, a
+    scalar draw with the law of theta'x under theta ~ N(theta_hat, kappa^2 Sigma)."""
+    p = x.shape[0]
+    m = 0.0
+    for j in range(p):
+        m += theta[j] * x[j]
+    if thompson:
+        q = 0.0
+        for j in range(p):
+            acc = 0.5 * Sigma[j, j] * x[j]
+            for k in range(j + 1, p):
+                acc += Sigma[j, k] * x[k]
+            q += x[j] * acc
+        q *= 2.0
+        if q < 0.0:
+            q = 0.0
+        m += kappa * math.sqrt(q) * g
+    return _sigmoid_nb(m)
+
+
 @njit(cache=True)
 def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
     """One Laplace-logistic step in place (App. E.1); ``Sx`` is scratch.
@@ -2828,6 +2852,17 @@ def _check_dead(a, bound, exact, Q, eta, dead):
 
 
 @njit(cache=True, inline="always")
+def _decision_scratch_nb(batch, A):
+    """Scratch of one run's decisions: scores ``S`` and chosen agents of up to
+    one batch of tasks (one task online), and per-agent counts ``N`` (batch
+    quota), ``Nb`` (assigned in this batch) and ``upper`` (assignment bounds)."""
+    nbmax = batch if batch > 0 else 1
+    return (np.empty((nbmax, A)), np.empty(nbmax, dtype=np.int64),
+            np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.int64),
+            np.zeros(A, dtype=np.int64))
+
+
+@njit(cache=True, inline="always")
 def _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper):
     """Agents for the ``nb`` tasks scored in ``S``: the online rule (Eq. 2)
     when ``batch`` is 0, else the mini-batch counts and exact assignment of
@@ -2874,12 +2909,7 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
         if alpha[a] > 0.0:
             last = a
     dead = _initial_dead(alpha, constrained, batch, not learned)
-    nbmax = batch if batch > 0 else 1
-    S = np.empty((nbmax, A))
-    agent = np.empty(nbmax, dtype=np.int64)
-    N = np.zeros(A, dtype=np.int64)
-    Nb = np.zeros(A, dtype=np.int64)
-    upper = np.zeros(A, dtype=np.int64)
+    S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
     t = 0
     while t < T:
@@ -2963,12 +2993,7 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
     Q = np.zeros(A)
     Sx = np.empty(p)
     dead = _initial_dead(alpha, constrained, batch, False)
-    nbmax = batch if batch > 0 else 1
-    S = np.empty((nbmax, A))
-    agent = np.empty(nbmax, dtype=np.int64)
-    N = np.zeros(A, dtype=np.int64)
-    Nb = np.zeros(A, dtype=np.int64)
-    upper = np.zeros(A, dtype=np.int64)
+    S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
     spare = 0.0
     has_spare = False
@@ -2983,9 +3008,7 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
         for jj in range(nb):
             x = Xd[order[t + jj]]
             for a in range(A):
-                m = 0.0
-                for j in range(p):
-                    m += theta[a, j] * x[j]
+                g = 0.0
                 if thompson:
                     if has_spare:
                         g = spare
@@ -2993,17 +3016,7 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
                     else:
                         g, spare = _normal_pair(rng)
                         has_spare = True
-                    q = 0.0
-                    for j in range(p):
-                        acc = 0.5 * Sigma[a, j, j] * x[j]
-                        for k in range(j + 1, p):
-                            acc += Sigma[a, j, k] * x[k]
-                        q += x[j] * acc
-                    q *= 2.0
-                    if q < 0.0:
-                        q = 0.0
-                    m += kappa * math.sqrt(q) * g
-                S[jj, a] = _sigmoid_nb(m)
+                S[jj, a] = _logistic_score_nb(theta[a], Sigma[a], x, thompson, kappa, g)
         _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         Nb[:] = 0
         for jj in range(nb):
@@ -3083,12 +3096,7 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
     nthr = np.empty(n_trees, dtype=np.int64)
     Q = np.zeros(A)
     dead = _initial_dead(alpha, constrained, batch, False)
-    nbmax = batch if batch > 0 else 1
-    S = np.empty((nbmax, A))
-    agent = np.empty(nbmax, dtype=np.int64)
-    N = np.zeros(A, dtype=np.int64)
-    Nb = np.zeros(A, dtype=np.int64)
-    upper = np.zeros(A, dtype=np.int64)
+    S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
     t = 0
     while t < T:
@@ -3685,9 +3693,7 @@ def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
         for j in range(p - 1):
             xd[j + 1] = X[i, j]
         for a in range(A):
-            m = 0.0
-            for j in range(p):
-                m += theta[a, j] * xd[j]
+            g = 0.0
             if thompson:
                 if gauss[0] != 0.0:
                     g = gauss[1]
@@ -3696,17 +3702,7 @@ def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
                     g, spare = _normal_pair(rng)
                     gauss[0] = 1.0
                     gauss[1] = spare
-                q = 0.0
-                for j in range(p):
-                    acc = 0.5 * Sigma[a, j, j] * xd[j]
-                    for k in range(j + 1, p):
-                        acc += Sigma[a, j, k] * xd[k]
-                    q += xd[j] * acc
-                q *= 2.0
-                if q < 0.0:
-                    q = 0.0
-                m += kappa * math.sqrt(q) * g
-            mu[i, a] = _sigmoid_nb(m)
+            mu[i, a] = _logistic_score_nb(theta[a], Sigma[a], xd, thompson, kappa, g)
     if not step:
         return -1
     chosen = _select_nb(mu[0], Q, eta)
