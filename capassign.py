@@ -4905,14 +4905,18 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     then cut from the stream itself (see :class:`Router`).  Returns a dict
     policy (or ``"<policy>, stream bins"``) -> wall-clock microseconds per task.
 
-    Measured (T = 20000, d = 12, one core shared with other work): bins from
-    the stream cost about 2 us more per task than bins from a given
-    ``X_reference`` (tree-greedy 21.3 -> 23.1 us, tree-ts 20.6 -> 22.6 us),
-    most of it in the nine re-cuts, each of which re-bins and replays every
-    stored row; the error moved by at most 0.002 (tree-greedy 0.324 -> 0.324,
-    tree-ts 0.333 -> 0.334): quantile edges from the first thousands of
-    contexts are as good as edges from all of them, and the first 64 tasks,
-    routed with a single bin per feature, are too few to matter.
+    Measured once (T = 20000, d = 12, on a machine shared with other work, so
+    the figures move by a few us from run to run): with bins from the stream
+    the tree policies took 39.7 (tree-greedy) and 34.2 (tree-ts) CPU us per
+    task against 23.6 and 25.7 with the whole stream as ``X_reference``, and
+    their error was 0.3270 and 0.3310 against 0.3242 and 0.3328.  The nine
+    re-cuts themselves (re-binning and rebuilding every forest, the last one
+    at 16384 contexts) took 3.5 us per task of that stream; after the last cut
+    there are none, so their share falls on longer streams.  The remainder is
+    not pinned down; part of it is how the forests respond to the edges, not
+    the cutting: a router given only the first 16384 contexts as
+    ``X_reference`` was also slower, per stretch of 4000 tasks, than one given
+    all 20000 (23-39 against 21-23 us).
     """
     import time
 
