@@ -176,3 +176,18 @@ def test_mutated_states_restore_or_name_the_field(leaf, value):
         a = router.assign(np.zeros(router.n_features or 3))
         router.update(router.last_task_id, a, 1)
         json.dumps(router.state_dict())
+
+
+@pytest.mark.parametrize("name", ["marginal", "logistic", "tree"])
+def test_version_1_states_are_still_read(name):
+    # schema 1: no ids' sequence numbers, no expiry settings or counters
+    v2 = copy.deepcopy(STATES[name])
+    v1 = {k: v for k, v in v2.items() if k not in ("max_pending", "max_age", "n_cancelled",
+                                                   "n_expired", "last_task_id")}
+    v1["schema"] = "capassign.router/1"
+    v1["pending"] = [e[:3] for e in v2["pending"]]
+    router = ca.Router.from_state(v1)
+    assert router.pending == [e[0] for e in v2["pending"]] and router.max_pending is None
+    np.testing.assert_array_equal(router.Q, v2["Q"])
+    x = np.linspace(-1, 1, 3)
+    assert router.assign(x) == ca.Router.from_state(copy.deepcopy(v2)).assign(x)
