@@ -72,11 +72,9 @@ def brute_force(V, lo, hi):
 
 
 @st.composite
-def reward_matrix(draw, T_min, T_max, A, binary=None):
+def reward_matrix(draw, T_min, T_max, A):
     T = draw(st.integers(T_min, T_max))
-    if binary is None:
-        binary = draw(st.booleans())
-    cell = st.sampled_from([0.0, 1.0]) if binary else unit
+    cell = st.sampled_from([0.0, 1.0])        # rewards are 0 or 1 (capassign.REWARD_RULE)
     return np.array(draw(st.lists(st.lists(cell, min_size=A, max_size=A),
                                   min_size=T, max_size=T)))
 
