@@ -72,11 +72,9 @@ def brute_force(V, lo, hi):
 
 
 @st.composite
-def reward_matrix(draw, T_min, T_max, A, binary=None):
+def reward_matrix(draw, T_min, T_max, A):
     T = draw(st.integers(T_min, T_max))
-    if binary is None:
-        binary = draw(st.booleans())
-    cell = st.sampled_from([0.0, 1.0]) if binary else unit
+    cell = st.sampled_from([0.0, 1.0])        # rewards are 0 or 1 (capassign.REWARD_RULE)
     return np.array(draw(st.lists(st.lists(cell, min_size=A, max_size=A),
                                   min_size=T, max_size=T)))
 
@@ -131,14 +129,14 @@ def test_hindsight_sort_equals_lp_for_two_agents(data):
 
 @pytest.mark.parametrize("A", [2, 3])
 def test_hindsight_interior_point_path(A, monkeypatch):
-    # real-valued rewards: every row is distinct.  Lowering the dual-simplex
-    # limit sends the programme to the interior-point method with crossover
+    # 0/1 rewards (the one reward rule).  Lowering the dual-simplex limit
+    # sends the programme to the interior-point method with crossover
     rng = np.random.default_rng(7 + A)
     T = 1500
-    R = rng.random((T, A))
+    R = (rng.random((T, A)) < 0.6).astype(float)
     caps = [0.3, 0.7] if A == 2 else [0.2, 0.3, 0.5]
     ds = ca.hindsight_optimum(R, caps, method="lp")
-    monkeypatch.setattr(ca, "_DS_MAX_VARIABLES", 10)
+    monkeypatch.setattr(ca, "_DS_MAX_VARIABLES", 4)
     ipm = ca.hindsight_optimum(R, caps, method="lp")
     assert math.isclose(ipm.reward, ds.reward, rel_tol=0, abs_tol=1e-9)
     assert np.all(ipm.counts >= ipm.lower) and np.all(ipm.counts <= ipm.upper)
@@ -256,7 +254,7 @@ def test_hindsight_validation():
         ca.hindsight_optimum(np.array([1.0, 0.0]), [0.5, 0.5])
     with pytest.raises(ValueError, match="R"):
         ca.hindsight_optimum(np.array([[np.nan, 0.0]]), [0.5, 0.5])
-    with pytest.raises(ValueError, match=r"R must hold rewards in \[0, 1\]"):
+    with pytest.raises(ValueError, match="R: rewards must be 0 or 1"):
         ca.hindsight_optimum(np.array([[1.5, 0.0]]), [0.5, 0.5])
     with pytest.raises(ValueError, match="at least one row"):
         ca.hindsight_optimum(np.zeros((0, 2)), [0.5, 0.5])
