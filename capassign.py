@@ -275,6 +275,230 @@ def random_assignment_value(mu, capacities, weights=None):
     return float(w @ mu @ alpha)
 
 
+#: Above this many contexts of positive weight, :func:`optimal_assignment`
+#: solves the problem through its dual (A variables) instead of handing the
+#: whole n x A programme to HiGHS, whose time grows about quadratically in n.
+#: Every chapter solves at most 2,001 contexts, so all of them use the direct
+#: programme (their printed numbers are those of HiGHS on the full problem).
+ORACLE_LP_MAX_CONTEXTS = 3000
+
+#: Rewards whose magnitude (after subtracting each context's best reward) is
+#: beyond this are rescaled before HiGHS sees them (it treats costs of 1e20
+#: and more as infinite); the shadow prices are scaled back.
+_ORACLE_MAX_SCALE = 1e6
+
+#: Contexts handed to HiGHS in the first round of the dual method.
+_DUAL_FIRST_CANDIDATES = 512
+
+
+def _assignment_lp(mu, w, cap, constrained):
+    """HiGHS on the masses y[i, a] = w_i P[i, a] (see :func:`optimal_assignment`).
+
+    ``cap`` are the right-hand sides of the constrained agents' rows (equalities
+    when every agent is constrained, ``<=`` otherwise).  Returns the row-normalised
+    assignment and the negated duals lambda (0 for free agents, not shifted).
+    """
+    from scipy.optimize import linprog
+    from scipy import sparse
+
+    m, A = mu.shape
+    # Variables are the masses y[i, a] = w_i P[i, a] (k = i * A + a), so that the
+    # objective coefficients are the rewards themselves and tiny context weights
+    # do not fall below the solver's tolerances.
+    cols = np.arange(m * A)
+    rows_ctx = sparse.csr_matrix((np.ones(m * A), (np.repeat(np.arange(m), A), cols)),
+                                 shape=(m, m * A))
+    cons_agents = np.flatnonzero(constrained)
+    k = cons_agents.size
+    capm = sparse.csr_matrix((np.ones(m * k), (np.repeat(np.arange(k), m),
+                                               (np.arange(m)[None, :] * A
+                                                + cons_agents[:, None]).ravel())),
+                             shape=(k, m * A))
+    c = -mu.ravel()
+    all_constrained = bool(constrained.all())
+    if all_constrained:
+        res = linprog(c, A_eq=sparse.vstack([rows_ctx, capm]).tocsr(),
+                      b_eq=np.concatenate([w, cap[cons_agents]]),
+                      bounds=(0, None), method="highs", options=_HIGHS_OPTIONS)
+    else:
+        res = linprog(c, A_ub=capm, b_ub=cap[cons_agents], A_eq=rows_ctx,
+                      b_eq=w, bounds=(0, None), method="highs",
+                      options=_HIGHS_OPTIONS)
+    if res.status != 0:  # pragma: no cover - the programme is always feasible and bounded
+        raise RuntimeError(f"HiGHS failed on the assignment programme: {res.message}")
+    if all_constrained:
+        duals = -np.asarray(res.eqlin.marginals)[m:]
+    else:
+        duals = -np.asarray(res.ineqlin.marginals)
+    lam = np.zeros(A)
+    lam[cons_agents] = duals
+    P = np.clip(np.asarray(res.x).reshape(m, A), 0.0, None)
+    return P / P.sum(axis=1, keepdims=True), lam
+
+
+def _solve_small(H, g):
+    """Solve the small symmetric system H x = g by Gaussian elimination with
+    partial pivoting in plain Python floats (no LAPACK: the same bits on every
+    machine)."""
+    k = len(g)
+    M = [[float(H[i, j]) for j in range(k)] + [float(g[i])] for i in range(k)]
+    for col in range(k):
+        piv = max(range(col, k), key=lambda r: abs(M[r][col]))
+        M[col], M[piv] = M[piv], M[col]
+        if M[col][col] == 0.0:
+            return None
+        for r in range(col + 1, k):
+            f = M[r][col] / M[col][col]
+            for j in range(col, k + 1):
+                M[r][j] -= f * M[col][j]
+    x = [0.0] * k
+    for i in range(k - 1, -1, -1):
+        x[i] = (M[i][k] - sum(M[i][j] * x[j] for j in range(i + 1, k))) / M[i][i]
+    return np.array(x)
+
+
+def _entropic_prices(mu, w, alpha, constrained, scale):
+    """Approximate shadow prices from the entropy-smoothed dual (Newton steps).
+
+    The dual of the assignment programme is min_lambda sum_i w_i max_a
+    (mu_ia - lambda_a) + sum_a alpha_a lambda_a (lambda_a >= 0 with a free
+    agent, lambda = 0 for free agents).  Replacing the max by the smooth
+    eps log-sum-exp gives a strictly convex function whose gradient is the
+    capacity gap alpha_a - sum_i w_i softmax_a((mu_i - lambda) / eps); Newton's
+    method with a backtracking line search minimises it for eps decreasing by
+    factors of ten, each solve starting from the last.  The result only seeds
+    the exact method of :func:`_assignment_dual`.  Column sums are numpy's
+    pairwise sums, never BLAS, so the result does not depend on the BLAS build.
+    """
+    m, A = mu.shape
+    cons = np.flatnonzero(constrained)
+    free_exists = cons.size < A
+    lam = np.zeros(A)
+    active = list(cons if free_exists else cons[1:])   # coordinates that move
+    full_mu, full_w = mu, w
+    # the coarse levels need no more than an evenly spaced subset of the contexts
+    for eps, size in zip(scale * np.array([1e-1, 1e-2, 1e-3, 1e-4]),
+                         (20_000, 20_000, 200_000, m)):
+        if size < m:
+            pick = np.arange(0, m, -(-m // size))
+            mu, w = full_mu[pick], full_w[pick] / full_w[pick].sum()
+        else:
+            mu, w = full_mu, full_w
+        lam = _entropic_newton(mu, w, alpha, cons, free_exists, active, lam, eps)
+    return lam
+
+
+def _entropic_newton(mu, w, alpha, cons, free_exists, active, lam, eps):
+    """Newton's method on the eps-smoothed dual (see :func:`_entropic_prices`)."""
+    wcol = w[:, None]
+    idx = np.array(active, dtype=int)
+
+    def smooth(lam):
+        Z = (mu - lam) / eps
+        zmax = Z.max(axis=1)
+        E = np.exp(Z - zmax[:, None])
+        s = E.sum(axis=1)
+        value = eps * float(np.sum(w * (np.log(s) + zmax))) + float(np.sum(alpha[cons] * lam[cons]))
+        return value, E / s[:, None]
+
+    value, S = smooth(lam)
+    for _ in range(40 if idx.size else 0):
+        load = (wcol * S).sum(axis=0)
+        g = alpha[idx] - load[idx]
+        if float(np.max(np.abs(g))) < 1e-10:
+            break
+        WS = wcol * S[:, idx]
+        H = -np.array([[float(np.sum(WS[:, p] * S[:, j])) for j in idx]
+                       for p in range(idx.size)])
+        H[np.diag_indices(idx.size)] += load[idx] + 1e-12
+        step = _solve_small(H / eps, g)
+        if step is None or not np.all(np.isfinite(step)):
+            break
+        t = 1.0
+        while True:   # backtracking line search
+            trial = lam.copy()
+            trial[idx] -= t * step
+            if free_exists:
+                trial[idx] = np.maximum(trial[idx], 0.0)
+            new_value, new_S = smooth(trial)
+            if new_value <= value or t < 1e-6:
+                break
+            t *= 0.5
+        if new_value > value:
+            break
+        done = new_value >= value - 1e-15 * max(1.0, abs(value))
+        lam, value, S = trial, new_value, new_S
+        if done:
+            break
+    return lam
+
+
+def _two_agent_prices(mu, w, alpha):
+    """Exact shadow prices of two constrained agents by sorting (Prop. 1)."""
+    delta = mu[:, 0] - mu[:, 1]
+    order = np.argsort(-delta, kind="stable")
+    cum = np.cumsum(w[order])
+    j = min(int(np.searchsorted(cum, alpha[0] - _MASS_TOL)), delta.size - 1)
+    return np.array([float(delta[order[j]]), 0.0])
+
+
+def _assignment_dual(mu, w, alpha, constrained):
+    """The assignment programme for many contexts, through its dual.
+
+    The dual has one variable per agent (the shadow prices); at optimal
+    prices every context goes to a maximiser of mu_a(x) - lambda_a, and only
+    contexts at a tie need to be split (Thm 1).  So: (1) approximate prices
+    come from sorting (two constrained agents) or from the smoothed dual
+    (:func:`_entropic_prices`); (2) the contexts whose best and second-best
+    adjusted rewards are closest are kept as candidates, every other context
+    is fixed to its best agent and its mass taken off that agent's capacity;
+    (3) HiGHS solves the programme on the candidates alone, which gives exact
+    prices and the split of the boundary contexts; (4) the fixed contexts are
+    checked against those prices (complementary slackness).  If one of them
+    is no longer at a best agent, or the fixed masses overfill an agent, the
+    candidate set is doubled around the new prices and (3)-(4) repeat; with
+    all contexts as candidates this is the full programme, so the method
+    always ends, and whatever it returns satisfies the optimality conditions
+    of the full problem.
+    """
+    m, A = mu.shape
+    tol = TIE_TOL * max(1.0, float(np.max(np.abs(mu))))
+    spread = float(np.max(mu.max(axis=1) - mu.min(axis=1)))
+    if spread == 0.0:   # every agent equally good everywhere (or a single agent)
+        share = np.where(constrained, alpha, 0.0)   # the constrained shares sum to one
+        return np.tile(share / share.sum(), (m, 1)), np.zeros(A)
+    if A == 2 and constrained.all():
+        lam = _two_agent_prices(mu, w, alpha)
+    else:
+        lam = _entropic_prices(mu, w, alpha, constrained, spread)
+    k = max(1, min(m, _DUAL_FIRST_CANDIDATES))
+    rows = np.arange(m)
+    while True:
+        adj = mu - lam
+        best = np.argmax(adj, axis=1)
+        top = adj[rows, best]
+        adj[rows, best] = -np.inf
+        gap = top - adj.max(axis=1)
+        cand = np.sort(np.argpartition(gap, k - 1)[:k]) if k < m else rows
+        fixed = np.setdiff1d(rows, cand, assume_unique=True)
+        F = np.bincount(best[fixed], weights=w[fixed], minlength=A)
+        cap = np.where(constrained, alpha - F, np.inf)
+        if k < m and np.any(constrained & (cap < -_MASS_TOL)):
+            k = min(m, 2 * k)
+            continue
+        cap = np.maximum(cap, 0.0)
+        P_c, lam_c = _assignment_lp(mu[cand], w[cand], cap, constrained)
+        adj_f = mu[fixed] - lam_c
+        ok = adj_f[np.arange(fixed.size), best[fixed]] >= adj_f.max(axis=1) - tol
+        if ok.all():
+            P = np.zeros((m, A))
+            P[fixed, best[fixed]] = 1.0
+            P[cand] = P_c
+            return P, lam_c
+        lam = lam_c
+        k = min(m, 2 * k)
+
+
 def optimal_assignment(mu, capacities, weights=None):
     """Optimal capacity-constrained assignment and its shadow prices (Thm 1, App. C).
 
@@ -319,50 +543,38 @@ def optimal_assignment(mu, capacities, weights=None):
         shift (a capacity boundary that falls between two context points); the
         returned values are then one optimal choice, the one HiGHS reports.
     """
-    from scipy.optimize import linprog
-    from scipy import sparse
-
     mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
     n, A = mu.shape
     active = np.flatnonzero(w > 0)
     m = active.size
     mu_act, w_act = mu[active], w[active]
-    # Variables are the masses y[i, a] = w_i P[i, a] (k = i * A + a), so that the
-    # objective coefficients are the rewards themselves and tiny context weights
-    # do not fall below the solver's tolerances.
-    cols = np.arange(m * A)
-    rows_ctx = sparse.csr_matrix((np.ones(m * A), (np.repeat(np.arange(m), A), cols)),
-                                 shape=(m, m * A))
-    cons_agents = np.flatnonzero(constrained)
-    k = cons_agents.size
-    cap = sparse.csr_matrix((np.ones(m * k), (np.repeat(np.arange(k), m),
-                                              (np.arange(m)[None, :] * A
-                                               + cons_agents[:, None]).ravel())),
-                            shape=(k, m * A))
-    c = -mu_act.ravel()
-    all_constrained = bool(constrained.all())
-    if all_constrained:
-        res = linprog(c, A_eq=sparse.vstack([rows_ctx, cap]).tocsr(),
-                      b_eq=np.concatenate([w_act, alpha[cons_agents]]),
-                      bounds=(0, None), method="highs", options=_HIGHS_OPTIONS)
+    # Subtracting a context's best reward from all its agents' rewards changes
+    # neither the optimal assignment nor the prices; dividing by a common
+    # scale divides the prices.  Only rewards too large for HiGHS are so
+    # transformed, so ordinary inputs meet exactly the programme they always did.
+    with np.errstate(over="ignore", invalid="ignore"):
+        rel = mu_act - mu_act.max(axis=1, keepdims=True)
+    scale = float(np.max(np.abs(rel)))
+    if not math.isfinite(scale):
+        raise ValueError("mu: the differences between agents' rewards in a context overflow "
+                         "(values near the float limit); rescale mu")
+    rescale = float(np.max(np.abs(mu_act))) > _ORACLE_MAX_SCALE and scale > 0
+    if rescale:
+        mu_act = rel / scale
+    elif float(np.max(np.abs(mu_act))) > _ORACLE_MAX_SCALE:   # all agents tie everywhere
+        mu_act = rel
+    cap = np.where(constrained, alpha, np.inf)
+    if m <= ORACLE_LP_MAX_CONTEXTS:
+        P_act, lam = _assignment_lp(mu_act, w_act, cap, constrained)
     else:
-        res = linprog(c, A_ub=cap, b_ub=alpha[cons_agents], A_eq=rows_ctx,
-                      b_eq=w_act, bounds=(0, None), method="highs",
-                      options=_HIGHS_OPTIONS)
-    if res.status != 0:  # pragma: no cover - the programme is always feasible and bounded
-        raise RuntimeError(f"HiGHS failed on the assignment programme: {res.message}")
-    if all_constrained:
-        duals = -np.asarray(res.eqlin.marginals)[m:]
-    else:
-        duals = -np.asarray(res.ineqlin.marginals)
-    lam = np.zeros(A)
-    lam[cons_agents] = duals
-    if all_constrained:
+        P_act, lam = _assignment_dual(mu_act, w_act, cap, constrained)
+    if rescale:
+        lam = lam * scale
+    if constrained.all():
         lam -= lam.min()
     lam[np.abs(lam) < 1e-15] = 0.0
     P = np.zeros((n, A))
-    P_act = np.clip(np.asarray(res.x).reshape(m, A), 0.0, None)
-    P[active] = P_act / P_act.sum(axis=1, keepdims=True)
+    P[active] = P_act
     idle = np.flatnonzero(w == 0)
     if idle.size:
         P[idle, np.argmax(mu[idle] - lam, axis=1)] = 1.0
@@ -371,6 +583,40 @@ def optimal_assignment(mu, capacities, weights=None):
         assignment=P, shadow_prices=lam, value=float(np.sum(w[:, None] * P * mu)),
         random_value=float(w @ mu @ alpha), loads=w @ P, capacities=caps,
         weights=w, mu=mu)
+
+
+def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, out=print):
+    """Time :func:`optimal_assignment` on random instances of growing size.
+
+    For every number of agents A in ``agents`` and every n in ``sizes``, the
+    rewards mu are n x A uniform draws (``seed``), the weights uniform and the
+    capacities equal; one line per instance gives the wall time, the method
+    (HiGHS on the whole programme up to :data:`ORACLE_LP_MAX_CONTEXTS`
+    contexts, the dual method above) and the largest capacity error.  This is
+    ``python -m capassign bench --oracle``.
+
+    Examples
+    --------
+    >>> benchmark_oracle(sizes=(1000,), agents=(2,))      # doctest: +SKIP
+    optimal_assignment, A = 2, n = 1,000: 0.05 s (HiGHS, whole programme), max |load - alpha| = 0.0e+00
+    """
+    import time
+
+    from scipy.optimize import linprog  # noqa: F401  (imported once, before the clock)
+
+    rng = np.random.default_rng(seed)
+    for A in agents:
+        for n in sizes:
+            mu = rng.random((n, A))
+            caps = [1.0 / A] * A
+            start = time.perf_counter()
+            res = optimal_assignment(mu, caps)
+            took = time.perf_counter() - start
+            method = ("HiGHS, whole programme" if n <= ORACLE_LP_MAX_CONTEXTS
+                      else "dual method")
+            err = float(np.max(np.abs(res.loads - 1.0 / A)))
+            out(f"optimal_assignment, A = {A}, n = {n:,}: {took:.2f} s ({method}), "
+                f"max |load - alpha| = {err:.1e}")
 
 
 def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
@@ -7317,6 +7563,9 @@ def _add_bench_parser(sub):
     p.add_argument("--router", action="store_true",
                    help="time the streaming Router instead (microseconds per assign + update, "
                         "per policy, on T tasks)")
+    p.add_argument("--oracle", action="store_true",
+                   help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts "
+                        "and A = 2 and 5 agents")
     p.set_defaults(func=_cmd_bench)
 
 
@@ -7334,6 +7583,9 @@ def _cmd_bench(args):
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
+    if args.oracle:
+        benchmark_oracle(seed=args.seed)
+        return
     if args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed,
                          policies=kwargs.get("policies", ROUTER_POLICIES))
