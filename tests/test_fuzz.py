@@ -225,11 +225,16 @@ def _damage(path, cells, how):
         path.mkdir()
     elif kind == "delete":
         path.unlink()
-    else:
-        rec = json.loads(path.read_text())
+    else:   # edit a record that an earlier damage may already have broken
+        try:
+            rec = json.loads(path.read_bytes())
+        except ValueError:
+            return
+        if not isinstance(rec, dict):
+            return
         if kind == "field":
             rec[how[1]] = how[2]
-        else:
+        elif isinstance(rec.get(how[1]), list) and rec[how[1]]:
             rows = rec[how[1]]
             rows[how[2] % len(rows)] = how[3]
         path.write_text(json.dumps(rec))
