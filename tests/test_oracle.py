@@ -520,7 +520,7 @@ def test_batch_assign_validation():
 
 # --- the oracle at scale: the dual method ------------------------------------------------
 
-from test_theory import FAST, alpha_array, check_solution, instances  # noqa: E402
+from test_theory import FAST, check_solution, instances  # noqa: E402
 
 
 def _lp_value(mu, caps, w):
