@@ -304,6 +304,235 @@ def random_assignment_value(mu, capacities, weights=None):
     return float(w @ mu @ alpha)
 
 
+#: Above this many contexts of positive weight, :func:`optimal_assignment`
+#: solves the problem through its dual (A variables) instead of handing the
+#: whole n x A programme to HiGHS, whose time grows about quadratically in n.
+#: Every chapter solves at most 2,001 contexts, so all of them use the direct
+#: programme (their printed numbers are those of HiGHS on the full problem).
+ORACLE_LP_MAX_CONTEXTS = 3000
+
+#: Rewards whose magnitude (after subtracting each context's best reward) is
+#: beyond this are rescaled before HiGHS sees them (it treats costs of 1e20
+#: and more as infinite); the shadow prices are scaled back.
+_ORACLE_MAX_SCALE = 1e6
+
+#: Contexts handed to HiGHS in the first round of the dual method.
+_DUAL_FIRST_CANDIDATES = 512
+
+
+def _assignment_lp(mu, w, cap, constrained):
+    """HiGHS on the masses y[i, a] = w_i P[i, a] (see :func:`optimal_assignment`).
+
+    ``cap`` are the right-hand sides of the constrained agents' rows (equalities
+    when every agent is constrained, ``<=`` otherwise).  Returns the row-normalised
+    assignment and the negated duals lambda (0 for free agents, not shifted).
+    """
+    from scipy.optimize import linprog
+    from scipy import sparse
+
+    m, A = mu.shape
+    # Variables are the masses y[i, a] = w_i P[i, a] (k = i * A + a), so that the
+    # objective coefficients are the rewards themselves and tiny context weights
+    # do not fall below the solver's tolerances.
+    cols = np.arange(m * A)
+    rows_ctx = sparse.csr_matrix((np.ones(m * A), (np.repeat(np.arange(m), A), cols)),
+                                 shape=(m, m * A))
+    cons_agents = np.flatnonzero(constrained)
+    k = cons_agents.size
+    capm = sparse.csr_matrix((np.ones(m * k), (np.repeat(np.arange(k), m),
+                                               (np.arange(m)[None, :] * A
+                                                + cons_agents[:, None]).ravel())),
+                             shape=(k, m * A))
+    c = -mu.ravel()
+    all_constrained = bool(constrained.all())
+    if all_constrained:
+        res = linprog(c, A_eq=sparse.vstack([rows_ctx, capm]).tocsr(),
+                      b_eq=np.concatenate([w, cap[cons_agents]]),
+                      bounds=(0, None), method="highs", options=_HIGHS_OPTIONS)
+    else:
+        res = linprog(c, A_ub=capm, b_ub=cap[cons_agents], A_eq=rows_ctx,
+                      b_eq=w, bounds=(0, None), method="highs",
+                      options=_HIGHS_OPTIONS)
+    if res.status != 0:  # pragma: no cover - the programme is always feasible and bounded
+        raise RuntimeError(f"HiGHS failed on the assignment programme: {res.message}")
+    if all_constrained:
+        duals = -np.asarray(res.eqlin.marginals)[m:]
+    else:
+        duals = -np.asarray(res.ineqlin.marginals)
+    lam = np.zeros(A)
+    lam[cons_agents] = duals
+    P = np.clip(np.asarray(res.x).reshape(m, A), 0.0, None)
+    return P / P.sum(axis=1, keepdims=True), lam
+
+
+def _solve_small(H, g):
+    """Solve the small symmetric system H x = g by Gaussian elimination with
+    partial pivoting in plain Python floats (no LAPACK: the same bits on every
+    machine)."""
+    k = len(g)
+    M = [[float(H[i, j]) for j in range(k)] + [float(g[i])] for i in range(k)]
+    for col in range(k):
+        piv = max(range(col, k), key=lambda r: abs(M[r][col]))
+        M[col], M[piv] = M[piv], M[col]
+        if M[col][col] == 0.0:
+            return None
+        for r in range(col + 1, k):
+            f = M[r][col] / M[col][col]
+            for j in range(col, k + 1):
+                M[r][j] -= f * M[col][j]
+    x = [0.0] * k
+    for i in range(k - 1, -1, -1):
+        x[i] = (M[i][k] - sum(M[i][j] * x[j] for j in range(i + 1, k))) / M[i][i]
+    return np.array(x)
+
+
+def _entropic_prices(mu, w, alpha, constrained, scale):
+    """Approximate shadow prices from the entropy-smoothed dual (Newton steps).
+
+    The dual of the assignment programme is min_lambda sum_i w_i max_a
+    (mu_ia - lambda_a) + sum_a alpha_a lambda_a (lambda_a >= 0 with a free
+    agent, lambda = 0 for free agents).  Replacing the max by the smooth
+    eps log-sum-exp gives a strictly convex function whose gradient is the
+    capacity gap alpha_a - sum_i w_i softmax_a((mu_i - lambda) / eps); Newton's
+    method with a backtracking line search minimises it for eps decreasing by
+    factors of ten, each solve starting from the last.  The result only seeds
+    the exact method of :func:`_assignment_dual`.  Column sums are numpy's
+    pairwise sums, never BLAS, so the result does not depend on the BLAS build.
+    """
+    m, A = mu.shape
+    cons = np.flatnonzero(constrained)
+    free_exists = cons.size < A
+    lam = np.zeros(A)
+    active = list(cons if free_exists else cons[1:])   # coordinates that move
+    full_mu, full_w = mu, w
+    # the coarse levels need no more than an evenly spaced subset of the contexts
+    for eps, size in zip(scale * np.array([1e-1, 1e-2, 1e-3, 1e-4]),
+                         (20_000, 20_000, 200_000, m)):
+        if size < m:
+            pick = np.arange(0, m, -(-m // size))
+            mu, w = full_mu[pick], full_w[pick] / full_w[pick].sum()
+        else:
+            mu, w = full_mu, full_w
+        lam = _entropic_newton(mu, w, alpha, cons, free_exists, active, lam, eps)
+    return lam
+
+
+def _entropic_newton(mu, w, alpha, cons, free_exists, active, lam, eps):
+    """Newton's method on the eps-smoothed dual (see :func:`_entropic_prices`)."""
+    wcol = w[:, None]
+    idx = np.array(active, dtype=int)
+
+    def smooth(lam):
+        Z = (mu - lam) / eps
+        zmax = Z.max(axis=1)
+        E = np.exp(Z - zmax[:, None])
+        s = E.sum(axis=1)
+        value = eps * float(np.sum(w * (np.log(s) + zmax))) + float(np.sum(alpha[cons] * lam[cons]))
+        return value, E / s[:, None]
+
+    value, S = smooth(lam)
+    for _ in range(40 if idx.size else 0):
+        load = (wcol * S).sum(axis=0)
+        g = alpha[idx] - load[idx]
+        if float(np.max(np.abs(g))) < 1e-10:
+            break
+        WS = wcol * S[:, idx]
+        H = -np.array([[float(np.sum(WS[:, p] * S[:, j])) for j in idx]
+                       for p in range(idx.size)])
+        H[np.diag_indices(idx.size)] += load[idx] + 1e-12
+        step = _solve_small(H / eps, g)
+        if step is None or not np.all(np.isfinite(step)):
+            break
+        t = 1.0
+        while True:   # backtracking line search
+            trial = lam.copy()
+            trial[idx] -= t * step
+            if free_exists:
+                trial[idx] = np.maximum(trial[idx], 0.0)
+            new_value, new_S = smooth(trial)
+            if new_value <= value or t < 1e-6:
+                break
+            t *= 0.5
+        if new_value > value:
+            break
+        done = new_value >= value - 1e-15 * max(1.0, abs(value))
+        lam, value, S = trial, new_value, new_S
+        if done:
+            break
+    return lam
+
+
+def _two_agent_prices(mu, w, alpha):
+    """Exact shadow prices of two constrained agents by sorting (Prop. 1)."""
+    delta = mu[:, 0] - mu[:, 1]
+    order = np.argsort(-delta, kind="stable")
+    cum = np.cumsum(w[order])
+    j = min(int(np.searchsorted(cum, alpha[0] - _MASS_TOL)), delta.size - 1)
+    return np.array([float(delta[order[j]]), 0.0])
+
+
+def _assignment_dual(mu, w, alpha, constrained):
+    """The assignment programme for many contexts, through its dual.
+
+    The dual has one variable per agent (the shadow prices); at optimal
+    prices every context goes to a maximiser of mu_a(x) - lambda_a, and only
+    contexts at a tie need to be split (Thm 1).  So: (1) approximate prices
+    come from sorting (two constrained agents) or from the smoothed dual
+    (:func:`_entropic_prices`); (2) the contexts whose best and second-best
+    adjusted rewards are closest are kept as candidates, every other context
+    is fixed to its best agent and its mass taken off that agent's capacity;
+    (3) HiGHS solves the programme on the candidates alone, which gives exact
+    prices and the split of the boundary contexts; (4) the fixed contexts are
+    checked against those prices (complementary slackness).  If one of them
+    is no longer at a best agent, or the fixed masses overfill an agent, the
+    candidate set is doubled around the new prices and (3)-(4) repeat; with
+    all contexts as candidates this is the full programme, so the method
+    always ends, and whatever it returns satisfies the optimality conditions
+    of the full problem.
+    """
+    m, A = mu.shape
+    tol = TIE_TOL * max(1.0, float(np.max(np.abs(mu))))
+    spread = float(np.max(mu.max(axis=1) - mu.min(axis=1)))
+    if spread == 0.0:   # every agent equally good everywhere (or a single agent)
+        share = np.where(constrained, alpha, 0.0)   # the constrained shares sum to one
+        return np.tile(share / share.sum(), (m, 1)), np.zeros(A)
+    if A == 2 and constrained.all():
+        lam = _two_agent_prices(mu, w, alpha)
+    else:
+        lam = _entropic_prices(mu, w, alpha, constrained, spread)
+        # np.exp/np.log may differ in the last bit between CPUs; on a grid of
+        # 1e-9 x spread the seed (hence the candidate set) is the same everywhere
+        # except with a probability of about 1e-7.
+        grid = 1e-9 * spread
+        lam = np.round(lam / grid) * grid
+    k = max(1, min(m, _DUAL_FIRST_CANDIDATES))
+    rows = np.arange(m)
+    while True:
+        adj = mu - lam
+        best = np.argmax(adj, axis=1)
+        top = adj[rows, best]
+        adj[rows, best] = -np.inf
+        gap = top - adj.max(axis=1)
+        cand = np.sort(np.argpartition(gap, k - 1)[:k]) if k < m else rows
+        fixed = np.setdiff1d(rows, cand, assume_unique=True)
+        F = np.bincount(best[fixed], weights=w[fixed], minlength=A)
+        cap = np.where(constrained, alpha - F, np.inf)
+        if k < m and np.any(constrained & (cap < -_MASS_TOL)):
+            k = min(m, 2 * k)
+            continue
+        cap = np.maximum(cap, 0.0)
+        P_c, lam_c = _assignment_lp(mu[cand], w[cand], cap, constrained)
+        adj_f = mu[fixed] - lam_c
+        ok = adj_f[np.arange(fixed.size), best[fixed]] >= adj_f.max(axis=1) - tol
+        if ok.all():
+            P = np.zeros((m, A))
+            P[fixed, best[fixed]] = 1.0
+            P[cand] = P_c
+            return P, lam_c
+        lam = lam_c
+        k = min(m, 2 * k)
+
+
 def optimal_assignment(mu, capacities, weights=None):
     """Optimal capacity-constrained assignment and its shadow prices (Thm 1, App. C).
 
@@ -316,7 +545,17 @@ def optimal_assignment(mu, capacities, weights=None):
 
     with HiGHS (``scipy.optimize.linprog``), written in the masses
     y[i, a] = w_i P[i, a] (a transportation problem with row sums w_i and
-    column sums alpha_a) for numerical robustness.  When some agent is unconstrained
+    column sums alpha_a) for numerical robustness.  Up to
+    :data:`ORACLE_LP_MAX_CONTEXTS` contexts of positive weight HiGHS gets the
+    whole programme; above, the problem is solved through its dual, whose only
+    variables are the A shadow prices (:func:`_assignment_dual`: approximate
+    prices by sorting for two constrained agents or from the smoothed dual,
+    HiGHS on the contexts near a tie, every other context checked to be at
+    its best agent under the resulting prices), which takes seconds for 10^6
+    contexts and A <= 5 (``python -m capassign bench --oracle``).  Rewards of
+    magnitude above 1e6 are first shifted by each context's best reward and
+    scaled (the assignment is unchanged, the prices are scaled back); rewards
+    whose differences within a context overflow raise ``ValueError``.  When some agent is unconstrained
     (capacity ``None``, the paper, App. H.4) the capacity rows become long-run
     upper bounds ``<= alpha_a`` (App. F) and the free agent's shadow price is 0.
 
@@ -348,50 +587,38 @@ def optimal_assignment(mu, capacities, weights=None):
         shift (a capacity boundary that falls between two context points); the
         returned values are then one optimal choice, the one HiGHS reports.
     """
-    from scipy.optimize import linprog
-    from scipy import sparse
-
     mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
     n, A = mu.shape
     active = np.flatnonzero(w > 0)
     m = active.size
     mu_act, w_act = mu[active], w[active]
-    # Variables are the masses y[i, a] = w_i P[i, a] (k = i * A + a), so that the
-    # objective coefficients are the rewards themselves and tiny context weights
-    # do not fall below the solver's tolerances.
-    cols = np.arange(m * A)
-    rows_ctx = sparse.csr_matrix((np.ones(m * A), (np.repeat(np.arange(m), A), cols)),
-                                 shape=(m, m * A))
-    cons_agents = np.flatnonzero(constrained)
-    k = cons_agents.size
-    cap = sparse.csr_matrix((np.ones(m * k), (np.repeat(np.arange(k), m),
-                                              (np.arange(m)[None, :] * A
-                                               + cons_agents[:, None]).ravel())),
-                            shape=(k, m * A))
-    c = -mu_act.ravel()
-    all_constrained = bool(constrained.all())
-    if all_constrained:
-        res = linprog(c, A_eq=sparse.vstack([rows_ctx, cap]).tocsr(),
-                      b_eq=np.concatenate([w_act, alpha[cons_agents]]),
-                      bounds=(0, None), method="highs", options=_HIGHS_OPTIONS)
+    # Subtracting a context's best reward from all its agents' rewards changes
+    # neither the optimal assignment nor the prices; dividing by a common
+    # scale divides the prices.  Only rewards too large for HiGHS are so
+    # transformed, so ordinary inputs meet exactly the programme they always did.
+    with np.errstate(over="ignore", invalid="ignore"):
+        rel = mu_act - mu_act.max(axis=1, keepdims=True)
+    scale = float(np.max(np.abs(rel)))
+    if not math.isfinite(scale):
+        raise ValueError("mu: the differences between agents' rewards in a context overflow "
+                         "(values near the float limit); rescale mu")
+    rescale = float(np.max(np.abs(mu_act))) > _ORACLE_MAX_SCALE and scale > 0
+    if rescale:
+        mu_act = rel / scale
+    elif float(np.max(np.abs(mu_act))) > _ORACLE_MAX_SCALE:   # all agents tie everywhere
+        mu_act = rel
+    cap = np.where(constrained, alpha, np.inf)
+    if m <= ORACLE_LP_MAX_CONTEXTS:
+        P_act, lam = _assignment_lp(mu_act, w_act, cap, constrained)
     else:
-        res = linprog(c, A_ub=cap, b_ub=alpha[cons_agents], A_eq=rows_ctx,
-                      b_eq=w_act, bounds=(0, None), method="highs",
-                      options=_HIGHS_OPTIONS)
-    if res.status != 0:  # pragma: no cover - the programme is always feasible and bounded
-        raise RuntimeError(f"HiGHS failed on the assignment programme: {res.message}")
-    if all_constrained:
-        duals = -np.asarray(res.eqlin.marginals)[m:]
-    else:
-        duals = -np.asarray(res.ineqlin.marginals)
-    lam = np.zeros(A)
-    lam[cons_agents] = duals
-    if all_constrained:
+        P_act, lam = _assignment_dual(mu_act, w_act, cap, constrained)
+    if rescale:
+        lam = lam * scale
+    if constrained.all():
         lam -= lam.min()
     lam[np.abs(lam) < 1e-15] = 0.0
     P = np.zeros((n, A))
-    P_act = np.clip(np.asarray(res.x).reshape(m, A), 0.0, None)
-    P[active] = P_act / P_act.sum(axis=1, keepdims=True)
+    P[active] = P_act
     idle = np.flatnonzero(w == 0)
     if idle.size:
         P[idle, np.argmax(mu[idle] - lam, axis=1)] = 1.0
@@ -400,6 +627,40 @@ def optimal_assignment(mu, capacities, weights=None):
         assignment=P, shadow_prices=lam, value=float(np.sum(w[:, None] * P * mu)),
         random_value=float(w @ mu @ alpha), loads=w @ P, capacities=caps,
         weights=w, mu=mu)
+
+
+def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, out=print):
+    """Time :func:`optimal_assignment` on random instances of growing size.
+
+    For every number of agents A in ``agents`` and every n in ``sizes``, the
+    rewards mu are n x A uniform draws (``seed``), the weights uniform and the
+    capacities equal; one line per instance gives the wall time, the method
+    (HiGHS on the whole programme up to :data:`ORACLE_LP_MAX_CONTEXTS`
+    contexts, the dual method above) and the largest capacity error.  This is
+    ``python -m capassign bench --oracle``.
+
+    Examples
+    --------
+    >>> benchmark_oracle(sizes=(1000,), agents=(2,))      # doctest: +SKIP
+    optimal_assignment, A = 2, n = 1,000: 0.05 s (HiGHS, whole programme), max |load - alpha| = 0.0e+00
+    """
+    import time
+
+    from scipy.optimize import linprog  # noqa: F401  (imported once, before the clock)
+
+    rng = np.random.default_rng(seed)
+    for A in agents:
+        for n in sizes:
+            mu = rng.random((n, A))
+            caps = [1.0 / A] * A
+            start = time.perf_counter()
+            res = optimal_assignment(mu, caps)
+            took = time.perf_counter() - start
+            method = ("HiGHS, whole programme" if n <= ORACLE_LP_MAX_CONTEXTS
+                      else "dual method")
+            err = float(np.max(np.abs(res.loads - 1.0 / A)))
+            out(f"optimal_assignment, A = {A}, n = {n:,}: {took:.2f} s ({method}), "
+                f"max |load - alpha| = {err:.1e}")
 
 
 def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
@@ -961,7 +1222,11 @@ PAPER_SETTINGS = ModelSettings()
 
 
 def _sigmoid(z):
-    """Logistic function sigma(z) = 1 / (1 + e^-z), without overflow."""
+    """Logistic function sigma(z) = 1 / (1 + e^-z), without overflow.
+
+    Only e^-|z| is ever formed, so sigma(+-inf) = 1 or 0 and huge |z| give no
+    warning; sigma(NaN) is NaN.  The fast engine's ``_sigmoid_nb`` is the same.
+    """
     if z >= 0:
         return 1.0 / (1.0 + math.exp(-z))
     e = math.exp(z)
@@ -988,6 +1253,11 @@ class LaplaceLogistic:
     ``theta~ ~ N(theta_hat, kappa^2 Sigma)``, drawn literally through a Cholesky
     factor (the fast engine draws the scalar ``theta~^T z`` instead, which has
     the same distribution).
+
+    With huge contexts (|z| of about 1e154 and more) z^T Sigma z overflows to
+    inf; an update then leaves theta and Sigma as they are, which is what the
+    fast engine's Sherman-Morrison step gives (its step size is w / inf = 0),
+    instead of filling them with NaN.  The sigmoid never overflows.
     """
 
     def __init__(self, n_features, settings=PAPER_SETTINGS):
@@ -1020,9 +1290,16 @@ class LaplaceLogistic:
         p = _sigmoid(float(self.theta @ z))
         w = min(max(p * (1.0 - p), s.w_min), s.w_max)
         Sz = self.Sigma @ z
-        Sigma = self.Sigma - w * np.outer(Sz, Sz) / (1.0 + w * float(z @ Sz))
-        self.Sigma = 0.5 * (Sigma + Sigma.T)
-        self.theta = self.theta + (self.Sigma @ z) * (float(r) - p)
+        with np.errstate(over="ignore"):
+            denom = 1.0 + w * float(z @ Sz)
+        if math.isfinite(denom):
+            Sigma = self.Sigma - w * np.outer(Sz, Sz) / denom
+            self.Sigma = 0.5 * (Sigma + Sigma.T)
+            self.theta = self.theta + (self.Sigma @ z) * (float(r) - p)
+        # else: z^T Sigma z overflows (contexts near 1e154 and beyond).  The
+        # fast engine's update (_laplace_update_nb) then scales the step by
+        # w / inf = 0 and leaves theta and Sigma as they are; so does this one,
+        # instead of filling them with inf - inf = NaN.
         self.n_updates += 1
         return self
 
@@ -1851,9 +2128,34 @@ class VirtualQueues:
 def select_agent(mu, Q, eta):
     """The capacity-aware choice ``argmax_a {mu[a] - eta Q[a]}`` (Eq. 2).
 
-    Ties go to the lowest agent index.
+    Parameters
+    ----------
+    mu : array_like, shape (A,)
+        Estimated rewards mu_a(x_t) of the agents; finite numbers.
+    Q : array_like, shape (A,)
+        Virtual queues Q_{t,a} (Eq. 1); finite numbers >= 0.
+    eta : float
+        Queue penalty, a finite number >= 0.
+
+    Returns
+    -------
+    int
+        The chosen agent; ties go to the lowest agent index.
+
+    Examples
+    --------
+    >>> select_agent([0.9, 0.8], [1.0, 0.0], 0.5)
+    1
     """
-    return int(np.argmax(np.asarray(mu, dtype=float) - eta * np.asarray(Q, dtype=float)))
+    eta = _validate_eta(eta)
+    mu = _validate_matrix(mu, "mu", ndim=1)
+    Q = _validate_matrix(Q, "Q", ndim=1)
+    if mu.size == 0 or Q.shape != mu.shape:
+        raise ValueError(f"mu and Q must hold one number per agent (at least one), got "
+                         f"shapes {mu.shape} and {Q.shape}")
+    if np.any(Q < 0):
+        raise ValueError(f"Q holds negative queues: {Q.tolist()}; virtual queues are >= 0")
+    return int(np.argmax(mu - eta * Q))
 
 
 @njit(cache=True)
@@ -6725,9 +7027,14 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
 # default) or on a Dask cluster through joblib's dask backend; workers return
 # their numbers and only the calling process writes files, so the cluster
 # needs no shared file system.
+#
+# Nothing stored is trusted blindly (see sweep's Notes): sweep.json holds the
+# sha256 of every task's arrays and every setting, each cell holds its own key
+# and a checksum, and a lock on out_dir/.lock keeps a second sweep out of a
+# folder in use.
 
 #: Version tag written into every sweep directory (``sweep.json``).
-SWEEP_SCHEMA = "capassign.sweep/1"
+SWEEP_SCHEMA = "capassign.sweep/2"
 #: Parallel backends of :func:`sweep`.
 SWEEP_BACKENDS = ("loky", "threading", "sequential", "dask")
 
@@ -6755,14 +7062,65 @@ def _capacity_label(caps):
     return "/".join("free" if c is None else repr(float(c)) for c in caps)
 
 
+#: Longest part of a cell's file name taken from its task, policy and
+#: capacities; the full key is in the file name's hash and inside the record.
+_CELL_NAME_CHARS = 100
+
+
+def _validate_task_name(name, where="tasks"):
+    """A task name must be a non-empty string of printable characters.
+
+    Names reach file names only through :func:`_cell_file`, which encodes them
+    (any character, any length), so this is the only restriction.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"{where}: task names must be str, got {name!r}")
+    if not name or not name.isprintable():
+        raise ValueError(f"{where}: task name {name!r} must be a non-empty string of "
+                         f"printable characters")
+    return name
+
+
 def _cell_file(task, policy, caps, run_start, run_stop):
+    """File name of one cell: a readable prefix plus the sha256 of its full key.
+
+    The prefix keeps letters, digits, ``-`` and ``.`` (others become ``_``), never
+    starts with a dot (so a cell is never taken for a temporary or hidden file)
+    and is cut to :data:`_CELL_NAME_CHARS` characters, so any task name gives a
+    valid file name; two keys share a name only if their hashes collide.
+    """
     import hashlib
 
     key = json.dumps([task, policy, list(caps), run_start, run_stop])
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    safe = "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in
-                   f"{task}_{policy}_{_capacity_label(caps)}")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-.") else "_" for ch in
+                   f"{task}_{policy}_{_capacity_label(caps)}")[:_CELL_NAME_CHARS]
+    if safe.startswith("."):
+        safe = "_" + safe[1:]
     return f"{safe}_runs{run_start}-{run_stop}_{digest}.json"
+
+
+def _canonical_json(obj):
+    """The one JSON text of ``obj`` that checksums are computed over."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _json_digest(obj):
+    import hashlib
+
+    return hashlib.sha256(_canonical_json(obj).encode()).hexdigest()
+
+
+def _task_digest(X, R):
+    """sha256 of a task's arrays: dtype, shape and bytes of X, then of R."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for label, arr in (("X", X), ("R", R)):
+        arr = np.ascontiguousarray(arr)
+        h.update(f"{label}:{arr.dtype.str}:{list(arr.shape)};".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
 
 
 def _write_json_atomic(path, obj):
@@ -6785,6 +7143,111 @@ def _write_json_atomic(path, obj):
         raise
 
 
+def _read_json_file(path):
+    """Parsed JSON of ``path`` or ``(None, reason)`` - never an exception."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror or exc})"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "is not UTF-8 text"
+    try:
+        return json.loads(text), None
+    except (json.JSONDecodeError, RecursionError):
+        return None, "is not valid JSON"
+
+
+def _finite_shares(values, n):
+    """True when ``values`` is a list of ``n`` finite real numbers in [0, 1]."""
+    return (isinstance(values, list) and len(values) == n
+            and all(type(v) in (int, float) and math.isfinite(v) and 0.0 <= v <= 1.0
+                    for v in values))
+
+
+def _cell_record(key, errors, assigned):
+    """A stored cell: its key, its numbers and the sha256 of both."""
+    body = {"key": key, "errors": [float(v) for v in errors],
+            "assigned": [[float(v) for v in row] for row in assigned]}
+    return dict(body, schema=SWEEP_SCHEMA, checksum=_json_digest(body))
+
+
+def _check_cell(rec, key, n_agents):
+    """Why the parsed cell ``rec`` cannot be used for ``key`` (``None`` if it can).
+
+    A usable cell is exactly what :func:`_cell_record` writes for this key:
+    the same schema and key (task, policy, capacities, runs, data and settings
+    hashes), one error rate in [0, 1] per run, one row of ``n_agents`` shares
+    in [0, 1] per run, and a checksum that matches the rest.
+    """
+    if not isinstance(rec, dict) or set(rec) != {"schema", "key", "errors", "assigned",
+                                                 "checksum"}:
+        return "is not a cell record"
+    if rec["schema"] != SWEEP_SCHEMA:
+        return f"has schema {rec['schema']!r}, not {SWEEP_SCHEMA!r}"
+    if rec["key"] != key:
+        return "belongs to another cell, task data or settings (its key differs)"
+    n = key["run_stop"] - key["run_start"]
+    if not _finite_shares(rec["errors"], n):
+        return f"does not hold {n} error rates in [0, 1]"
+    if not isinstance(rec["assigned"], list) or len(rec["assigned"]) != n or not all(
+            _finite_shares(row, n_agents) for row in rec["assigned"]):
+        return f"does not hold {n} rows of {n_agents} shares in [0, 1]"
+    body = {k: rec[k] for k in ("key", "errors", "assigned")}
+    if rec["checksum"] != _json_digest(body):
+        return "fails its checksum (edited or damaged)"
+    return None
+
+
+def _lock_sweep_dir(out_dir):
+    """Take the sweep lock of ``out_dir`` (a file descriptor; close it to release).
+
+    The lock is an advisory lock of the operating system on ``out_dir/.lock``
+    (``flock`` on POSIX, ``msvcrt.locking`` on Windows).  The kernel drops it
+    when its process ends in any way, ``kill -9`` included, so a leftover
+    ``.lock`` file is never a stale lock and needs no cleaning; the file is
+    left in place on purpose (removing it would let two sweeps lock two
+    different files).  File systems without working locks (some network
+    mounts) cannot protect a folder; give each sweep its own folder there.
+    """
+    path = out_dir / ".lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            import msvcrt
+
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        else:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ValueError(f"out_dir {out_dir} is in use by another sweep (it holds the lock "
+                           f"{path}); wait for that sweep to end, then start this one again "
+                           f"to reuse its cells, or use another directory") from None
+    return fd
+
+
+def _manifest_difference(old, new):
+    """A short description of how two sweep manifests differ."""
+    if not isinstance(old, dict):
+        return "it is not a sweep manifest"
+    if old.get("schema") != new["schema"]:
+        return f"schema {old.get('schema')!r} instead of {new['schema']!r}"
+    old_hashes = old.get("task_hashes") if isinstance(old.get("task_hashes"), dict) else {}
+    for name, digest in new["task_hashes"].items():
+        if name in old_hashes and old_hashes[name] != digest:
+            return (f"task {name!r} has other data (stored sha256 {str(old_hashes[name])[:12]}, "
+                    f"now {digest[:12]})")
+    for k in new:
+        if old.get(k) != new[k]:
+            return f"setting {k!r} was {old.get(k)!r}, now {new[k]!r}"
+    extra = sorted(set(old) - set(new))
+    return f"unexpected entries {extra}" if extra else "unknown difference"
+
+
 def _sweep_task_data(task, task_seed):
     """(X, R) of a task given by name (loaded) or as a pair of arrays."""
     if isinstance(task, str):
@@ -6794,7 +7257,7 @@ def _sweep_task_data(task, task_seed):
 
 
 def _sweep_cell(spec, data, eta, seed, engine, settings, threads):
-    """Compute one cell (in a worker); returns its record for the results store."""
+    """Compute one cell (in a worker); returns ``(spec, errors, assigned)``."""
     if threads is not None:
         import numba
 
@@ -6803,9 +7266,7 @@ def _sweep_cell(spec, data, eta, seed, engine, settings, threads):
     X, R = _sweep_task_data(*data)
     errors, assigned = _simulate_block(X, R, list(caps), policy, k0, k1, eta=eta, seed=seed,
                                        engine=engine, settings=settings)
-    return {"task": task, "policy": policy, "capacities": list(caps), "run_start": k0,
-            "run_stop": k1, "errors": [float(v) for v in errors],
-            "assigned": [[float(v) for v in row] for row in assigned]}
+    return spec, [float(v) for v in errors], [[float(v) for v in row] for row in assigned]
 
 
 def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
@@ -6860,16 +7321,48 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
         Columns ``task``, ``policy``, ``capacities`` (e.g. ``"0.2/0.8"``,
         ``free`` for a free agent), ``alpha1``, ``run``, ``error`` and
         ``share_1`` .. ``share_A`` (realised fraction of tasks per agent).
-        The attribute ``attrs["computed"]`` / ``attrs["reused"]`` counts cells.
-    """
-    import pandas as pd
+        The attribute ``attrs["computed"]`` / ``attrs["reused"]`` counts cells
+        (and ``attrs["invalid"]`` the stored cells that failed their checks).
 
+    Notes
+    -----
+    What a resumed sweep trusts, and what it does not:
+
+    - ``sweep.json`` records every setting and the sha256 of every task's
+      arrays (dtype, shape and bytes of X and R).  Resuming with other data
+      or other settings raises ``ValueError`` naming the task or setting and
+      the folder; nothing is recomputed or overwritten then.
+    - Every stored cell carries its key (task, policy, capacities, run range,
+      data hash, settings hash) and the sha256 of its key and numbers.  A
+      cell that cannot be read, is not UTF-8 JSON, has another key or schema,
+      the wrong number of rows, numbers that are not finite rates in [0, 1],
+      or a checksum that does not match is computed again and replaced, with
+      a ``RuntimeWarning`` naming the file.  Something that is not a file in
+      a cell's place (e.g. a directory) raises ``ValueError`` naming it,
+      before any cell is computed.
+    - While it runs, a sweep holds an operating-system lock on
+      ``out_dir/.lock``; a second sweep on the same folder raises
+      ``ValueError`` at once and touches nothing.  The kernel releases the
+      lock when the process ends, even by ``kill -9``, so a leftover ``.lock``
+      file is never stale.
+    - Task names may hold any printable characters and be of any length:
+      cell file names keep a short readable part of the name plus a hash of
+      the full key.  Empty names and names with control characters are
+      refused before any work.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(100, 3, seed=0)                # doctest: +SKIP
+    >>> df = sweep({"syn": (X, R)}, ["random"], [0.5], "out", runs=3,
+    ...            backend="sequential")                           # doctest: +SKIP
+    >>> df.attrs["computed"], len(df)                              # doctest: +SKIP
+    (1, 3)
+    """
     # --- check everything before any work --------------------------------------
     if isinstance(tasks, dict):
         task_items = []
         for name, pair in tasks.items():
-            if not isinstance(name, str):
-                raise TypeError(f"tasks: keys must be task names (str), got {name!r}")
+            _validate_task_name(name, "tasks (keys)")
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise TypeError(f"tasks[{name!r}] must be a pair (X, R) of arrays")
             task_items.append((name, (np.asarray(pair[0], dtype=float),
@@ -6923,55 +7416,92 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
                          "(an address such as 'tcp://host:8786')")
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0:
         raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
-    shapes = {}
+    shapes, hashes = {}, {}
     for name, pair in task_items:
         X, R = pair if pair is not None else _sweep_task_data(name, task_seed)
         _validate_simulation(X, R, [1.0] + [0.0] * (np.shape(R)[1] - 1), "random", eta, 1,
                              seed, engine, settings)
         shapes[name] = np.shape(R)
+        hashes[name] = _task_digest(np.asarray(X, dtype=float), np.asarray(R, dtype=float))
         for caps in cap_list:
             _validate_capacities(caps, shapes[name][1])
-    out_dir = Path(out_dir)
-    (out_dir / "cells").mkdir(parents=True, exist_ok=True)
-    for stale in (out_dir / "cells").glob(".tmp-*.json"):
-        stale.unlink()  # a write cut short by a kill; its cell was never stored
+    model_settings = {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}
     manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
                 "task_data": "arrays" if isinstance(tasks, dict) else "load_task",
                 "task_shapes": {n: list(s) for n, s in shapes.items()},
+                "task_hashes": hashes,
                 "policies": policies, "capacities": [list(c) for c in cap_list],
                 "runs": runs, "block": block, "eta": eta, "seed": seed, "task_seed": task_seed,
-                "engine": engine,
-                "settings": {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}}
-    mpath = out_dir / "sweep.json"
-    if mpath.exists():
-        try:
-            old = json.loads(mpath.read_text())
-        except json.JSONDecodeError:
-            raise ValueError(f"out_dir: {mpath} is not valid JSON; remove it or choose another "
-                             f"directory") from None
-        if old != json.loads(json.dumps(manifest)):
-            raise ValueError(f"out_dir {out_dir} holds a sweep with other settings "
-                             f"({mpath}); use another directory or the same settings")
-    else:
-        _write_json_atomic(mpath, manifest)
-
-    # --- the cells: stored ones are read, the others computed -------------------
+                "engine": engine, "settings": model_settings}
+    manifest = json.loads(json.dumps(manifest))
+    # every setting that changes a cell's numbers, hashed into each cell's key
+    settings_hash = _json_digest({"eta": eta, "seed": seed, "task_seed": task_seed,
+                                  "engine": engine, "settings": model_settings})
     specs = [(name, p, caps, k0, min(k0 + block, runs))
              for name, _ in task_items for p in policies for caps in cap_list
              for k0 in range(0, runs, block)]
-    records, todo = {}, []
+    keys = {spec: json.loads(json.dumps(
+        {"task": spec[0], "policy": spec[1], "capacities": list(spec[2]), "run_start": spec[3],
+         "run_stop": spec[4], "data": hashes[spec[0]], "settings": settings_hash}))
+        for spec in specs}
+
+    out_dir = Path(out_dir)
+    cells = out_dir / "cells"
+    try:
+        cells.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"out_dir: {cells} must be a directory (something else is in its "
+                         f"place)") from None
+    lock = _lock_sweep_dir(out_dir)
+    try:
+        return _sweep_locked(out_dir, cells, manifest, specs, keys, task_items, shapes,
+                             task_seed, eta, seed, engine, settings, n_jobs, backend, client,
+                             scheduler, progress, out)
+    finally:
+        os.close(lock)
+
+
+def _sweep_locked(out_dir, cells, manifest, specs, keys, task_items, shapes, task_seed, eta,
+                  seed, engine, settings, n_jobs, backend, client, scheduler, progress, out):
+    """The part of :func:`sweep` that runs while it holds the folder's lock."""
+    import warnings
+
+    import pandas as pd
+
+    for stale in cells.glob(".tmp-*.json"):
+        stale.unlink()  # a write cut short by a kill; its cell was never stored
+    mpath = out_dir / "sweep.json"
+    if mpath.exists() or mpath.is_symlink():
+        old, why = _read_json_file(mpath)
+        if why is not None:
+            raise ValueError(f"out_dir: {mpath} {why}; remove it or choose another directory")
+        if old != manifest:
+            raise ValueError(f"out_dir {out_dir} holds a sweep with other settings ({mpath}: "
+                             f"{_manifest_difference(old, manifest)}); use another directory "
+                             f"or the same settings")
+    else:
+        _write_json_atomic(mpath, manifest)
+
+    # --- the cells: stored ones are checked and read, the others computed -------
+    records, todo, invalid = {}, [], []
     for spec in specs:
-        path = out_dir / "cells" / _cell_file(*spec)
-        rec = None
-        if path.exists():
-            try:
-                rec = json.loads(path.read_text())
-            except json.JSONDecodeError:
-                rec = None  # cannot happen with atomic writes; recompute to be safe
-        if rec is not None:
+        path = cells / _cell_file(*spec)
+        if not (path.exists() or path.is_symlink()):
+            todo.append(spec)
+            continue
+        if not path.is_file():
+            raise ValueError(f"out_dir: {path} is in the place of a stored cell but is not a "
+                             f"file; remove it and start the sweep again")
+        rec, why = _read_json_file(path)
+        if why is None:
+            why = _check_cell(rec, keys[spec], shapes[spec[0]][1])
+        if why is None:
             records[spec] = rec
         else:
+            invalid.append(path)
             todo.append(spec)
+            warnings.warn(f"sweep: stored cell {path} {why}; it is computed again",
+                          RuntimeWarning, stacklevel=3)
     reused = len(records)
     data = {name: (pair if pair is not None else name, task_seed) for name, pair in task_items}
     threads = 1 if (backend != "sequential" and n_jobs != 1) else None
@@ -6991,10 +7521,9 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
             ctx = joblib.parallel_config(backend=backend, n_jobs=n_jobs)
         with ctx, tqdm(total=len(todo), disable=not show, desc="sweep cells") as bar:
             results = joblib.Parallel(return_as="generator_unordered")(calls)
-            for rec in results:
-                spec = (rec["task"], rec["policy"], tuple(rec["capacities"]), rec["run_start"],
-                        rec["run_stop"])
-                _write_json_atomic(out_dir / "cells" / _cell_file(*spec), rec)
+            for spec, errors, assigned in results:
+                rec = _cell_record(keys[spec], errors, assigned)
+                _write_json_atomic(cells / _cell_file(*spec), rec)
                 records[spec] = rec
                 bar.update(1)
     # --- the tidy table, in grid order ------------------------------------------------
@@ -7016,8 +7545,11 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     os.replace(tmp, out_dir / "results.csv")
     df.attrs["computed"] = len(todo)
     df.attrs["reused"] = reused
+    if invalid:
+        df.attrs["invalid"] = len(invalid)
     if out is not None:
-        out(f"sweep: {len(specs)} cells ({len(todo)} computed, {reused} already stored); "
+        bad = f", {len(invalid)} of them replacing invalid stored cells" if invalid else ""
+        out(f"sweep: {len(specs)} cells ({len(todo)} computed{bad}, {reused} already stored); "
             f"table {out_dir / 'results.csv'} ({len(df)} rows)")
     return df
 
@@ -7517,6 +8049,9 @@ def _add_bench_parser(sub):
     p.add_argument("--router", action="store_true",
                    help="time the streaming Router instead (microseconds per assign + update, "
                         "per policy, on T tasks)")
+    p.add_argument("--oracle", action="store_true",
+                   help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts "
+                        "and A = 2 and 5 agents")
     p.set_defaults(func=_cmd_bench)
 
 
@@ -7534,6 +8069,9 @@ def _cmd_bench(args):
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
+    if args.oracle:
+        benchmark_oracle(seed=args.seed)
+        return
     if args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed,
                          policies=kwargs.get("policies", ROUTER_POLICIES))

@@ -157,3 +157,155 @@ def test_malformed_state_fuzz(key, value):
         ca.Router.from_state(state)
     except Exception as exc:  # noqa: BLE001
         check_clear(exc)
+
+
+# --- stored sweep cells --------------------------------------------------------------
+#
+# A finished sweep's cells are damaged at random (bytes replaced, truncated, a
+# field set to any JSON value, another cell copied over, a directory put in
+# place).  Started again, the sweep must return exactly the undamaged table,
+# or refuse with an error that names the damaged path; every warning must
+# name the cell it is about.  The deadline bounds the time of one example.
+
+import os  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import warnings  # noqa: E402
+from datetime import timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+SWEEP_FUZZ = settings(derandomize=True, max_examples=25, deadline=timedelta(seconds=60),
+                      suppress_health_check=[HealthCheck.too_slow,
+                                             HealthCheck.data_too_large])
+_SWEEP_BASE = {}
+
+
+def _fuzz_sweep(out):
+    X, R, _ = ca.synthetic_stream(80, 2, seed=4)
+    return ca.sweep({"t": (X, R)}, ["random", "marginal"], [0.5], out, runs=4, block=2,
+                    backend="sequential")
+
+
+def _sweep_base():
+    if not _SWEEP_BASE:
+        base = Path(tempfile.mkdtemp(prefix="capassign-fuzz-"))
+        _SWEEP_BASE["df"] = _fuzz_sweep(base / "sweep")
+        _SWEEP_BASE["dir"] = base / "sweep"
+    return _SWEEP_BASE["dir"], _SWEEP_BASE["df"]
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 5), weird_number.filter(
+        lambda v: not isinstance(v, str)), st.text(max_size=4)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+    max_leaves=8)
+cell_damage = st.one_of(
+    st.tuples(st.just("bytes"), st.binary(max_size=40)),
+    st.tuples(st.just("truncate"), st.integers(0, 400)),
+    st.tuples(st.just("field"), st.sampled_from(["schema", "key", "errors", "assigned",
+                                                 "checksum", "extra"]), json_values),
+    st.tuples(st.just("item"), st.sampled_from(["errors", "assigned"]), st.integers(0, 3),
+              json_values),
+    st.tuples(st.just("copy"), st.integers(0, 3)),
+    st.tuples(st.just("directory"),),
+    st.tuples(st.just("delete"),))
+
+
+def _damage(path, cells, how):
+    kind = how[0]
+    if kind == "bytes":
+        path.write_bytes(how[1])
+    elif kind == "truncate":
+        path.write_bytes(path.read_bytes()[:how[1]])
+    elif kind == "copy":
+        path.write_bytes(cells[how[1] % len(cells)].read_bytes())
+    elif kind == "directory":
+        path.unlink()
+        path.mkdir()
+    elif kind == "delete":
+        path.unlink()
+    else:   # edit a record that an earlier damage may already have broken
+        try:
+            rec = json.loads(path.read_bytes())
+        except ValueError:
+            return
+        if not isinstance(rec, dict):
+            return
+        if kind == "field":
+            rec[how[1]] = how[2]
+        elif isinstance(rec.get(how[1]), list) and rec[how[1]]:
+            rows = rec[how[1]]
+            rows[how[2] % len(rows)] = how[3]
+        path.write_text(json.dumps(rec))
+
+
+@SWEEP_FUZZ
+@given(damage=st.lists(st.tuples(st.integers(0, 3), cell_damage), min_size=1, max_size=3))
+def test_damaged_sweep_cells_fuzz(damage):
+    base, expected = _sweep_base()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "sweep"
+        shutil.copytree(base, out)
+        cells = sorted(p for p in (out / "cells").glob("*.json"))
+        assert len(cells) == 4
+        damaged = set()
+        for index, how in damage:
+            path = cells[index]
+            if path.is_dir() or not path.exists():
+                continue
+            _damage(path, cells, how)
+            damaged.add(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                df = _fuzz_sweep(out)
+            except ValueError as exc:
+                assert any(str(p) in str(exc) for p in damaged), str(exc)
+                assert any(p.is_dir() for p in damaged), str(exc)   # the only refusal
+                return
+        assert df.equals(expected)
+        named = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert all(any(str(p) in str(w.message) for p in damaged) for w in named)
+        for p in cells:          # every cell is whole again
+            assert p.is_file() and os.path.getsize(p) > 0
+
+
+# --- numerical edges of the capacity rule and the reference engine -------------------
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("mu, Q, eta, name", [
+    ([np.nan, 0.9], [0, 0], 0.5, "mu"), ([0.1, np.inf], [0, 0], 0.5, "mu"),
+    ([0.1, 0.9], [np.nan, 0], 0.5, "Q"), ([0.1, 0.9], [-1.0, 0], 0.5, "Q"),
+    ([0.1, 0.9], [0, 0], -1.0, "eta"), ([0.1, 0.9], [0, 0], np.nan, "eta"),
+    ([0.1, 0.9], [0, 0, 0], 0.5, "Q"), ([], [], 0.5, "mu"), ([[0.1]], [[0]], 0.5, "mu")])
+def test_select_agent_refuses_bad_input(mu, Q, eta, name):
+    with pytest.raises(ValueError, match=name) as exc:
+        ca.select_agent(mu, Q, eta)
+    if name == "eta":    # the module's one wording for eta
+        with pytest.raises(ValueError) as same:
+            ca._validate_eta(eta)
+        assert str(exc.value) == str(same.value)
+
+
+def test_select_agent_rule():
+    assert ca.select_agent([0.9, 0.8], [1.0, 0.0], 0.5) == 1
+    assert ca.select_agent([0.9, 0.8], [1.0, 0.0], 0) == 0
+    assert ca.select_agent([0.5, 0.5], [0.0, 0.0], 2) == 0   # ties: lowest index
+
+
+def test_reference_engine_with_huge_contexts_keeps_capacities():
+    X, R, _ = ca.synthetic_stream(300, 3, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no RuntimeWarning (overflow, inf - inf)
+        ref = ca.simulate(X * 1e200, R, [0.3, 0.7], "logistic-greedy", runs=1, seed=2,
+                          engine="reference")
+        model = ca.LaplaceLogistic(3)
+        model.update(X[0] * 1e200, 1)
+    fast = ca.simulate(X * 1e200, R, [0.3, 0.7], "logistic-greedy", runs=1, seed=2)
+    assert abs(ref.assigned[0, 0] - 0.3) < 0.01
+    np.testing.assert_array_equal(ref.assigned, fast.assigned)
+    np.testing.assert_array_equal(ref.errors, fast.errors)
+    assert np.all(np.isfinite(model.theta)) and np.all(np.isfinite(model.Sigma))

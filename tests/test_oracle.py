@@ -514,3 +514,70 @@ def test_batch_assign_validation():
         ca.batch_assign(S, [2, 2], [False, False])
     with pytest.raises(ValueError, match="constrained"):
         ca.batch_assign(S, [2, 2], [True, False, True])
+
+
+# --- the oracle at scale: the dual method ------------------------------------------------
+
+from test_theory import FAST, check_solution, instances  # noqa: E402
+
+
+def _lp_value(mu, caps, w):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ca, "ORACLE_LP_MAX_CONTEXTS", 10**9)
+        return ca.optimal_assignment(mu, caps, w).value
+
+
+@FAST
+@given(inst=st.one_of(instances(n_max=14), instances(n_max=14, free=True, a_min=3)),
+       first=st.integers(1, 6))
+def test_dual_method_equals_the_lp(inst, first):
+    # every instance through the dual method, with candidate sets so small that
+    # the fix-check-grow loop runs; certificate of optimality and the LP's value
+    mu, caps, w = inst
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ca, "ORACLE_LP_MAX_CONTEXTS", 0)
+        mp.setattr(ca, "_DUAL_FIRST_CANDIDATES", first)
+        res = ca.optimal_assignment(mu, caps, w)
+    check_solution(res, mu, caps, w)
+    assert math.isclose(res.value, _lp_value(mu, caps, w), abs_tol=1e-9)
+
+
+@pytest.mark.parametrize("A, caps", [(2, [0.3, 0.7]), (3, [0.5, 0.2, 0.3]),
+                                     (4, [0.6, None, 0.4, None]), (5, [0.2] * 5)])
+def test_many_contexts_go_through_the_dual_and_are_optimal(A, caps):
+    rng = np.random.default_rng(A)
+    n = 3 * ca.ORACLE_LP_MAX_CONTEXTS
+    mu = np.round(rng.random((n, A)), 3)              # many exact ties
+    w = rng.dirichlet(np.ones(n))
+    w[:10] = 0.0
+    w /= w.sum()
+    called = []
+    orig = ca._assignment_dual
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ca, "_assignment_dual", lambda *a: called.append(1) or orig(*a))
+        res = ca.optimal_assignment(mu, caps, w)
+    assert called == [1]
+    check_solution(res, mu, caps, w)
+
+
+def test_huge_rewards_are_rescaled_and_overflow_is_refused():
+    rng = np.random.default_rng(0)
+    mu = rng.random((40, 3))
+    base = ca.optimal_assignment(mu, [0.2, 0.3, 0.5])
+    big = ca.optimal_assignment(mu * 1e20, [0.2, 0.3, 0.5])     # HiGHS took 1e20 as infinite
+    np.testing.assert_allclose(big.assignment, base.assignment, atol=1e-9)
+    assert math.isclose(big.value / 1e20, base.value, rel_tol=1e-12)
+    lam = big.shadow_prices / 1e20          # optimal prices of mu (they may differ from
+    w = np.full(40, 1 / 40)                 # base's: on 40 points they are not unique)
+    dual = float(w @ np.max(mu - lam, axis=1) + 0.2 * lam[0] + 0.3 * lam[1] + 0.5 * lam[2])
+    assert math.isclose(dual, base.value, abs_tol=1e-9)
+    shifted = ca.optimal_assignment(mu + 1e25, [0.2, 0.3, 0.5])   # differences lost: all tie
+    np.testing.assert_allclose(shifted.loads, [0.2, 0.3, 0.5], atol=1e-9)
+    with pytest.raises(ValueError, match="mu"):
+        ca.optimal_assignment([[1e308, -1e308], [0.0, 1.0]], [0.5, 0.5])
+
+
+def test_oracle_benchmark_prints_times(capsys):
+    ca.benchmark_oracle(sizes=(1000, 4000), agents=(2, 3), seed=0)
+    out = capsys.readouterr().out
+    assert "n = 1,000" in out and "n = 4,000" in out and "A = 3" in out

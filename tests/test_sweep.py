@@ -159,3 +159,134 @@ def test_cli_errors_name_the_argument(capsys):
                  "--capacities", "0.3,x"])
     assert exc.value.code == 2
     assert "--capacities" in capsys.readouterr().err
+
+
+# --- what a resumed sweep may trust ---------------------------------------------------
+
+def _tiny(seed):
+    X, R, _ = ca.synthetic_stream(100, 3, seed=seed)
+    return X, R
+
+
+def _tiny_sweep(out, tasks=None, **kw):
+    tasks = {"t": _tiny(0)} if tasks is None else tasks
+    kw = dict(dict(runs=3, block=1, backend="sequential"), **kw)
+    return ca.sweep(tasks, ["random"], [0.5], out, **kw)
+
+
+def test_resume_with_other_data_of_the_same_shape_is_refused(tmp_path):
+    first = _tiny_sweep(tmp_path)
+    with pytest.raises(ValueError, match=r"task 't' has other data") as exc:
+        _tiny_sweep(tmp_path, {"t": _tiny(1)})
+    assert str(tmp_path) in str(exc.value)
+    with pytest.raises(ValueError, match=r"setting 'eta'"):
+        _tiny_sweep(tmp_path, eta=0.7)
+    other = _tiny_sweep(tmp_path / "other", {"t": _tiny(1)})
+    assert not np.array_equal(other.error, first.error)   # the check matters
+    assert _tiny_sweep(tmp_path).equals(first)              # the same data still resumes
+
+
+def _cell_paths(out):
+    return sorted(p for p in (out / "cells").glob("*.json") if not p.name.startswith("."))
+
+
+def _edit_number(p):
+    rec = json.loads(p.read_text())
+    rec["errors"][0] = rec["errors"][0] + 0.01
+    p.write_text(json.dumps(rec))
+
+
+def _drop_row(p):
+    rec = json.loads(p.read_text())
+    rec["errors"] = []
+    p.write_text(json.dumps(rec))
+
+
+def _set_errors(value):
+    def mutate(p):
+        rec = json.loads(p.read_text())
+        rec["errors"] = value
+        p.write_text(json.dumps(rec))
+    return mutate
+
+
+def _copy_other(p):
+    other = next(q for q in _cell_paths(p.parent.parent) if q != p)
+    p.write_bytes(other.read_bytes())
+
+
+MUTATIONS = {
+    "edited number": _edit_number,
+    "emptied errors": _drop_row,
+    "non-numeric errors": _set_errors(["oops"]),
+    "non-finite errors": _set_errors([float("nan")]),
+    "other cell copied": _copy_other,
+    "empty object": lambda p: p.write_text("{}"),
+    "a list": lambda p: p.write_text("[1, 2]"),
+    "invalid UTF-8": lambda p: p.write_bytes(b"\xff\xfe{"),
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[:40]),
+}
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=list(MUTATIONS))
+def test_invalid_stored_cells_are_recomputed_and_named(tmp_path, mutation):
+    whole = _tiny_sweep(tmp_path / "whole")
+    out = tmp_path / "out"
+    _tiny_sweep(out)
+    victim = _cell_paths(out)[1]
+    MUTATIONS[mutation](victim)
+    with pytest.warns(RuntimeWarning, match=victim.name):
+        df = _tiny_sweep(out)
+    assert df.attrs == {"computed": 1, "reused": 2, "invalid": 1}
+    assert df.equals(whole)
+    assert (out / "results.csv").read_bytes() == (tmp_path / "whole" / "results.csv").read_bytes()
+    assert _tiny_sweep(out).attrs == {"computed": 0, "reused": 3}   # the cell was replaced
+
+
+def test_a_directory_in_place_of_a_cell_is_refused_by_name(tmp_path):
+    _tiny_sweep(tmp_path)
+    victim = _cell_paths(tmp_path)[0]
+    victim.unlink()
+    victim.mkdir()
+    with pytest.raises(ValueError, match=victim.name):
+        _tiny_sweep(tmp_path)
+
+
+def test_a_second_sweep_on_a_folder_in_use_is_refused_and_deletes_nothing(tmp_path):
+    # another process holds the folder's lock, as a running sweep does
+    (tmp_path / "cells").mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, sys, capassign as ca; "
+         "ca._lock_sweep_dir(pathlib.Path(sys.argv[1])); print('locked', flush=True); "
+         "sys.stdin.read()", str(tmp_path)],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        in_flight = tmp_path / "cells" / ".tmp-abc123.json"   # the first sweep's write
+        in_flight.write_text("{")
+        with pytest.raises(ValueError, match="in use by another sweep"):
+            _tiny_sweep(tmp_path)
+        assert in_flight.exists() and not (tmp_path / "sweep.json").exists()
+    finally:
+        holder.kill()    # like kill -9: the kernel drops the lock
+        holder.wait()
+    df = _tiny_sweep(tmp_path)   # a leftover .lock file is not a stale lock
+    assert df.attrs["computed"] == 3 and not in_flight.exists()
+
+
+@pytest.mark.parametrize("name", [".tmp-x", ".hidden", "a/b\\c", "x" * 300, "ünï cödé ✓"])
+def test_any_printable_task_name_is_stored_and_resumed(tmp_path, name):
+    first = _tiny_sweep(tmp_path, {name: _tiny(0)})
+    assert set(first.task) == {name}
+    assert [p.parent for p in _cell_paths(tmp_path)] == [tmp_path / "cells"] * 3
+    assert all(len(p.name) < 200 for p in _cell_paths(tmp_path))
+    again = _tiny_sweep(tmp_path, {name: _tiny(0)})
+    assert again.attrs == {"computed": 0, "reused": 3} and again.equals(first)
+
+
+@pytest.mark.parametrize("name", ["", "a\nb", "nul\x00", 3])
+def test_bad_task_names_are_refused_before_any_work(tmp_path, name):
+    with pytest.raises((ValueError, TypeError), match="task name"):
+        _tiny_sweep(tmp_path, {name: _tiny(0)})
+    assert not tmp_path.joinpath("cells").exists()
