@@ -4505,7 +4505,22 @@ import functools  # noqa: E402  (used by the task cache below)
 DATA_ENV = "CAPASSIGN_DATA"
 #: Environment variable overriding the download cache folder.
 CACHE_ENV = "CAPASSIGN_CACHE"
-DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def _find_data_dir():
+    """The folder holding ``registry.json``: ``data/`` next to the module in a
+    source checkout (and an editable install), ``capassign_data/`` next to it
+    in an installed distribution (``pip install .`` or a wheel), where the
+    build copies the files of ``data/`` listed in pyproject.toml."""
+    here = Path(__file__).resolve().parent
+    for d in (here / "capassign_data", here / "data"):
+        if (d / "registry.json").is_file():
+            return d
+    return here / "data"
+
+
+#: The registry folder (``data/`` of the source tree, the single source of truth).
+DATA_DIR = _find_data_dir()
 REGISTRY_PATH = DATA_DIR / "registry.json"
 MMLU_EMBEDDINGS_PATH = DATA_DIR / "mmlu_embeddings.npz"
 
@@ -4610,7 +4625,13 @@ class DataRegistry:
     @property
     def cache_dir(self):
         d = self._cache_dir if self._cache_dir is not None else os.environ.get(CACHE_ENV)
-        return Path(d).expanduser() if d else DATA_DIR / "cache"
+        if d:
+            return Path(d).expanduser()
+        if DATA_DIR.name == "data":  # a source checkout: data/cache (git-ignored)
+            return DATA_DIR / "cache"
+        import pooch  # an installed copy: the user's cache folder, never site-packages
+
+        return Path(pooch.os_cache("capassign"))
 
     def entry(self, relpath):
         try:
@@ -4625,7 +4646,15 @@ class DataRegistry:
         return (root if root is not None else self.cache_dir) / relpath
 
     def how_to_get(self, relpath):
+        """What to do to obtain ``relpath`` (one sentence, for error messages)."""
         e = self.entry(relpath)
+        if self.data_dir is not None and not e.get("rebuild"):
+            # `data fetch` downloads into the cache, which is not read while
+            # CAPASSIGN_DATA is set: recommending it would not help.
+            src = f" (public copy: {e['urls'][0]})" if e.get("urls") else ""
+            return (f"put the file at {self.data_dir / relpath}{src}; its size and sha256 are "
+                    f"in the registry (`python -m capassign data list`); or unset {DATA_ENV} "
+                    f"to read the download cache, which `python -m capassign data fetch` fills")
         if e.get("urls"):
             how = ("run `python -m capassign data fetch` with network access, or set "
                    f"{DATA_ENV} to a folder that holds the data files")
@@ -4658,6 +4687,26 @@ class DataRegistry:
         self._verified[key] = True
         return path
 
+    def data_dir_problem(self):
+        """Why the ``CAPASSIGN_DATA`` folder cannot be used, or ``None`` if it can (or is unset)."""
+        root = self.data_dir
+        if root is None or root.is_dir():
+            return None
+        what = "is not a folder" if root.exists() else "does not exist"
+        return (f"{DATA_ENV}={root} {what}; set {DATA_ENV} to the folder that holds the "
+                f"data files, or unset it to use the download cache ({self.cache_dir})")
+
+    def _check_data_dir(self):
+        problem = self.data_dir_problem()
+        if problem:
+            raise DataUnavailable(problem)
+
+    def root_key(self):
+        """The resolved data folder and cache folder: what data is read from."""
+        root = self.data_dir
+        return (str(root.resolve()) if root is not None else None,
+                str(self.cache_dir.resolve()))
+
     def status(self, relpath):
         """``("ok" | "missing" | "MISMATCH", path, detail)`` without downloading."""
         path = self.location(relpath)
@@ -4680,6 +4729,7 @@ class DataRegistry:
         :class:`DataUnavailable` with instructions when that is impossible.
         """
         e = self.entry(relpath)
+        self._check_data_dir()
         path = self.location(relpath)
         if path.exists():
             return self.check(relpath, path)
@@ -5247,6 +5297,7 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
     """
     if isinstance(models, str):
         raise TypeError("models must be a sequence of HELM model ids, not a single string")
+    _sync_data_caches()
     return _cached_mmlu_task(tuple(models), _validate_subjects(subjects))
 
 
@@ -5391,7 +5442,28 @@ def load_task(name, seed=0, *, split="random"):
         seed, split = 0, "random"
     elif name == "synthetic":
         split = "random"
+    _sync_data_caches()
     return _cached_task(name, int(seed), split)
+
+
+_DATA_ROOT_SEEN = None
+
+
+def _sync_data_caches():
+    """Forget the tasks built in this process when the data folder has changed.
+
+    The folder is read from ``CAPASSIGN_DATA`` (and ``CAPASSIGN_CACHE``) at
+    every call, so setting the variable inside a running process takes effect:
+    the per-process task caches are emptied when the resolved folders differ
+    from those the cached tasks were built from.
+    """
+    global _DATA_ROOT_SEEN
+    key = data_registry().root_key()
+    if key != _DATA_ROOT_SEEN:
+        if _DATA_ROOT_SEEN is not None:
+            for cached in (_cached_task, _cached_mmlu_task, _cached_mmlu_models, _mmlu_pc1):
+                cached.cache_clear()
+        _DATA_ROOT_SEEN = key
 
 
 def accuracy_by_context(x, R, *, bins=10):
@@ -6953,7 +7025,8 @@ def _build_parser():
     p = sub.add_parser("sync-text", help="copy edited prose into executed notebooks",
                        description="Copy markdown edits from chapter sources into the executed "
                                    "notebooks when no code cell changed.")
-    p.add_argument("chapters", nargs="*", metavar="CHAPTER")
+    p.add_argument("chapters", nargs="*", metavar="CHAPTER",
+                   help="chapter names (stems of book/chapters/*.md); default: all")
     p.set_defaults(func=lambda a: sync_text(a.chapters))
     _add_data_parser(sub)
     _add_bench_parser(sub)
@@ -7001,8 +7074,10 @@ def _print_status(rows):
 def _cmd_data_list(args):
     reg = data_registry()
     root = reg.data_dir
+    problem = reg.data_dir_problem()
     print(f"data root: {root if root is not None else reg.cache_dir}"
-          f" ({'from ' + DATA_ENV if root is not None else 'download cache'})")
+          f" ({'from ' + DATA_ENV if root is not None else 'download cache'})"
+          + (f" - WARNING: {problem}" if problem else ""))
     for e in reg.registry["files"]:
         src = e["urls"][0] if e.get("urls") else (
             f"rebuilt from {len(e['derived_from'])} files" if e.get("rebuild")
@@ -7011,7 +7086,9 @@ def _cmd_data_list(args):
 
 
 def _cmd_data_verify(args):
-    if _print_status(data_registry().verify()):
+    reg = data_registry()
+    reg._check_data_dir()  # a missing CAPASSIGN_DATA folder is one clear error
+    if _print_status(reg.verify()):
         sys.exit(1)
 
 
@@ -7023,7 +7100,9 @@ def _cmd_data_embed(args):
 
 
 def _cmd_data_fetch(args):
-    if _print_status(data_registry().fetch(args.paths or None)):
+    reg = data_registry()
+    reg._check_data_dir()
+    if _print_status(reg.fetch(args.paths or None)):
         sys.exit(1)
 
 
@@ -7047,7 +7126,8 @@ def _add_bench_parser(sub):
                         "per point (scaled to 100)")
     p.add_argument("--policies", default=None,
                    help="comma-separated online policies to time (default: all six)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the synthetic stream and the runs (default 0)")
     p.add_argument("--router", action="store_true",
                    help="time the streaming Router instead (microseconds per assign + update, "
                         "per policy, on T tasks)")
@@ -7099,9 +7179,41 @@ def main(argv=None):
         return 0
     try:
         args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        parser.exit(2, f"capassign {args.command}: error: {exc}\n")
+    except _EXPECTED_ERRORS as exc:
+        if os.environ.get("CAPASSIGN_DEBUG"):
+            raise
+        parser.exit(2, f"{_command_name(args)}: error: {_error_line(exc)}\n")
     return 0
+
+
+#: Failures the command line reports in one line on stderr (exit status 2);
+#: anything else is a bug and keeps its traceback.  Set ``CAPASSIGN_DEBUG=1``
+#: to see the traceback of these too.
+_EXPECTED_ERRORS = (ValueError, TypeError, OSError, DataUnavailable, DataIntegrityError)
+
+
+def _command_name(args):
+    """``capassign data verify`` etc., for error messages."""
+    words = ["capassign"]
+    for attr in ("command", "data_command"):
+        w = getattr(args, attr, None)
+        if w:
+            words.append(w)
+    return " ".join(words)
+
+
+def _error_line(exc):
+    """One line saying what went wrong and, where the message does not, what to do."""
+    if isinstance(exc, OSError) and not isinstance(exc, (DataUnavailable, DataIntegrityError)):
+        what = exc.strerror or type(exc).__name__
+        where = f": {exc.filename}" if exc.filename is not None else ""
+        msg = (f"{what}{where} ({type(exc).__name__}); check that the path exists, is the "
+               f"right kind (file or folder) and is readable")
+        if exc.strerror is None:
+            msg = f"{exc}; check the path and its permissions"
+    else:
+        msg = str(exc) or type(exc).__name__
+    return " ".join(msg.split())
 
 
 def _parse_capacities(text, name="--capacities"):
@@ -7142,7 +7254,9 @@ def _add_simulate_parser(sub):
     p.add_argument("--runs", type=int, default=PAPER_RUNS,
                    help=f"randomised task orders (default {PAPER_RUNS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    p.add_argument("--engine", default="fast", choices=ENGINES)
+    p.add_argument("--engine", default="fast", choices=ENGINES,
+                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
+                        "Algorithm 1, slow)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=_cmd_simulate)
 
@@ -7189,10 +7303,14 @@ def _add_sweep_parser(sub):
                                                                 f"(default {PAPER_RUNS})")
     p.add_argument("--block", type=int, default=None,
                    help="runs per stored cell (default: all runs of a grid point)")
-    p.add_argument("--eta", type=float, default=DEFAULT_ETA)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--task-seed", type=int, default=0)
-    p.add_argument("--engine", default="fast", choices=ENGINES)
+    p.add_argument("--eta", type=float, default=DEFAULT_ETA,
+                   help=f"queue penalty (default {DEFAULT_ETA})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
+    p.add_argument("--task-seed", type=int, default=0,
+                   help="seed of the tasks' agent construction (default 0)")
+    p.add_argument("--engine", default="fast", choices=ENGINES,
+                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
+                        "Algorithm 1, slow)")
     p.add_argument("--jobs", type=int, default=-1, help="parallel jobs (-1: all cores)")
     p.add_argument("--backend", default="loky", choices=SWEEP_BACKENDS,
                    help="joblib backend; 'dask' needs --scheduler")
@@ -7203,11 +7321,19 @@ def _add_sweep_parser(sub):
 
 def _cmd_sweep(args):
     if args.alphas is not None:
-        caps = [float(v) for v in _parse_capacities(args.alphas, "--alphas")]
+        caps = _parse_capacities(args.alphas, "--alphas")
+        if any(v is None for v in caps):
+            raise ValueError(f"--alphas {args.alphas!r}: 'free' is not an alpha_1 value; "
+                             f"--alphas takes numbers in [0, 1] (two agents), give vectors "
+                             f"with free agents to --capacities, e.g. --capacities 0.5,0.5,free")
     else:
         caps = [_parse_capacities(v) for v in args.capacities]
     if args.backend == "dask" and not args.scheduler:
         raise ValueError("--backend dask needs --scheduler ADDRESS")
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {args.out!r} is an existing file, not a folder; give a "
+                         f"results folder (created if missing)")
     df = sweep(_split_names(args.tasks), _split_names(args.policies), caps, args.out,
                runs=args.runs, block=args.block, eta=args.eta, seed=args.seed,
                task_seed=args.task_seed, engine=args.engine, n_jobs=args.jobs,
