@@ -888,7 +888,63 @@ def hindsight_optimum(R, capacities, *, method="auto"):
 # The fast engine compiles its inner loops with numba; ``cache=True`` stores the
 # machine code next to this file, so a new process (or notebook kernel) loads
 # it instead of compiling again.
-from numba import njit, prange
+# numba (about two thirds of the import time of this module) is imported when
+# a kernel is first called, not when capassign is imported: ``@njit(...)``
+# below records the Python function, and the first call of any kernel
+# compiles-or-loads all of them through numba at once (:func:`_numba_kernels`),
+# replacing the module's names by numba's dispatchers.  Callers that need no
+# kernel (data loaders, the oracle, the command line's help) never import it.
+_LAZY_KERNELS = {}
+prange = range  # numba.prange once the kernels are created
+
+
+class _LazyKernel:
+    """Stand-in for a numba kernel until the first call of any kernel."""
+
+    def __init__(self, py_func, options):
+        self.py_func = py_func
+        self.options = options
+        self.__name__ = py_func.__name__
+        self.__qualname__ = py_func.__qualname__
+        self.__doc__ = py_func.__doc__
+        self.__module__ = py_func.__module__
+
+    def __call__(self, *args, **kwargs):
+        return _numba_kernels()[self.__name__](*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(_numba_kernels()[self.__name__], name)
+
+    def __repr__(self):
+        return f"<capassign kernel {self.__name__} (not yet created)>"
+
+
+def njit(*args, **options):
+    """``numba.njit`` deferred to the first call of a kernel (same options)."""
+    def record(func):
+        kernel = _LazyKernel(func, options)
+        _LAZY_KERNELS[func.__name__] = kernel
+        return kernel
+
+    if args and callable(args[0]) and not options:
+        return record(args[0])
+    return record
+
+
+def _numba_kernels():
+    """Create every kernel with numba (once per process); return the module's names."""
+    names = globals()
+    if _LAZY_KERNELS:
+        import numba
+
+        names["prange"] = numba.prange
+        for name, kernel in list(_LAZY_KERNELS.items()):
+            if names.get(name) is kernel:
+                names[name] = numba.njit(**kernel.options)(kernel.py_func)
+        _LAZY_KERNELS.clear()
+    return names
 
 # --- First use of the compiled kernels -------------------------------------------
 #
