@@ -3474,7 +3474,8 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
     early = bool(_EARLY_EXIT)
     kind = ("noncontextual" if policy in ("random", "marginal")
             else "logistic" if policy.startswith("logistic") else "tree")
-    started = _first_use(f"{kind} simulation", (f"_{kind}_runs",), _FIRST_USE_TIME[kind])
+    started = _first_use(f"{kind} simulation", (f"_{kind}_runs",),
+                         _FIRST_USE_TIME["simulation", kind])
     if policy in ("random", "marginal"):
         rewards, counts = _noncontextual_runs(R, orders, alpha, constrained, eta,
                                               policy == "marginal", batch, early, states,
@@ -3499,10 +3500,14 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
     return rewards, counts, assign, queues
 
 
-#: Rough compile times of the first use, per kind of kernel (2-core machine,
-#: ``python -m capassign bench --startup``).
-_FIRST_USE_TIME = {"noncontextual": "about 20 s", "logistic": "about 30 s",
-                   "tree": "about a minute"}
+#: Rough compile times of the first use, per kind of kernel (measured with
+#: ``python -m capassign bench --startup`` on a busy 2-core machine).
+_FIRST_USE_TIME = {("simulation", "noncontextual"): "about a minute",
+                   ("simulation", "logistic"): "about a minute",
+                   ("simulation", "tree"): "about a minute",
+                   ("router", "noncontextual"): "a few seconds",
+                   ("router", "logistic"): "about 10 s",
+                   ("router", "tree"): "under a minute"}
 
 
 
@@ -4038,7 +4043,7 @@ def _router_first_use(kind):
     """The first-use notice of the Router's kernels of one kind (0, 1, 2)."""
     _ROUTER_COLD[kind] = False
     name, kernels = _ROUTER_KERNELS[kind]
-    _first_use(f"router {name}", kernels, _FIRST_USE_TIME[name])
+    _first_use(f"router {name}", kernels, _FIRST_USE_TIME["router", name])
 
 
 def _validate_task_id(task_id, name="task_id"):
@@ -4781,7 +4786,9 @@ def benchmark_startup(*, repeats=3, out=print):
                   "print(time.perf_counter() - t0)") for _ in range(repeats))
     numba_imp = min(run("import time\nt0 = time.perf_counter()\nimport numba\n"
                         "print(time.perf_counter() - t0)") for _ in range(repeats))
-    out(f"import capassign: {imp:.2f} s (of which numba alone: {numba_imp:.2f} s)")
+    out(f"import capassign: {imp:.2f} s; numba, imported at the first kernel call: "
+        f"{numba_imp:.2f} s" + (" (bytecode caching is off: PYTHONDONTWRITEBYTECODE)"
+                                if sys.flags.dont_write_bytecode else ""))
     rows.append(dict(what="import capassign", cold=imp, warm=imp))
     out(f"{'first call':48s} {'cold (s)':>9s} {'warm (s)':>9s}")
     for what, body in _STARTUP_CASES:
