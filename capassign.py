@@ -7549,7 +7549,8 @@ def main(argv=None):
 #: Failures the command line reports in one line on stderr (exit status 2);
 #: anything else is a bug and keeps its traceback.  Set ``CAPASSIGN_DEBUG=1``
 #: to see the traceback of these too.
-_EXPECTED_ERRORS = (ValueError, TypeError, OSError, DataUnavailable, DataIntegrityError)
+_EXPECTED_ERRORS = (ValueError, TypeError, OSError, ImportError, DataUnavailable,
+                    DataIntegrityError)
 
 
 def _command_name(args):
@@ -7571,6 +7572,10 @@ def _error_line(exc):
                f"right kind (file or folder) and is readable")
         if exc.strerror is None:
             msg = f"{exc}; check the path and its permissions"
+    elif isinstance(exc, ImportError):
+        msg = (f"{exc}; this command needs the package {exc.name or 'named above'}: install "
+               f"it (pip install ...), e.g. through capassign's extras 'test', 'book' or "
+               f"'mmlu-embed'")
     else:
         msg = str(exc) or type(exc).__name__
     return " ".join(msg.split())

@@ -153,3 +153,12 @@ def test_subprocess_one_line(tmp_path):
     assert got.returncode == 2
     assert got.stderr.count("\n") == 1 and "Traceback" not in got.stderr
     assert re.match(r"capassign simulate: error: CAPASSIGN_DATA=.* does not exist", got.stderr)
+
+
+def test_missing_optional_package(capsys, monkeypatch):
+    def no_papermill(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'papermill'", name="papermill")
+
+    monkeypatch.setattr(ca, "reproduce", no_papermill)
+    err = fails(capsys, ["reproduce", "theory_two_agents"])
+    assert "papermill" in err and "install" in err
