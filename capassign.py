@@ -937,14 +937,21 @@ def _numba_kernels():
     """Create every kernel with numba (once per process); return the module's names."""
     names = globals()
     if _LAZY_KERNELS:
-        import numba
+        with _LAZY_LOCK:  # threads of a sweep may call their first kernel together
+            if _LAZY_KERNELS:
+                import numba
 
-        names["prange"] = numba.prange
-        for name, kernel in list(_LAZY_KERNELS.items()):
-            if names.get(name) is kernel:
-                names[name] = numba.njit(**kernel.options)(kernel.py_func)
-        _LAZY_KERNELS.clear()
+                names["prange"] = numba.prange
+                for name, kernel in list(_LAZY_KERNELS.items()):
+                    if names.get(name) is kernel:
+                        names[name] = numba.njit(**kernel.options)(kernel.py_func)
+                _LAZY_KERNELS.clear()
     return names
+
+
+import threading  # noqa: E402  (the lock of the kernels' creation)
+
+_LAZY_LOCK = threading.Lock()
 
 # --- First use of the compiled kernels -------------------------------------------
 #
