@@ -60,8 +60,15 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
 
     ``capacities`` is a sequence with one entry per agent: a number in [0, 1]
     (the agent's long-run share alpha_a, Sec. 2.3) or ``None`` for an
-    unconstrained "free" agent (App. H.4).  The constrained entries must sum to
-    one within :data:`CAPACITY_TOL`.
+    unconstrained "free" agent (App. H.4).  Without a free agent the entries
+    must sum to one within :data:`CAPACITY_TOL`.  With a free agent they are
+    long-run upper bounds (the queues of Eq. 1 only stop an agent from
+    running ahead of its share, App. F and App. H.4) and may sum to less than
+    one: ``[0.2, 0.3, None]`` means "at most 20% and 30%, the rest to the free
+    agent".  The paper's App. H.4 uses shares summing to one; a smaller sum
+    changes nothing in the rule of Eq. 2, only the random baseline (which
+    gives the remainder 1 - sum alpha to the free agents, see
+    :func:`_selection_shares`) and the mini-batch counts (:func:`batch_counts`).
 
     Returns
     -------
@@ -102,10 +109,31 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
     if not constrained.any():
         raise ValueError(f"{name}: at least one agent must be capacity-constrained")
     total = float(alpha[constrained].sum())
-    if abs(total - 1.0) > CAPACITY_TOL:
-        raise ValueError(f"{name} of the constrained agents sum to {total!r}; "
-                         f"they must sum to 1 (within {CAPACITY_TOL:g})")
+    if constrained.all() and abs(total - 1.0) > CAPACITY_TOL:
+        raise ValueError(f"{name} sum to {total!r}; they must sum to 1 (within "
+                         f"{CAPACITY_TOL:g}) when every agent is capacity-constrained, or "
+                         f"to at most 1 with a free agent (None), which then takes the rest, "
+                         f"e.g. [0.2, 0.3, None]")
+    if total > 1.0 + CAPACITY_TOL:
+        raise ValueError(f"{name} of the constrained agents sum to {total!r}; they must "
+                         f"sum to at most 1 (within {CAPACITY_TOL:g}), the free agents "
+                         f"taking the rest")
     return alpha, constrained
+
+
+def _selection_shares(alpha, constrained):
+    """The shares with which the ``random`` policy draws agents (App. H.4).
+
+    A constrained agent is drawn with probability alpha_a.  When the
+    constrained shares sum to less than one (possible only with a free
+    agent), the free agents share the remainder 1 - sum alpha equally;
+    otherwise a free agent is never drawn.  Equals ``alpha`` whenever the
+    constrained shares sum to one.  The same code as the compiled
+    :func:`_selection_shares_nb`, run as plain Python so that the theory
+    functions need no compiled kernel.
+    """
+    alpha = np.asarray(alpha, dtype=float)
+    return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
 
 
 def _validate_eta(eta, name="eta"):
@@ -297,11 +325,17 @@ def random_assignment_value(mu, capacities, weights=None):
     """Reward of the non-contextual policy P(a) = alpha_a: sum_a alpha_a mu_a (Sec. 2.3).
 
     ``mu`` is n x A, ``capacities`` one share per agent (``None`` for a free
-    agent, which then gets share 0), ``weights`` the context probabilities
-    (uniform by default).
+    agent, which then gets the share the constrained agents leave, split
+    equally among the free agents: :func:`_selection_shares`), ``weights``
+    the context probabilities (uniform by default).
+
+    Examples
+    --------
+    >>> round(random_assignment_value([[0.9, 0.5, 0.7]], [0.2, 0.3, None]), 12)
+    0.68
     """
     mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
-    return float(w @ mu @ alpha)
+    return float(w @ mu @ _selection_shares(alpha, constrained))
 
 
 #: Above this many contexts of positive weight, :func:`optimal_assignment`
@@ -565,7 +599,9 @@ def optimal_assignment(mu, capacities, weights=None):
         Conditional expected rewards mu_a(x_i) at n context points.
     capacities : sequence of length A
         Shares alpha_a in [0, 1] of the constrained agents, summing to one
-        within :data:`CAPACITY_TOL`, or ``None`` for an unconstrained agent.
+        within :data:`CAPACITY_TOL`, or ``None`` for an unconstrained agent;
+        with an unconstrained agent the shares are upper bounds and may sum
+        to less than one.
     weights : array_like, shape (n,), optional
         Probabilities of the context points (uniform by default).  They must be
         non-negative and sum to one within :data:`CAPACITY_TOL`; they are not
@@ -625,7 +661,8 @@ def optimal_assignment(mu, capacities, weights=None):
     caps = np.where(constrained, alpha, np.nan)
     return OptimalAssignment(
         assignment=P, shadow_prices=lam, value=float(np.sum(w[:, None] * P * mu)),
-        random_value=float(w @ mu @ alpha), loads=w @ P, capacities=caps,
+        random_value=float(w @ mu @ _selection_shares(alpha, constrained)), loads=w @ P,
+        capacities=caps,
         weights=w, mu=mu)
 
 
@@ -1141,7 +1178,134 @@ def hindsight_optimum(R, capacities, *, method="auto"):
 # The fast engine compiles its inner loops with numba; ``cache=True`` stores the
 # machine code next to this file, so a new process (or notebook kernel) loads
 # it instead of compiling again.
-from numba import njit, prange
+# numba (about two thirds of the import time of this module) is imported when
+# a kernel is first called, not when capassign is imported: ``@njit(...)``
+# below records the Python function, and the first call of any kernel
+# compiles-or-loads all of them through numba at once (:func:`_numba_kernels`),
+# replacing the module's names by numba's dispatchers.  Callers that need no
+# kernel (data loaders, the oracle, the command line's help) never import it.
+_LAZY_KERNELS = {}
+prange = range  # numba.prange once the kernels are created
+
+
+class _LazyKernel:
+    """Stand-in for a numba kernel until the first call of any kernel."""
+
+    def __init__(self, py_func, options):
+        self.py_func = py_func
+        self.options = options
+        self.__name__ = py_func.__name__
+        self.__qualname__ = py_func.__qualname__
+        self.__doc__ = py_func.__doc__
+        self.__module__ = py_func.__module__
+
+    def __call__(self, *args, **kwargs):
+        return _numba_kernels()[self.__name__](*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(_numba_kernels()[self.__name__], name)
+
+    def __repr__(self):
+        return f"<capassign kernel {self.__name__} (not yet created)>"
+
+
+def njit(*args, **options):
+    """``numba.njit`` deferred to the first call of a kernel (same options)."""
+    def record(func):
+        kernel = _LazyKernel(func, options)
+        _LAZY_KERNELS[func.__name__] = kernel
+        return kernel
+
+    if args and callable(args[0]) and not options:
+        return record(args[0])
+    return record
+
+
+def _numba_kernels():
+    """Create every kernel with numba (once per process); return the module's names."""
+    names = globals()
+    if _LAZY_KERNELS:
+        with _LAZY_LOCK:  # threads of a sweep may call their first kernel together
+            if _LAZY_KERNELS:
+                import numba
+
+                names["prange"] = numba.prange
+                for name, kernel in list(_LAZY_KERNELS.items()):
+                    if names.get(name) is kernel:
+                        names[name] = numba.njit(**kernel.options)(kernel.py_func)
+                _LAZY_KERNELS.clear()
+    return names
+
+
+import threading  # noqa: E402  (the lock of the kernels' creation)
+
+_LAZY_LOCK = threading.Lock()
+
+# --- First use of the compiled kernels -------------------------------------------
+#
+# The kernels are compiled by numba on their first call and cached on disk
+# (``__pycache__`` next to this file, or ``NUMBA_CACHE_DIR``), so only the
+# first call after installing or editing the module pays for compilation.
+# That first call says so, once per process, in one line on stderr - only when
+# stderr is a terminal (never in a notebook's stored outputs), or always with
+# ``CAPASSIGN_PROGRESS=1`` (never with ``CAPASSIGN_PROGRESS=0``).
+
+#: Environment variable forcing the first-use notice on ("1") or off ("0").
+PROGRESS_ENV = "CAPASSIGN_PROGRESS"
+_FIRST_USE_SEEN = set()
+
+
+def _kernels_cached(kernels):
+    """Whether every numba dispatcher in ``kernels`` is compiled in this process
+    or has a fresh entry in numba's on-disk cache (True when that cannot be told)."""
+    for k in kernels:
+        try:
+            if k.signatures:
+                continue
+            if not k._cache._cache_file._load_index():  # {} when missing or stale
+                return False
+        except Exception:  # pragma: no cover - another numba's internals: stay quiet
+            continue
+    return True
+
+
+def _show_progress():
+    v = os.environ.get(PROGRESS_ENV)
+    if v is not None:
+        return v.strip() not in ("", "0")
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _first_use(group, kernel_names, duration):
+    """Say once per process, on stderr, that the ``group`` kernels are being compiled.
+
+    Returns the ``time.perf_counter()`` of the message, or ``None`` when nothing
+    was printed (already said, kernels cached, or stderr not a terminal).
+    """
+    if group in _FIRST_USE_SEEN:
+        return None
+    _FIRST_USE_SEEN.add(group)
+    if not _show_progress() or _kernels_cached([globals()[n] for n in kernel_names]):
+        return None
+    import time
+
+    print(f"capassign: compiling the {group} kernels - first use only, {duration}; later "
+          f"runs load them from numba's cache ...", file=sys.stderr, flush=True)
+    return time.perf_counter()
+
+
+def _first_use_done(started):
+    if started is not None:
+        import time
+
+        print(f"capassign: compiled in {time.perf_counter() - started:.0f} s",
+              file=sys.stderr, flush=True)
+
 
 
 @dataclass(frozen=True)
@@ -2171,6 +2335,26 @@ def _select_nb(mu, Q, eta):
 
 
 @njit(cache=True)
+def _selection_shares_nb(alpha, constrained):
+    """Compiled :func:`_selection_shares`: ``alpha`` itself unless the free
+    agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`."""
+    p = alpha.copy()
+    total = 0.0
+    n_free = 0
+    for a in range(alpha.shape[0]):
+        if constrained[a]:
+            total += alpha[a]
+        else:
+            n_free += 1
+    rest = 1.0 - total
+    if n_free > 0 and rest > 1e-9:
+        for a in range(alpha.shape[0]):
+            if not constrained[a]:
+                p[a] = rest / n_free
+    return p
+
+
+@njit(cache=True)
 def _queue_step_nb(Q, alpha, constrained, chosen):
     for a in range(Q.shape[0]):
         if constrained[a]:
@@ -2276,18 +2460,25 @@ def batch_counts(B, alpha, Q, constrained=None):
     those excesses sum to zero over the agents, the realised fractions then
     differ from alpha by at most (A - 1) max_a Q_{t,a} / t.
 
-    Free agents (``constrained[a]`` False, App. H.4) have no queue and no share;
-    they get count 0 here, the constrained counts still sum to B, and
-    :func:`batch_assign` reads them as upper bounds, the free agents taking the
-    tasks the constrained agents are not given.
+    Free agents (``constrained[a]`` False, App. H.4) have no queue.  When the
+    constrained shares sum to one, the free agents get count 0 here and the
+    constrained counts sum to B.  When they sum to less (a free agent takes
+    the rest, see :func:`_validate_capacities`), the remainder
+    1 - sum alpha enters the projection as one more share with an empty
+    queue; the tasks left over by the rounding go to the constrained agents
+    only (the remainder has no queue that would carry a deficit to later
+    batches), and the remainder's count is split among the free agents,
+    equally, lower indices first.  Either way
+    :func:`batch_assign` reads the constrained counts as upper bounds, the
+    free agents taking the tasks the constrained agents are not given.
 
     Parameters
     ----------
     B : int
         Batch size, >= 1.
     alpha : array_like, shape (A,)
-        Capacities; the constrained ones sum to one (entries of free agents
-        are ignored).
+        Capacities; the constrained ones sum to one, or to at most one with a
+        free agent (entries of free agents are ignored).
     Q : array_like, shape (A,)
         Virtual queues Q_{t,a} >= 0 in tasks (entries of free agents ignored).
     constrained : array_like of bool, shape (A,), optional
@@ -2311,6 +2502,17 @@ def _batch_counts_core(B, alpha, Q, constrained):
     Q = np.where(constrained, Q, 0.0)
     active = np.flatnonzero(constrained & (alpha > 0))
     target = B * alpha[active] - Q[active]
+    free = np.flatnonzero(~constrained)
+    total = 0.0
+    for a in range(A):  # summed in index order, as in _batch_counts_nb
+        if constrained[a]:
+            total += float(alpha[a])
+    rest = 1.0 - total
+    if free.size and rest > 1e-9:
+        # the free agents' remainder: one more share, with an empty queue
+        active = np.append(active, A)
+        target = np.append(target, B * rest)
+        Q = np.append(Q, 0.0)
     # Euclidean projection of the targets onto {N >= 0, sum N = B}
     u = np.sort(target)[::-1]
     shift = (B - np.cumsum(u)) / np.arange(1, u.size + 1)
@@ -2321,6 +2523,17 @@ def _batch_counts_core(B, alpha, Q, constrained):
     base = np.floor(n_star)
     left = B - int(base.sum())
     frac = n_star - base
+    if active.size and active[-1] == A:
+        # the constrained agents get the left-over tasks before the remainder
+        # does (the remainder has no queue to carry a deficit to later batches)
+        rank = np.lexsort((active, Q[active], -frac, active == A))
+        base[rank[:left]] += 1
+        N = np.zeros(A + 1, dtype=np.int64)
+        N[active] = base.astype(np.int64)
+        out = N[:A]
+        out[free] = N[A] // free.size
+        out[free[:N[A] % free.size]] += 1
+        return out
     # largest fractional part first; ties: smaller queue, then lower index
     rank = np.lexsort((active, Q[active], -frac))
     base[rank[:left]] += 1
@@ -2448,9 +2661,47 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
     """Compiled :func:`_batch_counts_core`: writes the counts into ``N``.
 
     The same arithmetic in the same order (projection, snapping to integers,
-    largest remainders with ties to the smaller queue, then the lower index),
+    largest remainders with ties to the smaller queue, then the lower index;
+    the free agents' remainder as one more share, see :func:`batch_counts`),
     so the counts equal those of :func:`batch_counts` exactly.
     """
+    A = alpha.shape[0]
+    total = 0.0
+    n_free = 0
+    for a in range(A):
+        if constrained[a]:
+            total += alpha[a]
+        else:
+            n_free += 1
+    rest = 1.0 - total
+    if n_free == 0 or not rest > 1e-9:
+        _batch_counts_share_nb(B, alpha, Q, constrained, N, False)
+        return
+    alpha2 = np.empty(A + 1)
+    Q2 = np.empty(A + 1)
+    c2 = np.empty(A + 1, dtype=np.bool_)
+    N2 = np.empty(A + 1, dtype=np.int64)
+    for a in range(A):
+        alpha2[a] = alpha[a]
+        Q2[a] = Q[a]
+        c2[a] = constrained[a]
+    alpha2[A] = rest
+    Q2[A] = 0.0
+    c2[A] = True
+    _batch_counts_share_nb(B, alpha2, Q2, c2, N2, True)
+    k = 0
+    for a in range(A):
+        N[a] = N2[a]
+        if not constrained[a]:
+            N[a] = N2[A] // n_free + (1 if k < N2[A] % n_free else 0)
+            k += 1
+
+
+@njit(cache=True)
+def _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder_last):
+    """:func:`_batch_counts_nb` once every share is in ``alpha`` (free agents
+    count 0); with ``remainder_last`` the last entry is the free agents'
+    remainder, which gets a left-over task only when no other entry can."""
     A = alpha.shape[0]
     idx = np.empty(A, dtype=np.int64)
     m = 0
@@ -2488,11 +2739,13 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
     for _ in range(left):
         best = -1
         for j in range(m):
-            if given[j]:
+            if given[j] or (remainder_last and j == m - 1):
                 continue
             if (best < 0 or frac[j] > frac[best]
                     or (frac[j] == frac[best] and Q[idx[j]] < Q[idx[best]])):
                 best = j
+        if best < 0:  # only the remainder is left
+            best = m - 1
         given[best] = True
         base[best] += 1.0
     for j in range(m):
@@ -2825,13 +3078,22 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     R : array, shape (T, A)
         Reward (correctness) of every agent on every task, in {0, 1}.
     capacities : sequence of length A
-        alpha_a in [0, 1] per agent, or ``None`` for a free agent; the
-        constrained entries must sum to 1.
+        alpha_a in [0, 1] per agent, or ``None`` for a free agent (App. H.4);
+        the constrained entries sum to 1, or to at most 1 with a free agent,
+        which then takes the rest (e.g. ``[0.2, 0.3, None]``: at most 20% and
+        30%).  A free agent has no queue, so no capacity holds it back: it is
+        chosen whenever its estimate beats every constrained agent's
+        mu_a - eta Q_a.  A *weak* free agent is therefore kept away only by
+        its learned accuracy; it still gets tasks while the estimates are
+        uncertain (early in the stream, Thompson draws) and where every
+        constrained agent is ahead of its share.  To bound its share, give it
+        a capacity instead of ``None`` (or leave it out).
     policy : str
         One of :data:`POLICIES`:
 
-        - ``"random"``: agent a with probability alpha_a, ignoring x (a free
-          agent has probability 0);
+        - ``"random"``: agent a with probability alpha_a, ignoring x (free
+          agents share the remainder 1 - sum alpha equally, probability 0
+          when the constrained shares sum to 1);
         - ``"marginal"``: running mean reward of each agent minus eta Q (App. D.5);
         - ``"logistic-greedy"`` / ``"logistic-ts"``: :class:`LaplaceLogistic`
           models, plug-in or Thompson estimate (App. E.1);
@@ -2980,7 +3242,7 @@ def _reference_run(X, R, order, capacities, eta, policy, rng, settings):
         x = X[i]
         Q[t] = queues.Q
         if policy == "random":
-            a = int(rng.choice(A, p=queues.alpha))
+            a = int(rng.choice(A, p=_selection_shares(queues.alpha, queues.constrained)))
         else:
             if thompson:
                 mu = [m.sample(x, rng) for m in models]
@@ -3228,10 +3490,11 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
     mu = np.empty(A)
     n = np.zeros(A)
     s = np.zeros(A)
-    cum = np.cumsum(alpha)
+    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
+    cum = np.cumsum(share)
     last = 0
     for a in range(A):
-        if alpha[a] > 0.0:
+        if share[a] > 0.0:
             last = a
     dead = _initial_dead(alpha, constrained, batch, not learned)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
@@ -3253,7 +3516,7 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
                 u = _uniform(rng)
                 agent[0] = last
                 for b in range(A):
-                    if u < cum[b] and alpha[b] > 0.0:
+                    if u < cum[b] and share[b] > 0.0:
                         agent[0] = b
                         break
         else:
@@ -3543,6 +3806,10 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
     s = settings
     batch = int(batch)
     early = bool(_EARLY_EXIT)
+    kind = ("noncontextual" if policy in ("random", "marginal")
+            else "logistic" if policy.startswith("logistic") else "tree")
+    started = _first_use(f"{kind} simulation", (f"_{kind}_runs",),
+                         _FIRST_USE_TIME["simulation", kind])
     if policy in ("random", "marginal"):
         rewards, counts = _noncontextual_runs(R, orders, alpha, constrained, eta,
                                               policy == "marginal", batch, early, states,
@@ -3561,9 +3828,20 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
                                      eta, policy.endswith("-ts"), s.n_trees, s.max_depth,
                                      s.min_samples_leaf, s.refit_every, batch, early, states,
                                      assign, queues, stats)
+    _first_use_done(started)
     if not traces:
         assign = queues = None
     return rewards, counts, assign, queues
+
+
+#: Rough compile times of the first use, per kind of kernel (measured with
+#: ``python -m capassign bench --startup`` on a busy 2-core machine).
+_FIRST_USE_TIME = {("simulation", "noncontextual"): "about a minute",
+                   ("simulation", "logistic"): "about a minute",
+                   ("simulation", "tree"): "about a minute",
+                   ("router", "noncontextual"): "a few seconds",
+                   ("router", "logistic"): "about 10 s",
+                   ("router", "tree"): "under a minute"}
 
 
 
@@ -4097,9 +4375,10 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
         return -2
     n_rows = X.shape[0]
     A = Q.shape[0]
+    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
     last = 0
     for a in range(A):
-        if alpha[a] > 0.0:
+        if share[a] > 0.0:
             last = a
     for i in range(n_rows):
         if learned:
@@ -4109,7 +4388,7 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
             u = _uniform(rng)
             pick = last
             for b in range(A):
-                if u < cum[b] and alpha[b] > 0.0:
+                if u < cum[b] and share[b] > 0.0:
                     pick = b
                     break
             for a in range(A):
@@ -4125,6 +4404,19 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
                 chosen = a
     _queue_step_nb(Q, alpha, constrained, chosen)
     return chosen
+
+
+_ROUTER_COLD = [True, True, True]
+_ROUTER_KERNELS = (("noncontextual", ("_router_noncontextual_mu_nb",)),
+                   ("logistic", ("_router_logistic_mu_nb", "_router_logistic_update_nb")),
+                   ("tree", ("_router_tree_mu_nb", "_router_tree_update_nb")))
+
+
+def _router_first_use(kind):
+    """The first-use notice of the Router's kernels of one kind (0, 1, 2)."""
+    _ROUTER_COLD[kind] = False
+    name, kernels = _ROUTER_KERNELS[kind]
+    _first_use(f"router {name}", kernels, _FIRST_USE_TIME["router", name])
 
 
 def _validate_task_id(task_id, name="task_id"):
@@ -4218,7 +4510,9 @@ class Router:
         :meth:`assign` returns names).
     capacities : sequence
         alpha_a in [0, 1] per agent or ``None`` for a free agent (App. H.4);
-        the constrained entries sum to 1.
+        the constrained entries sum to 1, or to at most 1 with a free agent,
+        which then takes the rest.  A free agent has no queue; how a weak
+        one is handled is described under :func:`simulate`.
     policy : str
         One of :data:`ROUTER_POLICIES` (default ``"tree-greedy"``).
     eta : float
@@ -4403,7 +4697,7 @@ class Router:
         if policy in ("random", "marginal"):
             self._n = np.zeros(A)
             self._s = np.zeros(A)
-            self._cum = np.cumsum(self._alpha)
+            self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
         elif policy.startswith("logistic"):
             p = d + 1
             self._theta = np.zeros((A, p))
@@ -4549,6 +4843,8 @@ class Router:
         """Estimates for the rows of X; with ``step`` the chosen agent of X[0]."""
         mu = self._mu1 if step else np.empty((X.shape[0], self._A))
         kind = self._kind
+        if _ROUTER_COLD[kind]:
+            _router_first_use(kind)
         if kind == 2:
             a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._feat, self._thr,
                                    self._val, self._fitted, self._thompson, self._rng, mu, step,
@@ -5194,6 +5490,73 @@ class Router:
             self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
 
 
+_STARTUP_CASES = (
+    ("Router tree-greedy: first assign + update",
+     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
+     "r = ca.Router(2, [0.5, 0.5], 'tree-greedy', X_reference=X, seed=0)\n"
+     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
+    ("Router logistic-greedy: first assign + update",
+     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
+     "r = ca.Router(2, [0.5, 0.5], 'logistic-greedy', n_features=12, seed=0)\n"
+     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
+    ("simulate random, T=2000, 1 run",
+     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
+     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'random', runs=1)"),
+    ("simulate logistic-greedy, T=2000, 1 run",
+     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
+     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'logistic-greedy', runs=1)"),
+    ("simulate tree-greedy, T=2000, 1 run",
+     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
+     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'tree-greedy', runs=1)"),
+)
+
+
+def benchmark_startup(*, repeats=3, out=print):
+    """Import time and first-call times, cold and warm, each in a fresh process.
+
+    *Import* is ``import capassign`` in a new interpreter (the fastest of
+    ``repeats``).  Each *first call* runs in a new interpreter twice with
+    ``NUMBA_CACHE_DIR`` set to a new empty folder: *cold* compiles the kernels
+    it needs (and stores them there), *warm* then loads them from that cache -
+    what a user sees on the very first run and on every later one.  The
+    project's own cache is not touched.  Returns the rows as a list of dicts.
+    """
+    import subprocess
+    import tempfile
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.pop(PROGRESS_ENV, None)
+
+    def run(code, extra=None):
+        got = subprocess.run([sys.executable, "-c", code], env=dict(env, **(extra or {})),
+                             capture_output=True, text=True, check=False)
+        if got.returncode != 0:
+            raise RuntimeError(f"startup benchmark failed: {got.stderr.strip()[-500:]}")
+        return float(got.stdout.split()[-1])
+
+    rows = []
+    imp = min(run("import time\nt0 = time.perf_counter()\nimport capassign\n"
+                  "print(time.perf_counter() - t0)") for _ in range(repeats))
+    numba_imp = min(run("import time\nt0 = time.perf_counter()\nimport numba\n"
+                        "print(time.perf_counter() - t0)") for _ in range(repeats))
+    out(f"import capassign: {imp:.2f} s; numba, imported at the first kernel call: "
+        f"{numba_imp:.2f} s" + (" (bytecode caching is off: PYTHONDONTWRITEBYTECODE)"
+                                if sys.flags.dont_write_bytecode else ""))
+    rows.append(dict(what="import capassign", cold=imp, warm=imp))
+    out(f"{'first call':48s} {'cold (s)':>9s} {'warm (s)':>9s}")
+    for what, body in _STARTUP_CASES:
+        code = ("import time\nimport capassign as ca\n" + body
+                + "\nprint(time.perf_counter() - t0)")
+        with tempfile.TemporaryDirectory(prefix="capassign-numba-") as cache:
+            cold = run(code, {"NUMBA_CACHE_DIR": cache})
+            warm = run(code, {"NUMBA_CACHE_DIR": cache})
+        out(f"{what:48s} {cold:9.1f} {warm:9.2f}")
+        rows.append(dict(what=what, cold=cold, warm=warm))
+    return rows
+
+
 def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=print):
     """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
 
@@ -5273,7 +5636,22 @@ import functools  # noqa: E402  (used by the task cache below)
 DATA_ENV = "CAPASSIGN_DATA"
 #: Environment variable overriding the download cache folder.
 CACHE_ENV = "CAPASSIGN_CACHE"
-DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def _find_data_dir():
+    """The folder holding ``registry.json``: ``data/`` next to the module in a
+    source checkout (and an editable install), ``capassign_data/`` next to it
+    in an installed distribution (``pip install .`` or a wheel), where the
+    build copies the files of ``data/`` listed in pyproject.toml."""
+    here = Path(__file__).resolve().parent
+    for d in (here / "capassign_data", here / "data"):
+        if (d / "registry.json").is_file():
+            return d
+    return here / "data"
+
+
+#: The registry folder (``data/`` of the source tree, the single source of truth).
+DATA_DIR = _find_data_dir()
 REGISTRY_PATH = DATA_DIR / "registry.json"
 MMLU_EMBEDDINGS_PATH = DATA_DIR / "mmlu_embeddings.npz"
 
@@ -5378,7 +5756,13 @@ class DataRegistry:
     @property
     def cache_dir(self):
         d = self._cache_dir if self._cache_dir is not None else os.environ.get(CACHE_ENV)
-        return Path(d).expanduser() if d else DATA_DIR / "cache"
+        if d:
+            return Path(d).expanduser()
+        if DATA_DIR.name == "data":  # a source checkout: data/cache (git-ignored)
+            return DATA_DIR / "cache"
+        import pooch  # an installed copy: the user's cache folder, never site-packages
+
+        return Path(pooch.os_cache("capassign"))
 
     def entry(self, relpath):
         try:
@@ -5393,7 +5777,15 @@ class DataRegistry:
         return (root if root is not None else self.cache_dir) / relpath
 
     def how_to_get(self, relpath):
+        """What to do to obtain ``relpath`` (one sentence, for error messages)."""
         e = self.entry(relpath)
+        if self.data_dir is not None and not e.get("rebuild"):
+            # `data fetch` downloads into the cache, which is not read while
+            # CAPASSIGN_DATA is set: recommending it would not help.
+            src = f" (public copy: {e['urls'][0]})" if e.get("urls") else ""
+            return (f"put the file at {self.data_dir / relpath}{src}; its size and sha256 are "
+                    f"in the registry (`python -m capassign data list`); or unset {DATA_ENV} "
+                    f"to read the download cache, which `python -m capassign data fetch` fills")
         if e.get("urls"):
             how = ("run `python -m capassign data fetch` with network access, or set "
                    f"{DATA_ENV} to a folder that holds the data files")
@@ -5426,6 +5818,26 @@ class DataRegistry:
         self._verified[key] = True
         return path
 
+    def data_dir_problem(self):
+        """Why the ``CAPASSIGN_DATA`` folder cannot be used, or ``None`` if it can (or is unset)."""
+        root = self.data_dir
+        if root is None or root.is_dir():
+            return None
+        what = "is not a folder" if root.exists() else "does not exist"
+        return (f"{DATA_ENV}={root} {what}; set {DATA_ENV} to the folder that holds the "
+                f"data files, or unset it to use the download cache ({self.cache_dir})")
+
+    def _check_data_dir(self):
+        problem = self.data_dir_problem()
+        if problem:
+            raise DataUnavailable(problem)
+
+    def root_key(self):
+        """The resolved data folder and cache folder: what data is read from."""
+        root = self.data_dir
+        return (str(root.resolve()) if root is not None else None,
+                str(self.cache_dir.resolve()))
+
     def status(self, relpath):
         """``("ok" | "missing" | "MISMATCH", path, detail)`` without downloading."""
         path = self.location(relpath)
@@ -5448,6 +5860,7 @@ class DataRegistry:
         :class:`DataUnavailable` with instructions when that is impossible.
         """
         e = self.entry(relpath)
+        self._check_data_dir()
         path = self.location(relpath)
         if path.exists():
             return self.check(relpath, path)
@@ -6015,6 +6428,7 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
     """
     if isinstance(models, str):
         raise TypeError("models must be a sequence of HELM model ids, not a single string")
+    _sync_data_caches()
     return _cached_mmlu_task(tuple(models), _validate_subjects(subjects))
 
 
@@ -6159,7 +6573,28 @@ def load_task(name, seed=0, *, split="random"):
         seed, split = 0, "random"
     elif name == "synthetic":
         split = "random"
+    _sync_data_caches()
     return _cached_task(name, int(seed), split)
+
+
+_DATA_ROOT_SEEN = None
+
+
+def _sync_data_caches():
+    """Forget the tasks built in this process when the data folder has changed.
+
+    The folder is read from ``CAPASSIGN_DATA`` (and ``CAPASSIGN_CACHE``) at
+    every call, so setting the variable inside a running process takes effect:
+    the per-process task caches are emptied when the resolved folders differ
+    from those the cached tasks were built from.
+    """
+    global _DATA_ROOT_SEEN
+    key = data_registry().root_key()
+    if key != _DATA_ROOT_SEEN:
+        if _DATA_ROOT_SEEN is not None:
+            for cached in (_cached_task, _cached_mmlu_task, _cached_mmlu_models, _mmlu_pc1):
+                cached.cache_clear()
+        _DATA_ROOT_SEEN = key
 
 
 def accuracy_by_context(x, R, *, bins=10):
@@ -7951,7 +8386,8 @@ def _build_parser():
     p = sub.add_parser("sync-text", help="copy edited prose into executed notebooks",
                        description="Copy markdown edits from chapter sources into the executed "
                                    "notebooks when no code cell changed.")
-    p.add_argument("chapters", nargs="*", metavar="CHAPTER")
+    p.add_argument("chapters", nargs="*", metavar="CHAPTER",
+                   help="chapter names (stems of book/chapters/*.md); default: all")
     p.set_defaults(func=lambda a: sync_text(a.chapters))
     _add_data_parser(sub)
     _add_bench_parser(sub)
@@ -7999,8 +8435,10 @@ def _print_status(rows):
 def _cmd_data_list(args):
     reg = data_registry()
     root = reg.data_dir
+    problem = reg.data_dir_problem()
     print(f"data root: {root if root is not None else reg.cache_dir}"
-          f" ({'from ' + DATA_ENV if root is not None else 'download cache'})")
+          f" ({'from ' + DATA_ENV if root is not None else 'download cache'})"
+          + (f" - WARNING: {problem}" if problem else ""))
     for e in reg.registry["files"]:
         src = e["urls"][0] if e.get("urls") else (
             f"rebuilt from {len(e['derived_from'])} files" if e.get("rebuild")
@@ -8009,7 +8447,9 @@ def _cmd_data_list(args):
 
 
 def _cmd_data_verify(args):
-    if _print_status(data_registry().verify()):
+    reg = data_registry()
+    reg._check_data_dir()  # a missing CAPASSIGN_DATA folder is one clear error
+    if _print_status(reg.verify()):
         sys.exit(1)
 
 
@@ -8021,7 +8461,9 @@ def _cmd_data_embed(args):
 
 
 def _cmd_data_fetch(args):
-    if _print_status(data_registry().fetch(args.paths or None)):
+    reg = data_registry()
+    reg._check_data_dir()
+    if _print_status(reg.fetch(args.paths or None)):
         sys.exit(1)
 
 
@@ -8045,7 +8487,11 @@ def _add_bench_parser(sub):
                         "per point (scaled to 100)")
     p.add_argument("--policies", default=None,
                    help="comma-separated online policies to time (default: all six)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the synthetic stream and the runs (default 0)")
+    p.add_argument("--startup", action="store_true",
+                   help="time 'import capassign' and the first call of the Router and of "
+                        "simulate, cold (empty numba cache) and warm, each in a fresh process")
     p.add_argument("--router", action="store_true",
                    help="time the streaming Router instead (microseconds per assign + update, "
                         "per policy, on T tasks)")
@@ -8071,6 +8517,9 @@ def _cmd_bench(args):
             raise ValueError(f"{name} must be >= 1, got {v}")
     if args.oracle:
         benchmark_oracle(seed=args.seed)
+        return
+    if args.startup:
+        benchmark_startup()
         return
     if args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed,
@@ -8103,9 +8552,46 @@ def main(argv=None):
         return 0
     try:
         args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        parser.exit(2, f"capassign {args.command}: error: {exc}\n")
+    except _EXPECTED_ERRORS as exc:
+        if os.environ.get("CAPASSIGN_DEBUG"):
+            raise
+        parser.exit(2, f"{_command_name(args)}: error: {_error_line(exc)}\n")
     return 0
+
+
+#: Failures the command line reports in one line on stderr (exit status 2);
+#: anything else is a bug and keeps its traceback.  Set ``CAPASSIGN_DEBUG=1``
+#: to see the traceback of these too.
+_EXPECTED_ERRORS = (ValueError, TypeError, OSError, ImportError, DataUnavailable,
+                    DataIntegrityError)
+
+
+def _command_name(args):
+    """``capassign data verify`` etc., for error messages."""
+    words = ["capassign"]
+    for attr in ("command", "data_command"):
+        w = getattr(args, attr, None)
+        if w:
+            words.append(w)
+    return " ".join(words)
+
+
+def _error_line(exc):
+    """One line saying what went wrong and, where the message does not, what to do."""
+    if isinstance(exc, OSError) and not isinstance(exc, (DataUnavailable, DataIntegrityError)):
+        what = exc.strerror or type(exc).__name__
+        where = f": {exc.filename}" if exc.filename is not None else ""
+        msg = (f"{what}{where} ({type(exc).__name__}); check that the path exists, is the "
+               f"right kind (file or folder) and is readable")
+        if exc.strerror is None:
+            msg = f"{exc}; check the path and its permissions"
+    elif isinstance(exc, ImportError):
+        msg = (f"{exc}; this command needs the package {exc.name or 'named above'}: install "
+               f"it (pip install ...), e.g. through capassign's extras 'test', 'book' or "
+               f"'mmlu-embed'")
+    else:
+        msg = str(exc) or type(exc).__name__
+    return " ".join(msg.split())
 
 
 def _parse_capacities(text, name="--capacities"):
@@ -8146,7 +8632,9 @@ def _add_simulate_parser(sub):
     p.add_argument("--runs", type=int, default=PAPER_RUNS,
                    help=f"randomised task orders (default {PAPER_RUNS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    p.add_argument("--engine", default="fast", choices=ENGINES)
+    p.add_argument("--engine", default="fast", choices=ENGINES,
+                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
+                        "Algorithm 1, slow)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=_cmd_simulate)
 
@@ -8193,10 +8681,14 @@ def _add_sweep_parser(sub):
                                                                 f"(default {PAPER_RUNS})")
     p.add_argument("--block", type=int, default=None,
                    help="runs per stored cell (default: all runs of a grid point)")
-    p.add_argument("--eta", type=float, default=DEFAULT_ETA)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--task-seed", type=int, default=0)
-    p.add_argument("--engine", default="fast", choices=ENGINES)
+    p.add_argument("--eta", type=float, default=DEFAULT_ETA,
+                   help=f"queue penalty (default {DEFAULT_ETA})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
+    p.add_argument("--task-seed", type=int, default=0,
+                   help="seed of the tasks' agent construction (default 0)")
+    p.add_argument("--engine", default="fast", choices=ENGINES,
+                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
+                        "Algorithm 1, slow)")
     p.add_argument("--jobs", type=int, default=-1, help="parallel jobs (-1: all cores)")
     p.add_argument("--backend", default="loky", choices=SWEEP_BACKENDS,
                    help="joblib backend; 'dask' needs --scheduler")
@@ -8207,11 +8699,19 @@ def _add_sweep_parser(sub):
 
 def _cmd_sweep(args):
     if args.alphas is not None:
-        caps = [float(v) for v in _parse_capacities(args.alphas, "--alphas")]
+        caps = _parse_capacities(args.alphas, "--alphas")
+        if any(v is None for v in caps):
+            raise ValueError(f"--alphas {args.alphas!r}: 'free' is not an alpha_1 value; "
+                             f"--alphas takes numbers in [0, 1] (two agents), give vectors "
+                             f"with free agents to --capacities, e.g. --capacities 0.5,0.5,free")
     else:
         caps = [_parse_capacities(v) for v in args.capacities]
     if args.backend == "dask" and not args.scheduler:
         raise ValueError("--backend dask needs --scheduler ADDRESS")
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {args.out!r} is an existing file, not a folder; give a "
+                         f"results folder (created if missing)")
     df = sweep(_split_names(args.tasks), _split_names(args.policies), caps, args.out,
                runs=args.runs, block=args.block, eta=args.eta, seed=args.seed,
                task_seed=args.task_seed, engine=args.engine, n_jobs=args.jobs,

@@ -535,3 +535,44 @@ def test_mmlu_task_for_any_pair_of_models():
         ca.mmlu_task(["cohere_small-20220720", models[0]])
     with pytest.raises(TypeError):
         ca.mmlu_task("openai_davinci")
+
+
+# --- the data folder is read when used -----------------------------------------
+
+
+def test_changing_capassign_data_in_a_process_takes_effect(tmp_path, monkeypatch):
+    task = task_or_skip("mmlu")
+    monkeypatch.setenv(ca.DATA_ENV, str(tmp_path))  # an empty folder
+    with pytest.raises(ca.DataUnavailable, match="unset CAPASSIGN_DATA") as info:
+        ca.load_task("mmlu")  # not the task cached from the first folder
+    assert "run `python -m capassign data fetch`" not in str(info.value)
+    monkeypatch.setenv(ca.DATA_ENV, str(tmp_path / "absent"))
+    with pytest.raises(ca.DataUnavailable, match="does not exist"):
+        ca.load_task("mmlu")
+    with pytest.raises(ca.DataUnavailable, match="does not exist"):
+        ca.mmlu_task(["cohere_small-20220720", "meta_llama-13b"])
+    monkeypatch.undo()
+    again = ca.load_task("mmlu")
+    np.testing.assert_array_equal(again.R, task.R)
+    np.testing.assert_array_equal(again.X, task.X)
+
+
+def test_verification_cache_key_is_resolved_path_size_and_mtime(tmp_path, monkeypatch):
+    good, bad = b"1\n2\n", b"1\n3\n"
+    (tmp_path / "toy").mkdir()
+    target = tmp_path / "toy" / "f.csv"
+    target.write_bytes(good)
+    reg = ca.DataRegistry(one_file_registry("toy/f.csv", good), data_dir=tmp_path)
+    calls = []
+    real = ca._sha256
+    monkeypatch.setattr(ca, "_sha256", lambda p: calls.append(p) or real(p))
+    reg.path("toy/f.csv")
+    (tmp_path / "link").symlink_to(tmp_path)
+    reg.check("toy/f.csv", tmp_path / "link" / "toy" / "f.csv")  # same file, other spelling
+    assert len(calls) == 1
+    st = target.stat()
+    target.write_bytes(bad)  # same size, new content
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    with pytest.raises(ca.DataIntegrityError):
+        reg.path("toy/f.csv")
+    assert len(calls) == 2

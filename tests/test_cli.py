@@ -1,0 +1,164 @@
+"""The command line (section 11): help for every option, and every expected
+failure reported as one line on stderr (what is wrong, what to do), exit
+status 2, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import capassign as ca
+
+ROOT = Path(__file__).resolve().parents[1]
+COUPON = "coupon/in-vehicle-coupon-recommendation.csv"
+
+
+def _parsers(parser, prefix=("capassign",)):
+    """Every (command words, parser) of the command line, sub-commands included."""
+    yield prefix, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, prefix + (name,))
+
+
+def _options(parser):
+    return [a for a in parser._actions
+            if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+
+
+def test_every_option_has_help():
+    missing = [f"{' '.join(words)} {'/'.join(a.option_strings) or a.dest}"
+               for words, p in _parsers(ca._build_parser()) for a in _options(p)
+               if not a.help and not isinstance(a, argparse._VersionAction)]
+    assert not missing, f"options without help text: {missing}"
+
+
+def test_readme_lists_every_command_and_option():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    absent = []
+    for words, p in _parsers(ca._build_parser()):
+        if len(words) > 1 and " ".join(words[1:]) not in readme:
+            absent.append(" ".join(words))
+        for a in _options(p):
+            for opt in a.option_strings:
+                if opt.startswith("--") and f"`{opt}" not in readme and f" {opt}" not in readme:
+                    absent.append(f"{' '.join(words)} {opt}")
+    assert not absent, f"README.md does not mention: {absent}"
+    for task in ca.TASK_NAMES:
+        assert f"`{task}`" in readme, task
+
+
+def fails(capsys, argv):
+    """Run ``main(argv)``; it must exit with status 2 and one line on stderr."""
+    with pytest.raises(SystemExit) as exc:
+        ca.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert err.startswith(f"capassign {argv[0]}")
+    return err
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    """An empty CAPASSIGN_DATA folder."""
+    d = tmp_path / "data"
+    d.mkdir()
+    monkeypatch.setenv("CAPASSIGN_DATA", str(d))
+    monkeypatch.setenv("CAPASSIGN_CACHE", str(tmp_path / "cache"))
+    return d
+
+
+def test_missing_file(capsys, data_dir):
+    err = fails(capsys, ["simulate", "--task", "coupon", "--policy", "random",
+                         "--capacities", "0.5,0.5", "--runs", "1"])
+    assert COUPON in err and str(data_dir / COUPON) in err
+    # data fetch fills the download cache, which is not read while CAPASSIGN_DATA is set
+    assert "run `python -m capassign data fetch`" not in err
+    assert "unset CAPASSIGN_DATA" in err
+
+
+def test_corrupted_file(capsys, data_dir):
+    (data_dir / "coupon").mkdir()
+    entry = ca.data_registry().entry(COUPON)
+    (data_dir / COUPON).write_bytes(b"x" * entry["bytes"])
+    err = fails(capsys, ["simulate", "--task", "coupon", "--policy", "random",
+                         "--capacities", "0.5,0.5", "--runs", "1"])
+    assert "checksum mismatch" in err and entry["sha256"] in err
+    assert "replace it with the published file" in err
+
+
+def test_unreadable_file(capsys, data_dir):
+    (data_dir / COUPON).mkdir(parents=True)  # a folder where the file should be
+    err = fails(capsys, ["simulate", "--task", "coupon", "--policy", "random",
+                         "--capacities", "0.5,0.5", "--runs", "1"])
+    assert COUPON in err and "IsADirectoryError" in err
+
+
+def test_data_verify_missing_folder(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPASSIGN_DATA", str(tmp_path / "nowhere"))
+    for cmd in (["data", "verify"], ["data", "fetch"]):
+        err = fails(capsys, cmd)
+        assert "does not exist" in err and str(tmp_path / "nowhere") in err
+        assert "unset it" in err
+    ca.main(["data", "list"])  # still lists the registry, with a warning
+    assert "does not exist" in capsys.readouterr().out
+
+
+def test_sweep_alphas_free(capsys, tmp_path):
+    err = fails(capsys, ["sweep", "--tasks", "synthetic", "--policies", "random",
+                         "--alphas", "0.5,free", "--out", str(tmp_path / "s")])
+    assert "--alphas" in err and "--capacities" in err and "NoneType" not in err
+
+
+def test_sweep_out_is_a_file(capsys, tmp_path):
+    f = tmp_path / "results.csv"
+    f.write_text("not a folder\n")
+    err = fails(capsys, ["sweep", "--tasks", "synthetic", "--policies", "random",
+                         "--alphas", "0.5", "--runs", "1", "--out", str(f)])
+    assert "--out" in err and "not a folder" in err
+    assert f.read_text() == "not a folder\n"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["simulate", "--task", "nope", "--policy", "random", "--capacities", "0.5,0.5"],
+     "unknown task"),
+    (["simulate", "--task", "synthetic", "--policy", "random", "--capacities", "0.5,x"],
+     "neither a number nor 'free'"),
+    (["simulate", "--task", "synthetic", "--policy", "random", "--capacities", "0.6,0.6"],
+     "sum to"),
+    (["sweep", "--tasks", "synthetic", "--policies", "random", "--alphas", "0.5",
+      "--backend", "dask", "--out", "unused"], "--scheduler"),
+    (["bench", "--T", "0"], "--T"),
+])
+def test_bad_arguments(capsys, argv, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert words in fails(capsys, argv)
+
+
+def test_subprocess_one_line(tmp_path):
+    """The real entry point: exit status 2, one line, no traceback."""
+    env = dict(os.environ, CAPASSIGN_DATA=str(tmp_path / "absent"))
+    got = subprocess.run([sys.executable, "-m", "capassign", "simulate", "--task", "bank",
+                          "--policy", "random", "--capacities", "0.5,0.5"],
+                         env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert got.returncode == 2
+    assert got.stderr.count("\n") == 1 and "Traceback" not in got.stderr
+    assert re.match(r"capassign simulate: error: CAPASSIGN_DATA=.* does not exist", got.stderr)
+
+
+def test_missing_optional_package(capsys, monkeypatch):
+    def no_papermill(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'papermill'", name="papermill")
+
+    monkeypatch.setattr(ca, "reproduce", no_papermill)
+    err = fails(capsys, ["reproduce", "theory_two_agents"])
+    assert "papermill" in err and "install" in err

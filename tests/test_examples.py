@@ -1,0 +1,115 @@
+"""Every example of the documentation runs as written.
+
+* each ``python`` code block of README.md is executed exactly as it stands,
+  in a fresh namespace, from a scratch working directory;
+* the docstring examples of ``capassign`` run as doctests.
+
+Both are kept fast (seconds, once the compiled kernels are cached).
+"""
+
+from __future__ import annotations
+
+import doctest
+import re
+from pathlib import Path
+
+import pytest
+
+import capassign as ca
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+_FENCE = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
+
+
+def readme_python_blocks():
+    text = README.read_text(encoding="utf-8")
+    blocks = []
+    for m in _FENCE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        blocks.append(pytest.param(m.group(1), id=f"README.md:{line}"))
+    return blocks
+
+
+def test_readme_has_python_examples():
+    assert len(readme_python_blocks()) >= 1
+
+
+@pytest.mark.parametrize("code", readme_python_blocks())
+def test_readme_block_runs_as_written(code, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace = {"__name__": "__readme__"}
+    exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - our own README
+
+
+def test_docstring_examples():
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = [t for t in finder.find(ca, "capassign", globs=vars(ca).copy()) if t.examples]
+    assert tests, "capassign has no docstring examples"
+    for t in tests:
+        runner.run(t)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} docstring examples failed"
+
+
+# --- first use of the compiled kernels -----------------------------------------
+
+
+def test_stored_notebooks_have_no_stderr():
+    """Notices such as the first-use message never reach a chapter's outputs."""
+    import json
+
+    found = []
+    for path in sorted((ROOT / "book" / "executed").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for i, cell in enumerate(nb["cells"]):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                    found.append(f"{path.name} cell {i}")
+    assert not found, f"stderr in stored outputs: {found}"
+
+
+def test_kernels_cached_reads_numba_cache(tmp_path, monkeypatch):
+    import importlib
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "tinykernel.py").write_text(
+        "from numba import njit\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = dict(os.environ)  # the same numba cache location as this process
+    try:
+        mod = importlib.import_module("tinykernel")
+        assert not ca._kernels_cached([mod.f])   # nothing compiled, nothing cached
+        subprocess.run([sys.executable, "-c", "import tinykernel; tinykernel.f(1)"],
+                       cwd=tmp_path, env=env, check=True, timeout=120)
+        assert not mod.f.signatures              # not compiled in this process ...
+        assert ca._kernels_cached([mod.f])       # ... but cached on disk by the other
+    finally:
+        sys.modules.pop("tinykernel", None)
+
+
+def test_first_use_notice_once_on_stderr_only_when_asked(monkeypatch, capsys):
+    monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
+    monkeypatch.setattr(ca, "_kernels_cached", lambda kernels: False)
+    monkeypatch.delenv(ca.PROGRESS_ENV, raising=False)
+    # stderr is not a terminal here (as in a notebook): silent
+    assert ca._first_use("tree simulation", ("_tree_runs",), "about a minute") is None
+    monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
+    monkeypatch.setenv(ca.PROGRESS_ENV, "1")
+    started = ca._first_use("tree simulation", ("_tree_runs",), "about a minute")
+    assert ca._first_use("tree simulation", ("_tree_runs",), "about a minute") is None  # once
+    ca._first_use_done(started)
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 2
+    assert "compiling the tree simulation kernels" in lines[0] and "first use only" in lines[0]
+    assert "about a minute" in lines[0] and lines[1].startswith("capassign: compiled in")
+    monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
+    monkeypatch.setenv(ca.PROGRESS_ENV, "0")
+    assert ca._first_use("tree simulation", ("_tree_runs",), "about a minute") is None
+    assert capsys.readouterr().err == ""
