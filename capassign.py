@@ -4299,21 +4299,16 @@ def _router_tree_rebuild_nb(a, n, n_bins, max_bins, max_depth, min_leaf, refit_e
     intermediate refits.
     """
     m = (n // refit_every) * refit_every
-    for k in range(n):
+    for k in range(n + 1):          # k == n: after the last row (the refit when m == n)
         if k == m and m > 0:
             _online_refit_nb(Xa[a], ya[a], W[a], m, n_bins, max_bins, max_depth, min_leaf,
                              H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a],
                              head[a], nxt[a], stale, can, cl, sl, best, bpos, tot_c,
                              tot_s, nfeat, nthr, stats)
             fitted[a] = True
-        _online_add_row_nb(Xa[a, k], ya[a, k], k, max_depth, max_bins, W[a], H[a], HS[a],
-                           node_c[a], node_s[a], feat[a], thr[a], head[a], nxt[a])
-    if m == n and m > 0:
-        _online_refit_nb(Xa[a], ya[a], W[a], m, n_bins, max_bins, max_depth, min_leaf,
-                         H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a],
-                         head[a], nxt[a], stale, can, cl, sl, best, bpos, tot_c,
-                         tot_s, nfeat, nthr, stats)
-        fitted[a] = True
+        if k < n:
+            _online_add_row_nb(Xa[a, k], ya[a, k], k, max_depth, max_bins, W[a], H[a], HS[a],
+                               node_c[a], node_s[a], feat[a], thr[a], head[a], nxt[a])
 
 
 @njit(cache=True)
