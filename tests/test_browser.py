@@ -12,19 +12,18 @@ For every page of the build:
 * no JavaScript error: no uncaught exception, no ``console.error``, no failed
   request and no HTTP error for anything the page loads;
 * the mathematics is typeset by MathJax: every math element of the page holds a
-  rendered ``mjx-container``, MathJax reports no TeX error, and no raw ``$$`` or
-  ``\\begin{`` is left in the visible text;
+  rendered ``mjx-container``, MathJax reports no TeX error, and no raw TeX
+  (``$$``, ``$...$``, ``\\(``, ``\\[``, ``\\begin{``) is left in the visible text;
 * every ``<img>`` has loaded with a non-zero natural size, and a chapter shows
   as many figures as its executed notebook stores;
 * every link inside the book leads to a page that exists (HTTP 200) and, when it
   names a ``#fragment``, to an element with that id.
 
-The pages load MathJax 3 from a CDN, which an offline machine cannot reach. The
-test answers those requests itself from a local copy of the same MathJax 3
-release (the ``django-static-mathjax`` wheel, a plain copy of the MathJax
-distribution, in the ``test`` extra), so the HTML under test is exactly the HTML
-a reader gets. Every other request to a host other than the local server is
-refused and reported.
+The book carries its own MathJax 3 (``_static/mathjax/``, copied into the build
+by ``book/_ext/local_mathjax.py``), so every request to a host other than the
+local server is refused and reported: the pages are checked as an offline
+reader sees them. One page with math is also opened from ``file://``, with
+every request outside the build folder refused (``test_math_offline_from_file``).
 
 A screenshot of ``SCREENSHOT_PAGE`` is saved to ``<build>/html/_screenshots/``
 (``pytest --basetemp=DIR`` keeps it at a known place).
@@ -32,8 +31,6 @@ A screenshot of ``SCREENSHOT_PAGE`` is saved to ``<build>/html/_screenshots/``
 
 import functools
 import http.server
-import importlib.util
-import json
 import os
 import re
 import shutil
@@ -42,7 +39,8 @@ import urllib.error
 import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urldefrag, urljoin
+from urllib.parse import unquote, urldefrag, urljoin, urlsplit
+from urllib.request import url2pathname
 
 import pytest
 import yaml
@@ -70,11 +68,8 @@ CHROMIUM_ARGS = [
 VIEWPORT = {"width": 1280, "height": 900}
 TIMEOUT_MS = 30_000
 
-# Sphinx's default MathJax 3 URL, https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js,
-# and everything MathJax loads relative to it (fonts, TeX extensions).
-MATHJAX_CDN = re.compile(r"^https://cdn\.jsdelivr\.net/npm/mathjax@3(?:\.[0-9.]+)?/(?P<path>[^?#]+)")
-CONTENT_TYPES = {".js": "application/javascript", ".woff": "font/woff", ".woff2": "font/woff2",
-                 ".json": "application/json", ".css": "text/css"}
+# A page full of equations, opened from file:// by test_math_offline_from_file.
+MATH_PAGE = "book/executed/theory_shadow_prices.html"
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
@@ -129,19 +124,6 @@ def site(book_html):
 
 
 @pytest.fixture(scope="session")
-def mathjax_root():
-    """Local copy of the MathJax 3 distribution (the folder holding es5/)."""
-    spec = importlib.util.find_spec("mathjax")
-    assert spec is not None and spec.origin, (
-        "the django-static-mathjax package is missing: pip install -e '.[test]'")
-    root = Path(spec.origin).parent / "static" / "mathjax"
-    version = json.loads((root / "package.json").read_text(encoding="utf-8"))["version"]
-    assert version.startswith("3."), f"the local MathJax is {version}; the book loads MathJax 3"
-    assert (root / "es5" / "tex-mml-chtml.js").is_file()
-    return root
-
-
-@pytest.fixture(scope="session")
 def browser():
     from playwright.sync_api import sync_playwright
 
@@ -156,8 +138,8 @@ def browser():
 class _Visit:
     """One page opened in a fresh browser context, with everything that went wrong on the way."""
 
-    def __init__(self, browser, site, mathjax_root):
-        self.site, self.mathjax_root = site, mathjax_root
+    def __init__(self, browser, site):
+        self.site = site
         self.problems = []
         # a fresh context per page: empty storage and cache, as on a reader's first visit
         self.context = browser.new_context(viewport=VIEWPORT, service_workers="block")
@@ -174,17 +156,13 @@ class _Visit:
     def _route(self, route):
         url = route.request.url
         if url.startswith(self.site):
+            if url.startswith("file:"):  # no HTTP status from file://: check the file exists
+                path = Path(url2pathname(urlsplit(url).path))
+                if not path.is_file():
+                    self.problems.append(f"missing file: {url}")
+                    return route.abort("failed")
             return route.continue_()
-        match = MATHJAX_CDN.match(url)
-        if match:
-            path = (self.mathjax_root / match["path"]).resolve()
-            if self.mathjax_root in path.parents and path.is_file():
-                return route.fulfill(status=200, path=str(path), headers={
-                    "Content-Type": CONTENT_TYPES.get(path.suffix, "application/octet-stream"),
-                    "Access-Control-Allow-Origin": "*"})
-            self.problems.append(f"MathJax file not in the local copy: {url}")
-            return route.fulfill(status=404, body="")
-        self.problems.append(f"request to an outside host: {url}")
+        self.problems.append(f"request outside the book: {url}")
         return route.abort()
 
     def _console(self, msg):
@@ -202,13 +180,14 @@ class _Visit:
 
 
 @pytest.fixture
-def visit(browser, site, mathjax_root):
+def visit(browser, site):
+    """Opens a page of the build; ``base`` (default: the HTTP server) may be the build's file:// URL."""
     visits = []
 
-    def open_page(path):
-        v = _Visit(browser, site, mathjax_root)
+    def open_page(path, base=site):
+        v = _Visit(browser, base)
         visits.append(v)
-        v.response = v.page.goto(site + path, wait_until="load")
+        v.response = v.page.goto(base + path, wait_until="load")
         return v
 
     yield open_page
@@ -268,6 +247,9 @@ TEXT_JS = """
   return parts.join(' ');
 }
 """
+
+# TeX a reader must never see: $$, \\( \\) \\[ \\], \\begin{, or an inline $...$.
+RAW_TEX = re.compile(r"\$\$|\\[()\[\]]|\\begin\{|\$[^$\s][^$]*\$")
 
 # Every image forced to load (lazy ones too), then its natural size.
 IMAGES_JS = """
@@ -357,10 +339,10 @@ def test_page_as_a_reader_sees_it(page, visit, site, book_html):
             problems.append(f"MathJax could not read {len(math['texErrors'])} formulas, "
                             f"e.g. {math['texErrors'][:3]}")
     text = " ".join(v.page.evaluate(TEXT_JS).split())
-    for raw in ("$$", "\\begin{"):
-        if raw in text:
-            at = text.index(raw)
-            problems.append(f"raw {raw!r} in the visible text: ...{text[max(0, at - 60):at + 60]!r}...")
+    raw = RAW_TEX.search(text)
+    if raw:
+        problems.append(f"raw TeX {raw[0][:20]!r} in the visible text: "
+                        f"...{text[max(0, raw.start() - 60):raw.end() + 60]!r}...")
 
     images = v.page.evaluate(IMAGES_JS)
     for img in images:
@@ -441,4 +423,44 @@ def test_screenshot_of_the_main_results_page(visit, book_html):
         # a rendered page, not a blank one: many distinct colours (text, figures, theme)
         colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
         assert colours is None or len(colours) > 50, f"{path} looks blank ({len(colours)} colours)"
+    assert not v.problems, "\n".join(v.problems)
+
+
+# MathJax's web fonts (families MJXZERO, MJXTEX, MJXTEX-I, ...) once the page's fonts settled.
+FONTS_JS = """
+async () => {
+  await document.fonts.ready;
+  return Array.from(document.fonts)
+    .filter(f => f.family.replace(/["']/g, '').startsWith('MJX'))
+    .map(f => ({family: f.family, status: f.status}));
+}
+"""
+
+
+def test_math_offline_from_file(visit, book_html):
+    """A page opened from file:// with every request outside the build folder refused
+    typesets all its math with the MathJax the build carries: no raw TeX, no error."""
+    base = book_html.resolve().as_uri() + "/"
+    v = visit(MATH_PAGE, base=base)
+    scripts = v.page.evaluate("() => Array.from(document.scripts, s => s.src).filter(s => /mathjax/i.test(s))")
+    assert scripts == [base + "_static/mathjax/tex-chtml.js"], scripts
+
+    math = v.page.evaluate(MATH_JS)
+    assert not math.get("error"), math
+    assert math["math"] >= 5 and math["containers"] >= math["math"], math
+    assert not math["untypeset"] and not math["texErrors"], math
+    box = v.page.locator("div.math mjx-container").first.bounding_box()
+    assert box is not None and box["width"] > 20 and box["height"] > 5, box
+
+    text = " ".join(v.page.evaluate(TEXT_JS).split())
+    raw = RAW_TEX.search(text)
+    assert raw is None, (
+        f"raw TeX in the visible text: ...{text[max(0, raw.start() - 60):raw.end() + 60]!r}...")
+
+    # the glyphs come from MathJax's own fonts, loaded from the build folder
+    fonts = v.page.evaluate(FONTS_JS)
+    used = [f for f in fonts if f["status"] != "unloaded"]
+    assert used and all(f["status"] == "loaded" for f in used), fonts
+
+    v.page.wait_for_timeout(200)  # let late console messages arrive
     assert not v.problems, "\n".join(v.problems)
