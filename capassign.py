@@ -4956,14 +4956,15 @@ TABULAR_ENCODING = {"bank": "onehot", "credit": "onehot", "coupon": "onehot",
                     "cardio": "ordinal"}
 
 
-@functools.lru_cache(maxsize=8)
 def _tabular_design(name):
-    """Raw frame, labels, source, ordinal matrix and categorical columns (cached)."""
+    """Raw frame, labels, source, ordinal matrix and categorical columns.
+
+    Not cached: the data folder is resolved at every call (``CAPASSIGN_DATA``
+    may change within a process); tasks are cached by :func:`load_task`.
+    """
     df, y, src = _tabular_frame(name)
     Xraw, cats = _encode_ordinal(df)
     cats = tuple(cats) + tuple(c for c in _CODED_CATEGORICALS[name] if c not in cats)
-    for arr in (y, Xraw):
-        arr.setflags(write=False)
     return df, y, src, Xraw, cats
 
 
