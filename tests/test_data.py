@@ -325,7 +325,7 @@ def test_task_shapes_and_rewards(name):
     assert np.all(np.isfinite(task.X))
     assert not task.R.flags.writeable  # the cached task cannot be altered
     np.testing.assert_allclose(task.meta["accuracies"], task.R.mean(axis=0))
-    assert ca.load_task(name) is task  # cached per process
+    assert ca.load_task(name, 0) is task  # cached per process
 
 
 @pytest.mark.parametrize("name", sorted(TABULAR))

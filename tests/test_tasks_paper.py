@@ -1,0 +1,153 @@
+"""The paper's tabular agents: coding evidence, the seed-matching rule, PC1's sign."""
+import json
+
+import numpy as np
+import pytest
+
+import capassign as ca
+
+
+def _or_skip(fn, *args, **kw):
+    try:
+        return fn(*args, **kw)
+    except ca.DataUnavailable as exc:
+        pytest.skip(f"real data unavailable: {exc}")
+
+
+# --- the committed seed search and the rules that read it ------------------------
+
+
+def test_search_file_covers_every_tabular_task_and_the_stated_range():
+    obj = json.loads(ca.TABULAR_AGENTS_PATH.read_text())
+    assert obj["schema"] == ca.TABULAR_AGENTS_SCHEMA
+    assert range(*obj["seeds"]) == ca.AGENT_SEED_SEARCH
+    assert set(obj["tasks"]) == set(ca.TABULAR_TASKS)
+    for name in ca.TABULAR_TASKS:
+        df = ca.tabular_agent_search(name)
+        assert list(df.seed) == list(ca.AGENT_SEED_SEARCH)
+        assert ((df[["ordinal", "onehot", "xgboost"]] > 0) & (df[["ordinal", "onehot",
+                                                                  "xgboost"]] < 1)).all().all()
+
+
+def test_paper_agent_seed_applies_the_stated_rule():
+    for name in ca.TABULAR_TASKS:
+        df = ca.tabular_agent_search(name)
+        p1, p2 = ca.paper_accuracies(name)
+        enc = ca.TABULAR_ENCODING[name]
+        dist = [max(abs(a - p1), abs(b - p2)) for a, b in zip(df[enc], df.xgboost)]
+        best = min(range(len(dist)), key=lambda i: (dist[i], i))   # ties to the smaller seed
+        assert ca.paper_agent_seed(name) == int(df.seed[best])
+        assert dist[best] <= 0.02
+
+
+def test_paper_agent_seed_ties_go_to_the_smaller_seed(tmp_path):
+    n = 1000
+    tasks = {}
+    for name in ca.TABULAR_TASKS:
+        p1, p2 = ca.paper_accuracies(name)
+        enc = ca.TABULAR_ENCODING[name]
+        hit1, hit2 = round(p1 * n), round(p2 * n)
+        logi = [hit1 - 100, hit1, hit1 - 100, hit1]   # seeds 11 and 13 tie exactly
+        tasks[name] = {"n_stream": n, "ordinal": logi, "onehot": logi,
+                       "xgboost": [hit2] * 4}
+        tasks[name][enc] = logi
+    path = tmp_path / "search.json"
+    path.write_text(json.dumps({"schema": ca.TABULAR_AGENTS_SCHEMA, "seeds": [10, 14],
+                                "tasks": tasks}))
+    for name in ca.TABULAR_TASKS:
+        assert ca.paper_agent_seed(name, path) == 11
+
+
+def test_encoding_choice_is_the_evidence():
+    ev = ca.encoding_evidence()
+    assert set(ev.task) == set(ca.TABULAR_TASKS)
+    for name in ca.TABULAR_TASKS:
+        rows = ev[ev.task == name].set_index("encoding")
+        assert rows.chosen.sum() == 1
+        chosen = rows.index[rows.chosen][0]
+        assert chosen == ca.TABULAR_ENCODING[name]
+        other = [e for e in ca.TABULAR_ENCODINGS if e != chosen][0]
+        assert rows.mean_within[chosen] >= rows.mean_within[other]
+
+
+def test_paper_logistic_targets_follow_table4():
+    # credit: 2 (1 - 0.195) - 0.82 = 0.79 for seed 0; seed 2's row is Table 3's agents
+    t = ca.paper_logistic_targets("credit")
+    np.testing.assert_allclose(t[0], 2 * (1 - 0.195) - 0.82)
+    for name in ca.TABULAR_TASKS:
+        assert abs(ca.paper_logistic_targets(name)[2] - ca.paper_accuracies(name)[0]) <= 0.01
+    with pytest.raises(ValueError, match="name"):
+        ca.paper_logistic_targets("mmlu")
+
+
+@pytest.mark.parametrize("name", ca.TABULAR_TASKS)
+def test_search_file_agrees_with_a_fresh_construction(name):
+    # two seeds per task, drawn with a fixed generator: the matched one and one other
+    k = ca.paper_agent_seed(name)
+    other = int(np.random.default_rng([7, ca.TABULAR_TASKS.index(name)]).integers(100))
+    fresh = _or_skip(ca.tabular_agent_accuracies, name, [k, other])
+    stored = ca.tabular_agent_search(name).set_index("seed")
+    for r in fresh.itertuples():
+        for a in ("ordinal", "onehot", "xgboost"):
+            assert getattr(r, a) / r.n_stream == stored.loc[r.seed, a], (name, r.seed, a)
+
+
+@pytest.mark.parametrize("name", ca.TABULAR_TASKS)
+def test_load_task_default_gives_the_paper_agents(name):
+    task = _or_skip(ca.load_task, name)
+    assert task.meta["seed"] == ca.paper_agent_seed(name)
+    assert task.meta["logistic_encoding"] == ca.TABULAR_ENCODING[name]
+    p1, p2 = ca.paper_accuracies(name)
+    assert abs(task.accuracies[0] - p1) <= 0.02
+    assert abs(task.accuracies[1] - p2) <= 0.02
+    # the stored search describes exactly these agents
+    row = ca.tabular_agent_search(name).set_index("seed").loc[task.meta["seed"]]
+    assert task.accuracies[0] == row[ca.TABULAR_ENCODING[name]]
+    assert task.accuracies[1] == row["xgboost"]
+    # an explicit seed is still that seed
+    assert _or_skip(ca.load_task, name, 3).meta["seed"] == 3
+
+
+def test_tabular_agent_accuracies_rejects_bad_input():
+    with pytest.raises(ValueError, match="name"):
+        ca.tabular_agent_accuracies("mmlu", [0])
+    with pytest.raises(ValueError, match="agents"):
+        ca.tabular_agent_accuracies("bank", [0], agents=("probit",))
+    with pytest.raises(ValueError, match="seeds"):
+        ca.write_tabular_agent_search("/nonexistent/x.json", seeds=[0, 1])
+    with pytest.raises(ValueError, match="seed"):
+        ca.load_task("bank", seed=-1)
+
+
+# --- first_pc's sign cannot flip on rounding ---------------------------------------
+
+
+def test_first_pc_sign_with_tied_loadings_goes_to_the_first_column():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=300)
+    noise = rng.normal(size=(300, 3)) * 0.01
+    # columns 0 and 1 are exact negatives: their loadings tie in magnitude
+    E = np.column_stack([z, -z, noise])
+    pc = ca.first_pc(E)
+    assert np.corrcoef(pc, E[:, 0])[0, 1] > 0.99     # the first tied column's loading wins
+    # the same data with the tied columns in the other order: sign follows the new first
+    pc2 = ca.first_pc(E[:, [1, 0, 2, 3, 4]])
+    np.testing.assert_allclose(pc2, -pc, atol=1e-9)
+
+
+def test_first_pc_sign_is_stable_under_last_digit_perturbations():
+    rng = np.random.default_rng(1)
+    z = rng.normal(size=200)
+    E = np.column_stack([z, -z, rng.normal(size=(200, 2)) * 0.1])   # negated copy
+    base = ca.first_pc(E)
+    for k in range(20):
+        # relative perturbations of 1e-13 flip which of the two equal loadings is larger
+        P = E * (1 + 1e-13 * np.random.default_rng([2, k]).standard_normal(E.shape))
+        np.testing.assert_allclose(ca.first_pc(P), base, atol=1e-9)
+
+
+def test_pc_sign_helper():
+    assert ca._pc_sign(np.array([0.6, -0.6 * (1 - 1e-12), 0.1])) == 1.0
+    assert ca._pc_sign(np.array([-0.6 * (1 - 1e-12), 0.6, 0.1])) == -1.0
+    assert ca._pc_sign(np.array([0.1, -0.9])) == -1.0
+    assert ca._pc_sign(np.zeros(3)) == 1.0
