@@ -21,6 +21,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
 from importlib import metadata
 from pathlib import Path
@@ -28,8 +29,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD_FILES = ("pyproject.toml", "capassign.py", "README.md", "LICENSE",
-               "data/registry.json", "data/mmlu_embeddings.npz", "data/README.md")
+_PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+# the files the build reads: the module, its metadata and the data files the
+# distribution ships (read from pyproject.toml, so a file added there is built too)
+BUILD_FILES = ("pyproject.toml", "capassign.py", "README.md", "LICENSE") + tuple(
+    f"data/{name}" for name in _PYPROJECT["tool"]["setuptools"]["package-data"]["capassign_data"])
 
 
 def _setuptools_version():
@@ -89,6 +93,19 @@ def test_wheel_ships_the_registry(installed):
     assert json.loads(Path(registry).read_text()) == json.loads(
         (ROOT / "data" / "registry.json").read_text())
     assert Path(cache) == tmp / "cache"
+
+
+def test_wheel_ships_the_tabular_seed_search(installed):
+    # paper_agent_seed reads data/tabular_agents.json, which must travel too
+    py, env_dir, tmp = installed
+    code = ("import capassign as ca; print(ca.TABULAR_AGENTS_PATH); "
+            "print([ca.paper_agent_seed(n) for n in ca.TABULAR_TASKS])")
+    got = _run(py, code, tmp)
+    assert got.returncode == 0, got.stderr
+    import capassign as ca
+    path, seeds = got.stdout.splitlines()
+    assert Path(path).resolve().is_relative_to(env_dir.resolve())
+    assert seeds == str([ca.paper_agent_seed(n) for n in ca.TABULAR_TASKS])
 
 
 def test_wheel_loads_a_task_from_capassign_data(installed):
