@@ -7206,6 +7206,43 @@ def error_table(df, value="error", digits=3):
     return t.map(lambda v: f"{v:.{digits}f}" if np.isfinite(v) else "n/a")
 
 
+def glue(name, value, *, digits=10):
+    """Store a number for a chapter's prose (myst-nb ``glue``), rounded first.
+
+    A float is rounded to ``digits`` significant digits before it is stored,
+    so that the stored output (which nbval compares on re-execution) does not
+    carry last bits that follow the BLAS build, CPU or thread count; the prose
+    formats it further (e.g. ``{glue:text}`key:.3f```).  Integers and other
+    values are stored as they are.  Nothing is displayed.
+
+    Parameters
+    ----------
+    name : str
+        The key the prose refers to.
+    value : int, float or object
+        The value; NumPy scalars are converted to Python numbers.
+    digits : int
+        Significant digits kept of a float.
+
+    Examples
+    --------
+    In a chapter, ``glue("da_fig1_split", 0.29442960928840245)`` stores
+    0.2944296093, as it does for 0.2944296092884027 (the same number computed
+    with other BLAS kernels); outside a notebook it stores nothing:
+
+    >>> glue("da_fig1_split", 0.29442960928840245)
+    """
+    from myst_nb import glue as _glue
+
+    if isinstance(value, (bool, np.bool_)):
+        value = bool(value)
+    elif isinstance(value, (int, np.integer)):
+        value = int(value)
+    elif isinstance(value, (float, np.floating)):
+        value = float(f"{float(value):.{digits}g}")
+    _glue(name, value, display=False)
+
+
 # --- Beyond the paper: uncertainty, hindsight gaps, capacity adherence, regret ---
 #
 # The paper reports mean error rates over 100 randomised task orders without

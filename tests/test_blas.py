@@ -26,14 +26,6 @@ ROOT = capassign.ROOT
 #: and the agents' logistic fits): about 10 s and 25 s of re-execution.
 THEORY = ("theory_shadow_prices", "theory_two_agents")
 DATA = ("data_agents",)
-#: data_agents.ipynb prints Coupon's x-bins on the first principal component
-#: of one-hot features, whose sign still follows the BLAS kernels (tied
-#: largest loadings); the chapters' owner fixes the sign rule and re-executes
-#: the notebook.  Strict: once that lands, this test passes and the mark
-#: must go.
-SIGN_FIX_PENDING = pytest.mark.xfail(
-    strict=True, reason="first_pc sign of tied loadings follows the BLAS kernels")
-
 PROBE = ("import json, numpy, threadpoolctl; "
          "print(json.dumps([{k: i.get(k) for k in ('internal_api', 'architecture', "
          "'num_threads')} for i in threadpoolctl.threadpool_info() "
@@ -62,8 +54,7 @@ def other_blas():
     return env
 
 
-@pytest.mark.parametrize("chapters", [THEORY, pytest.param(DATA, marks=SIGN_FIX_PENDING)],
-                         ids=["theory", "data_agents"])
+@pytest.mark.parametrize("chapters", [THEORY, DATA], ids=["theory", "data_agents"])
 def test_notebook_outputs_do_not_depend_on_the_blas_configuration(other_blas, chapters):
     paths = [f"book/executed/{name}.ipynb" for name in chapters]
     run = subprocess.run([sys.executable, "-m", "pytest", *paths, "-q"],
