@@ -48,10 +48,147 @@ __version__ = "0.1.0"
 #: Capacity sums must equal one within this tolerance.
 CAPACITY_TOL = 1e-9
 
+#: The public API: what the book, the README, the tests and the command line
+#: use, with the classes and exceptions they return or raise.  Every other
+#: name is private and may change.
+__all__ = [
+    # validation constants and the reward rule (section 1)
+    "CAPACITY_TOL", "REWARD_RULE",
+    # theory / oracle (section 2)
+    "ORACLE_LP_MAX_CONTEXTS", "HINDSIGHT_METHODS", "OptimalAssignment", "TwoAgentThreshold",
+    "DisagreementRegions", "HindsightOptimum", "random_assignment_value",
+    "optimal_assignment", "benchmark_oracle", "shadow_price_policy", "two_agent_threshold",
+    "disagreement_regions", "disagreement_gain", "hindsight_optimum",
+    # reward models (section 3)
+    "PROGRESS_ENV", "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees",
+    "MarginalAccuracy",
+    # capacity control (section 4)
+    "VirtualQueues", "select_agent", "BATCH_METHODS", "batch_counts", "batch_queue_update",
+    "batch_assign",
+    # simulation engine (section 5)
+    "POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES", "DEFAULT_ETA",
+    "SimulationResult", "synthetic_stream", "simulate", "simulate_grid",
+    "PAPER_CAPACITY_GRID", "benchmark_engines",
+    # streaming router (section 6)
+    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "ROUTER_POLICIES", "ROUTER_STREAM_CUTS",
+    "ROUTER_STATE_LIMITS", "Router", "benchmark_startup", "benchmark_router",
+    # tasks (section 7)
+    "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
+    "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
+    "PAPER_TABLE3", "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
+    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_EXPERIMENTS",
+    "tabular_agent_accuracies", "mmlu_questions", "mmlu_models", "mmlu_substitutes",
+    "mmlu_embeddings", "embed_mmlu_questions", "first_pc", "mmlu_task", "synthetic_task",
+    "load_task", "accuracy_by_context",
+    # experiments (section 8)
+    "PAPER_TABLE4", "PAPER_CAMELYON17", "PAPER_FIG1_THRESHOLD", "PAPER_ALPHAS", "PAPER_RUNS",
+    "paper_accuracies", "paper_logistic_targets", "write_tabular_agent_search",
+    "tabular_agent_search", "encoding_evidence", "paper_agent_seed", "mean_ci",
+    "two_agent_capacities", "error_vs_capacity", "paper_claims", "error_table", "glue",
+    "difference_ci", "runs_needed", "paired_tests", "paired_table", "hindsight_gaps",
+    "CapacityAdherence", "capacity_adherence", "adherence_table", "simulate_known_mu",
+    "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
+    # resumable sweeps (section 9)
+    "SWEEP_BACKENDS", "sweep",
+    # plotting (section 10)
+    "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
+    "plot_capacity_adherence", "plot_paired_differences",
+    # command line (section 11)
+    "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce", "chapter_drift",
+    "sync_text", "main",
+]
+
 
 # =============================================================================
 # 1. Validation helpers
 # =============================================================================
+
+
+# --- one helper per kind of argument -----------------------------------------
+#
+# The convention (that of NumPy, SciPy and scikit-learn): an argument of the
+# wrong type raises TypeError, one of the right type with a value outside its
+# range raises ValueError, and both messages read the same, naming the
+# argument, what it must be and what was given.  A bool is not accepted as a
+# number (``True`` is an int in Python, but ``runs=True`` is a mistake).
+
+
+def _is_bool(v):
+    return isinstance(v, (bool, np.bool_))
+
+
+def _validate_int(v, name, lo=0, hi=None):
+    """An integer argument in ``[lo, hi]`` (``lo=None``: no lower bound); return it as int.
+
+    Raises TypeError for anything but an int or NumPy integer (bools
+    included) and ValueError for an integer out of range, with one wording:
+    ``"runs must be an integer >= 1, got 2.5"``.
+    """
+    if lo is None:
+        expected = "an integer" if hi is None else f"an integer <= {hi}"
+    else:
+        expected = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+    if _is_bool(v) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be {expected}, got {v!r}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ValueError(f"{name} must be {expected}, got {v!r}")
+    return int(v)
+
+
+def _validate_real(v, name, lo=None, hi=None, *, lo_open=False, hi_open=False):
+    """A finite real argument in the interval from ``lo`` to ``hi``; return it as float.
+
+    ``lo_open`` / ``hi_open`` exclude the end points.  Raises TypeError for
+    anything but an int, float or NumPy number (bools included) and ValueError
+    for NaN, an infinity or a number outside the interval, with one wording:
+    ``"eta must be a finite number >= 0, got -1"``.
+    """
+    if hi is None:
+        where = "" if lo is None else f" {'>' if lo_open else '>='} {lo:g}"
+    elif lo is None:
+        where = f" {'<' if hi_open else '<='} {hi:g}"
+    else:
+        where = f" in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    expected = f"a finite number{where}"
+    if _is_bool(v) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be {expected}, got {v!r}")
+    x = float(v)
+    if (not math.isfinite(x) or (lo is not None and (x <= lo if lo_open else x < lo))
+            or (hi is not None and (x >= hi if hi_open else x > hi))):
+        raise ValueError(f"{name} must be {expected}, got {v!r}")
+    return x
+
+
+def _validate_choice(v, allowed, name):
+    """One name among ``allowed`` (strings); return it.
+
+    Raises TypeError for a non-string and ValueError for an unknown name,
+    with one wording: ``"engine must be one of 'fast', 'reference', got 'gpu'"``.
+    """
+    allowed = tuple(allowed)
+    expected = f"one of {', '.join(repr(a) for a in allowed)}"
+    if not isinstance(v, str):
+        raise TypeError(f"{name} must be {expected}, got {v!r}")
+    if v not in allowed:
+        raise ValueError(f"{name} must be {expected}, got {v!r}")
+    return v
+
+
+def _validate_bool(v, name):
+    """A flag: ``True`` or ``False`` (NumPy bools too); return it as bool (TypeError otherwise)."""
+    if not _is_bool(v):
+        raise TypeError(f"{name} must be True or False, got {v!r}")
+    return bool(v)
+
+
+def _validate_eta(eta, name="eta"):
+    """Check the queue penalty eta >= 0 (Eq. 2); return it as float."""
+    return _validate_real(eta, name, lo=0.0)
+
+
+def _validate_share(x, name="alpha"):
+    """Check a single share/probability ``x`` in [0, 1] (Sec. 2.3); return it as float."""
+    return _validate_real(x, name, 0.0, 1.0)
 
 
 def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
@@ -136,16 +273,6 @@ def _selection_shares(alpha, constrained):
     return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
 
 
-def _validate_eta(eta, name="eta"):
-    """Check the queue penalty eta >= 0 (Eq. 2)."""
-    if isinstance(eta, (bool, np.bool_)) or not isinstance(eta, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a non-negative number, got {eta!r}")
-    eta = float(eta)
-    if not math.isfinite(eta) or eta < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {eta!r}")
-    return eta
-
-
 def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float):
     """Convert ``M`` to a float array of ``ndim`` dimensions and check it."""
     try:
@@ -185,16 +312,6 @@ def _validate_reward(r, name="reward"):
     if not (r == 0 or r == 1):
         raise ValueError(f"{name}: {REWARD_RULE}; got {r!r}")
     return float(r)
-
-
-def _validate_share(x, name="alpha"):
-    """Check a single share/probability ``x`` in [0, 1] and return it as float."""
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {x!r}")
-    x = float(x)
-    if not math.isfinite(x) or x < 0.0 or x > 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1], got {x!r}")
-    return x
 
 
 def _validate_weights(weights, n, name="weights"):
@@ -727,9 +844,7 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
     if lam.shape[0] != A:
         raise ValueError(f"shadow_prices has {lam.shape[0]} entries but mu has "
                          f"{A} columns (agents)")
-    tol = float(tol)
-    if not math.isfinite(tol) or tol < 0:
-        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
+    tol = _validate_real(tol, "tol", lo=0.0)
     adj = mu - lam
     tied = adj >= adj.max(axis=1, keepdims=True) - tol
     P = np.zeros((n, A))
@@ -926,6 +1041,7 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
     ``allow_outside=True``, in which case the (upper-bound) formula is returned.
     """
     alpha = _validate_share(alpha, "alpha")
+    allow_outside = _validate_bool(allow_outside, "allow_outside")
     delta = _validate_matrix(delta, "delta", ndim=1)
     if delta.shape[0] < 1:
         raise ValueError("delta must have at least one entry")
@@ -1067,14 +1183,6 @@ def _capacitated_assignment(V, lower, upper, method):
     return _transport_assignment(V, lower, upper)
 
 
-def _validate_method(method, allowed, name="method"):
-    if not isinstance(method, str):
-        raise TypeError(f"{name} must be one of {allowed}, got {method!r}")
-    if method not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {method!r}")
-    return method
-
-
 @dataclass(frozen=True)
 class HindsightOptimum:
     """Best capacity-feasible assignment of a realised stream (see :func:`hindsight_optimum`).
@@ -1158,7 +1266,7 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     if T < 1:
         raise ValueError("R must have at least one row (task)")
     alpha, constrained = _validate_capacities(capacities, A)
-    method = _validate_method(method, HINDSIGHT_METHODS)
+    method = _validate_choice(method, HINDSIGHT_METHODS, "method")
     if method == "sort" and A != 2:
         raise ValueError(f"method='sort' needs exactly two agents, R has {A} columns")
     lower, upper = _count_bounds(T, alpha, constrained)
@@ -1368,17 +1476,13 @@ class ModelSettings:
 
     def __post_init__(self):
         for name in ("gamma", "kappa", "w_max"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"settings.{name} must be a positive number, got {v!r}")
-        if not (isinstance(self.w_min, (int, float)) and 0 < self.w_min <= self.w_max):
-            raise ValueError(f"settings.w_min must lie in (0, w_max], got {self.w_min!r}")
+            _validate_real(getattr(self, name), f"settings.{name}", lo=0.0, lo_open=True)
+        _validate_real(self.w_min, "settings.w_min (<= settings.w_max)", 0.0,
+                       float(self.w_max), lo_open=True)
         for name, lo, hi in (("n_trees", 1, 10_000), ("max_depth", 1, 12),
                              ("min_samples_leaf", 1, 10**9), ("refit_every", 1, 10**9),
                              ("max_bins", 2, 255)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
-                raise ValueError(f"settings.{name} must be an integer in [{lo}, {hi}], got {v!r}")
+            _validate_int(getattr(self, name), f"settings.{name}", lo, hi)
 
 
 #: The paper's hyper-parameters (App. E).
@@ -1425,8 +1529,7 @@ class LaplaceLogistic:
     """
 
     def __init__(self, n_features, settings=PAPER_SETTINGS):
-        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 0:
-            raise ValueError(f"n_features must be an integer >= 0, got {n_features!r}")
+        _validate_int(n_features, "n_features", lo=0)
         self.settings = settings
         p = int(n_features) + 1
         self.theta = np.zeros(p)
@@ -2384,14 +2487,6 @@ BATCH_METHODS = ("auto", "sort", "lsa", "lp")
 _LSA_MAX_ENTRIES = 4_000_000
 
 
-def _validate_batch_size(B, name="B"):
-    if isinstance(B, (bool, np.bool_)) or not isinstance(B, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive integer, got {B!r}")
-    if B < 1:
-        raise ValueError(f"{name} must be a positive integer, got {B!r}")
-    return int(B)
-
-
 def _batch_capacities(alpha, constrained, name="alpha"):
     """(alpha, constrained) from a share vector and an optional free-agent mask."""
     alpha = _validate_matrix(alpha, name, ndim=1)
@@ -2489,7 +2584,7 @@ def batch_counts(B, alpha, Q, constrained=None):
     ndarray of int, shape (A,)
         N_{t,a} >= 0, summing to B.
     """
-    B = _validate_batch_size(B)
+    B = _validate_int(B, "B", lo=1)
     alpha, constrained = _batch_capacities(alpha, constrained)
     A = alpha.shape[0]
     Q = _validate_queues(Q, A)
@@ -2549,7 +2644,7 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
     received in the batch of ``B`` (summing to B).  Free agents
     (``constrained[a]`` False, App. H.4) keep a zero queue.
     """
-    B = _validate_batch_size(B)
+    B = _validate_int(B, "B", lo=1)
     alpha, constrained = _batch_capacities(alpha, constrained)
     A = alpha.shape[0]
     Q = _validate_queues(Q, A)
@@ -2618,7 +2713,7 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
         if not constrained.any():
             raise ValueError("constrained: at least one agent must be "
                              "capacity-constrained")
-    method = _validate_method(method, BATCH_METHODS)
+    method = _validate_choice(method, BATCH_METHODS, "method")
     if method == "sort" and A != 2:
         raise ValueError(f"method='sort' needs exactly two agents, scores has {A} columns")
     if constrained.all() and int(counts.sum()) != B:
@@ -2980,9 +3075,8 @@ def synthetic_stream(T=5000, d=12, n_agents=2, *, seed=0):
     mu : ndarray, shape (T, n_agents)
         The true accuracies mu_a(x_t).
     """
-    for name, v, lo in (("T", T, 1), ("d", d, 1), ("n_agents", n_agents, 2)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    for name, v, lo in (("T", T, 1), ("d", d, 1), ("n_agents", n_agents, 2), ("seed", seed, 0)):
+        _validate_int(v, name, lo)
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((T, d))
     U = rng.standard_normal((n_agents, d))
@@ -3023,13 +3117,23 @@ def _rng_states(policy_seeds):
     return states
 
 
+def _validate_policies(policies, name="policies"):
+    """A non-empty list of policy names (:data:`POLICIES`); return it as a list."""
+    if isinstance(policies, str) or not hasattr(policies, "__iter__"):
+        raise TypeError(f"{name} must be a list of policy names, got {policies!r}")
+    policies = list(policies)
+    if not policies:
+        raise ValueError(f"{name} must name at least one policy")
+    for i, p in enumerate(policies):
+        _validate_choice(p, POLICIES, f"{name}[{i}]")
+    return policies
+
+
 def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings,
                          batch_size=None):
     """Check every argument of :func:`simulate`; return the normalised values."""
-    if not isinstance(policy, str) or policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    _validate_choice(policy, POLICIES, "policy")
+    _validate_choice(engine, ENGINES, "engine")
     X = _validate_matrix(X, "X")
     R = _validate_rewards(R, "R")
     if X.shape[0] != R.shape[0]:
@@ -3041,17 +3145,15 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
         raise ValueError(f"X has no feature columns; policy {policy!r} needs at least one")
     alpha, constrained = _validate_capacities(capacities, R.shape[1])
     eta = _validate_eta(eta)
-    if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 1:
-        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    runs = _validate_int(runs, "runs", lo=1)
+    seed = _validate_int(seed, "seed", lo=0)
     if not isinstance(settings, ModelSettings):
         raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
     if batch_size is not None:
         if policy.startswith("offline-"):
             raise ValueError(f"batch_size applies to the online policies only; policy "
                              f"{policy!r} fits its models offline, so pass batch_size=None")
-        batch_size = _validate_batch_size(batch_size, "batch_size")
+        batch_size = _validate_int(batch_size, "batch_size", lo=1)
         if batch_size > X.shape[0]:
             raise ValueError(f"batch_size must be at most the stream length T = "
                              f"{X.shape[0]}, got {batch_size}")
@@ -3149,6 +3251,7 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     """
     X, R, alpha, constrained, eta, runs, seed, caps, batch_size = _validate_simulation(
         X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
+    return_traces = _validate_bool(return_traces, "return_traces")
     orders, policy_seeds = _stream_orders(seed, runs, R.shape[0])
     rewards, counts, assign, queues = _run_policy(
         X, R, orders, policy_seeds, alpha, constrained, caps, eta, policy, engine, settings,
@@ -3862,8 +3965,7 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     """
     import pandas as pd
 
-    if isinstance(policies, str):
-        raise TypeError("policies must be a list of policy names, not a single string")
+    policies = _validate_policies(policies)
     capacities = [list(c) for c in capacities]
     if len(capacities) == 0:
         raise ValueError("capacities must list at least one capacity vector")
@@ -4154,6 +4256,7 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
 #: Version tag of :meth:`Router.state_dict`; :meth:`Router.from_state` reads
 #: this version and refuses newer ones.
 ROUTER_SCHEMA = "capassign.router"
+#: The current version of the saved router state (older versions still load).
 ROUTER_SCHEMA_VERSION = 2
 #: Policies a :class:`Router` can run (the online policies of :data:`POLICIES`).
 ROUTER_POLICIES = ("random", "marginal") + CONTEXTUAL_POLICIES
@@ -4420,14 +4523,6 @@ def _validate_task_id(task_id, name="task_id"):
     return int(task_id) if isinstance(task_id, (int, np.integer)) else task_id
 
 
-def _validate_int(v, name, lo=0):
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer >= {lo}, got {v!r}")
-    if v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    return int(v)
-
-
 def _state_int(v, name, lo, hi):
     """An integer field of a saved router state, in [lo, hi] (ValueError otherwise)."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
@@ -4609,10 +4704,8 @@ class Router:
         if isinstance(agents, (bool, np.bool_)):
             raise TypeError("agents must be a number of agents or a list of names")
         if isinstance(agents, (int, np.integer)):
-            if agents < 2:
-                raise ValueError(f"agents must be at least 2, got {agents}")
             names = None
-            n_agents = int(agents)
+            n_agents = _validate_int(agents, "agents", lo=2)
         elif isinstance(agents, (str, bytes)) or not hasattr(agents, "__iter__"):
             raise TypeError("agents must be a number of agents or a list of names (str)")
         else:
@@ -4624,8 +4717,7 @@ class Router:
             n_agents = len(names)
         alpha, constrained = _validate_capacities(capacities, n_agents)
         caps = [None if not c else float(x) for x, c in zip(alpha, constrained)]
-        if not isinstance(policy, str) or policy not in ROUTER_POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(ROUTER_POLICIES)}; got {policy!r}")
+        _validate_choice(policy, ROUTER_POLICIES, "policy")
         eta = _validate_eta(eta)
         seed = _validate_int(seed, "seed")
         if not isinstance(settings, ModelSettings):
@@ -5647,6 +5739,7 @@ def _find_data_dir():
 
 #: The registry folder (``data/`` of the source tree, the single source of truth).
 DATA_DIR = _find_data_dir()
+#: The data registry: every data file's size, SHA-256, download addresses and provenance.
 REGISTRY_PATH = DATA_DIR / "registry.json"
 MMLU_EMBEDDINGS_PATH = DATA_DIR / "mmlu_embeddings.npz"
 
@@ -6163,6 +6256,7 @@ def _logistic_design(df, Xraw, cats, f1, train, encoding):
     (levels in sorted order); numeric features are kept.  Every column is then
     standardised with the training rows' mean and sd.
     """
+    _validate_choice(encoding, TABULAR_ENCODINGS, "encoding")
     if encoding == "ordinal":
         cols = Xraw[:, f1]
     elif encoding == "onehot":
@@ -6175,8 +6269,6 @@ def _logistic_design(df, Xraw, cats, f1, train, encoding):
             else:
                 parts.append(Xraw[:, [j]])
         cols = np.column_stack(parts)
-    else:
-        raise ValueError(f"encoding must be one of {TABULAR_ENCODINGS}, got {encoding!r}")
     mean = cols[train].mean(axis=0)
     sd = cols[train].std(axis=0)
     sd[sd == 0] = 1.0
@@ -6283,8 +6375,7 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
     import pandas as pd
     from xgboost import XGBClassifier
 
-    if name not in TABULAR_TASKS:
-        raise ValueError(f"name must be one of {TABULAR_TASKS}, got {name!r}")
+    _validate_choice(name, TABULAR_TASKS, "name")
     bad = [a for a in agents if a not in TABULAR_ENCODINGS + ("xgboost",)]
     if bad:
         raise ValueError(f"agents must be among {TABULAR_ENCODINGS + ('xgboost',)}, got {bad}")
@@ -6292,10 +6383,8 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
     n, d = Xraw.shape
     k = max(1, int(math.floor(TABULAR_AGENT1_SHARE * d)))
     rows = []
-    for seed in seeds:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seeds must be non-negative integers, got {seed!r}")
-        seed = int(seed)
+    for i, seed in enumerate(seeds):
+        seed = _validate_int(seed, f"seeds[{i}]", lo=0)
         train, stream = _tabular_split(n, seed, "random")
         f1 = np.sort(np.random.default_rng([seed, 1]).choice(d, size=k, replace=False))
         row = dict(seed=seed, n_stream=len(stream))
@@ -6376,11 +6465,14 @@ def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
     import pandas as pd
 
     subjects = _validate_subjects(subjects)
+    if isinstance(splits, str):
+        raise TypeError(f"splits must be a list of split names, got {splits!r}")
+    splits = tuple(splits)
+    for i, sp in enumerate(splits):
+        _validate_choice(sp, ("val", "test"), f"splits[{i}]")
     frames = []
     for s in subjects:
         for sp in splits:
-            if sp not in ("val", "test"):
-                raise ValueError(f"splits must be 'val' and/or 'test', got {sp!r}")
             q = pd.read_csv(data_path(f"mmlu/questions/{s}_{sp}.csv"), header=None,
                             names=["question", "A", "B", "C", "D", "answer"],
                             keep_default_na=False)
@@ -6463,8 +6555,7 @@ def mmlu_substitutes(name="mmlu"):
     ``substituted``, ``target``, ``target_kind``, ``accuracy``) in the
     paper's agent order.
     """
-    if name not in MMLU_EXPERIMENTS:
-        raise ValueError(f"name must be one of {', '.join(MMLU_EXPERIMENTS)}, got {name!r}")
+    _validate_choice(name, MMLU_EXPERIMENTS, "name")
     spec = MMLU_EXPERIMENTS[name]
     models, _, C = mmlu_models(spec["subjects"])
     acc = dict(zip(models, C.mean(axis=0)))
@@ -6677,11 +6768,8 @@ def synthetic_task(T=2000, n_agents=2, d=1, seed=0):
     expertise of the paper's Sec. 2.1 and Fig. 1).  Rewards r_{t,a} are
     independent Bernoulli(mu_a(x_t)) draws.  ``Task.mu`` holds mu_a(x_t).
     """
-    for nm, v, lo in (("T", T, 1), ("n_agents", n_agents, 2), ("d", d, 1)):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"{nm} must be an integer, got {v!r}")
-        if v < lo:
-            raise ValueError(f"{nm} must be >= {lo}, got {v}")
+    for nm, v, lo in (("T", T, 1), ("n_agents", n_agents, 2), ("d", d, 1), ("seed", seed, 0)):
+        _validate_int(v, nm, lo)
     rng = np.random.default_rng([seed, 2])
     X = rng.uniform(-1.0, 1.0, size=(T, d))
     w = np.linspace(-3.0, 3.0, n_agents)
@@ -6747,13 +6835,10 @@ def load_task(name, seed=None, *, split="random"):
     The result is cached per process (arrays are read-only).  Raises
     :class:`DataUnavailable` when the data cannot be obtained.
     """
-    if not isinstance(name, str) or name not in TASK_NAMES:
-        raise ValueError(f"unknown task {name!r}; valid names: {', '.join(TASK_NAMES)}")
-    if seed is not None and (isinstance(seed, (bool, np.bool_))
-                             or not isinstance(seed, (int, np.integer)) or seed < 0):
-        raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
-    if split not in ("random", "order"):
-        raise ValueError(f"split must be 'random' or 'order', got {split!r}")
+    _validate_choice(name, TASK_NAMES, "name")
+    if seed is not None:
+        _validate_int(seed, "seed", lo=0)
+    _validate_choice(split, ("random", "order"), "split")
     if seed is None:
         seed = paper_agent_seed(name) if name in TABULAR_TASKS else 0
     if name in ("imagenet16h",) or name in MMLU_EXPERIMENTS:
@@ -6797,8 +6882,7 @@ def accuracy_by_context(x, R, *, bins=10):
     R = _validate_matrix(R, "R")
     if R.shape[0] != x.shape[0]:
         raise ValueError(f"x has {x.shape[0]} entries but R has {R.shape[0]} rows")
-    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
-        raise ValueError(f"bins must be a positive integer, got {bins!r}")
+    bins = _validate_int(bins, "bins", lo=1)
     levels = np.unique(x)
     if len(levels) <= bins:
         which = np.searchsorted(levels, x)
@@ -6854,7 +6938,9 @@ PAPER_FIG1_THRESHOLD = dict(capacity_llama=0.25, capacity_cohere=0.75, x=0.3)
 #: the main figures (the online policies run at PAPER_CAPACITY_GRID inside it)
 #: and 100 randomised task orders; the queue penalty is DEFAULT_ETA = 0.5.
 PAPER_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
+#: The paper's number of randomised task orders per point (Sec. 4).
 PAPER_RUNS = 100
+#: The offline unconstrained benchmarks (Sec. 4), which ignore capacities.
 OFFLINE_POLICIES = ("offline-logistic", "offline-tree")
 
 
@@ -6877,6 +6963,7 @@ def paper_accuracies(name):
 #: AGENT_SEED_SEARCH, the stream tasks each agent gets right (logistic agent
 #: under both codings, XGBoost).  Written by :func:`write_tabular_agent_search`.
 TABULAR_AGENTS_PATH = DATA_DIR / "tabular_agents.json"
+#: Version tag of the file at TABULAR_AGENTS_PATH.
 TABULAR_AGENTS_SCHEMA = "capassign.tabular_agents/1"
 #: The fixed range of construction seeds searched by :func:`paper_agent_seed`.
 AGENT_SEED_SEARCH = range(100)
@@ -6903,8 +6990,7 @@ def paper_logistic_targets(name):
     ndarray, shape (5,)
         Implied logistic accuracy for the paper's construction seeds 0-4.
     """
-    if name not in TABULAR_TASKS:
-        raise ValueError(f"name must be one of {TABULAR_TASKS}, got {name!r}")
+    _validate_choice(name, TABULAR_TASKS, "name")
     acc_xgb = paper_accuracies(name)[1]
     return np.array([2 * (1 - row[0]) - acc_xgb for row in PAPER_TABLE4[name]])
 
@@ -6991,8 +7077,7 @@ def tabular_agent_search(name, path=None):
     """
     import pandas as pd
 
-    if name not in TABULAR_TASKS:
-        raise ValueError(f"name must be one of {TABULAR_TASKS}, got {name!r}")
+    _validate_choice(name, TABULAR_TASKS, "name")
     path = Path(path) if path is not None else TABULAR_AGENTS_PATH
     seeds, _, cols = _read_tabular_agent_search(str(path.resolve()))[name]
     return pd.DataFrame({"seed": list(seeds), **cols})
@@ -7122,6 +7207,8 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     """
     import pandas as pd
 
+    policies = _validate_policies(policies)
+    hindsight = _validate_bool(hindsight, "hindsight")
     rows = []
     for policy in policies:
         offline = policy.startswith("offline")
@@ -7267,12 +7354,8 @@ def _check_frame(df, columns, name="df"):
 
 
 def _check_level(level, name="level"):
-    if isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, float, np.floating)):
-        raise TypeError(f"{name} must be a number in (0, 1), got {level!r}")
-    level = float(level)
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"{name} must be in (0, 1), got {level!r}")
-    return level
+    """A confidence level or tail fraction in the open interval (0, 1)."""
+    return _validate_real(level, name, 0.0, 1.0, lo_open=True, hi_open=True)
 
 
 def _errors_vector(e, name):
@@ -7297,6 +7380,7 @@ def difference_ci(errors, baseline_errors, *, paired=True, level=0.95):
     """
     from scipy import stats
 
+    paired = _validate_bool(paired, "paired")
     a = _errors_vector(errors, "errors")
     b = _errors_vector(baseline_errors, "baseline_errors")
     level = _check_level(level)
@@ -7333,13 +7417,11 @@ def runs_needed(errors, baseline_errors, *, paired=True, level=0.95, max_runs=1_
     """
     from scipy import stats
 
+    paired = _validate_bool(paired, "paired")
     a = _errors_vector(errors, "errors")
     b = _errors_vector(baseline_errors, "baseline_errors")
     level = _check_level(level)
-    if isinstance(max_runs, (bool, np.bool_)) or not isinstance(max_runs, (int, np.integer)):
-        raise TypeError(f"max_runs must be an integer >= 2, got {max_runs!r}")
-    if max_runs < 2:
-        raise ValueError(f"max_runs must be >= 2, got {max_runs}")
+    max_runs = _validate_int(max_runs, "max_runs", lo=2)
     if paired:
         if a.size != b.size:
             raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
@@ -7615,11 +7697,7 @@ def capacity_adherence(result, *, burn_in=0, label=None):
     """
     _traced(result)
     runs, T = result.assignments.shape
-    if isinstance(burn_in, (bool, np.bool_)) or not isinstance(burn_in, (int, np.integer)):
-        raise TypeError(f"burn_in must be an integer, got {burn_in!r}")
-    if not 0 <= burn_in < T:
-        raise ValueError(f"burn_in must be in [0, {T - 1}] for a stream of {T} tasks, "
-                         f"got {burn_in}")
+    burn_in = _validate_int(burn_in, f"burn_in (a stream of {T} tasks)", 0, T - 1)
     alpha, constrained = _validate_capacities(result.capacities)
     A = alpha.shape[0]
     t = np.arange(1, T + 1, dtype=float)
@@ -7697,10 +7775,8 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
         raise ValueError("mu must hold at least one task")
     alpha, constrained = _validate_capacities(capacities, mu.shape[1])
     eta = _validate_eta(eta)
-    if isinstance(runs, (bool, np.bool_)) or not isinstance(runs, (int, np.integer)) or runs < 1:
-        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    runs = _validate_int(runs, "runs", lo=1)
+    seed = _validate_int(seed, "seed", lo=0)
     T, A = mu.shape
     orders, _ = _stream_orders(int(seed), int(runs), T)
     Q = np.zeros((runs, A))
@@ -7739,8 +7815,7 @@ class RegretCurves:
 
     def mean(self, kind="lagrangian"):
         """Mean over runs of one regret, shape (T,)."""
-        if kind not in ("lagrangian", "reward", "modified"):
-            raise ValueError(f"kind must be 'lagrangian', 'reward' or 'modified', got {kind!r}")
+        _validate_choice(kind, ("lagrangian", "reward", "modified"), "kind")
         v = getattr(self, kind)
         if v is None:
             raise ValueError(f"policy {self.policy!r} has no queues, so no modified regret")
@@ -7822,12 +7897,10 @@ def loglog_slope(y, *, t_min=None, t_max=None, points=50):
     t_min = max(1, T // 100) if t_min is None else t_min
     t_max = T if t_max is None else t_max
     for nm, v in (("t_min", t_min), ("t_max", t_max), ("points", points)):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"{nm} must be an integer, got {v!r}")
+        _validate_int(v, nm, lo=None)
     if not 1 <= t_min < t_max <= T:
         raise ValueError(f"need 1 <= t_min < t_max <= {T}, got t_min={t_min}, t_max={t_max}")
-    if points < 2:
-        raise ValueError(f"points must be >= 2, got {points}")
+    _validate_int(points, "points", lo=2)
     t = np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
     v = y[t - 1]
     if np.any(v <= 0):
@@ -7879,10 +7952,7 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
         raise ValueError(f"shadow_prices has {lam.shape[0]} entries but result has {A} agents")
     if reference is None:
         reference = int(np.argmin(lam))
-    if isinstance(reference, (bool, np.bool_)) or not isinstance(reference, (int, np.integer)):
-        raise TypeError(f"reference must be an agent index, got {reference!r}")
-    if not 0 <= reference < A:
-        raise ValueError(f"reference must be in [0, {A - 1}], got {reference}")
+    reference = _validate_int(reference, "reference (an agent index)", 0, A - 1)
     tail = _check_level(tail, "tail")
     P = result.eta * (result.queues - result.queues[:, :, reference:reference + 1])
     start = min(T - 1, int(math.floor((1.0 - tail) * T)))
@@ -8255,23 +8325,13 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
         if isinstance(tasks, str) or not hasattr(tasks, "__iter__"):
             raise TypeError("tasks must be a list of task names or a dict name -> (X, R)")
         task_items = []
-        for name in tasks:
-            if not isinstance(name, str) or name not in TASK_NAMES:
-                raise ValueError(f"tasks: unknown task {name!r}; valid names: "
-                                 f"{', '.join(TASK_NAMES)}")
-            task_items.append((name, None))
+        for i, name in enumerate(tasks):
+            task_items.append((_validate_choice(name, TASK_NAMES, f"tasks[{i}]"), None))
     if not task_items:
         raise ValueError("tasks must name at least one task")
     if len({n for n, _ in task_items}) != len(task_items):
         raise ValueError("tasks: names must be unique")
-    if isinstance(policies, str) or not hasattr(policies, "__iter__"):
-        raise TypeError("policies must be a list of policy names")
-    policies = list(policies)
-    if not policies:
-        raise ValueError("policies must name at least one policy")
-    for p in policies:
-        if not isinstance(p, str) or p not in POLICIES:
-            raise ValueError(f"policies: unknown policy {p!r}; valid: {', '.join(POLICIES)}")
+    policies = _validate_policies(policies)
     if isinstance(capacities, (str, bytes)) or not hasattr(capacities, "__iter__"):
         raise TypeError("capacities must be a list of capacity vectors or of alpha_1 values")
     cap_list = []
@@ -8287,18 +8347,16 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     eta = _validate_eta(eta)
     seed = _validate_int(seed, "seed")
     task_seed = _validate_int(task_seed, "task_seed")
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    _validate_choice(engine, ENGINES, "engine")
     if not isinstance(settings, ModelSettings):
         raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
     if client is not None:
         backend = "dask"
-    if not isinstance(backend, str) or backend not in SWEEP_BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(SWEEP_BACKENDS)}; got {backend!r}")
+    _validate_choice(backend, SWEEP_BACKENDS, "backend")
     if backend == "dask" and client is None and scheduler is None:
         raise ValueError("backend 'dask' needs client (a distributed.Client) or scheduler "
                          "(an address such as 'tcp://host:8786')")
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs == 0:
+    if _validate_int(n_jobs, "n_jobs", lo=None) == 0:
         raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
     shapes, hashes = {}, {}
     for name, pair in task_items:
@@ -8641,7 +8699,9 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
 
 #: The repository root when running from a checkout (chapters live there).
 ROOT = Path(__file__).resolve().parent
+#: The chapters' MyST sources (``book/chapters/*.md``).
 CHAPTER_DIR = ROOT / "book" / "chapters"
+#: The chapters executed with their outputs (``book/executed/*.ipynb``).
 EXECUTED_DIR = ROOT / "book" / "executed"
 
 

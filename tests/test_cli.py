@@ -130,7 +130,7 @@ def test_sweep_out_is_a_file(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["simulate", "--task", "nope", "--policy", "random", "--capacities", "0.5,0.5"],
-     "unknown task"),
+     "name must be one of 'bank', "),
     (["simulate", "--task", "synthetic", "--policy", "random", "--capacities", "0.5,x"],
      "neither a number nor 'free'"),
     (["simulate", "--task", "synthetic", "--policy", "random", "--capacities", "0.6,0.6"],

@@ -1,0 +1,250 @@
+"""One rule for bad arguments, and the declared public API (``__all__``).
+
+The convention: an argument of the wrong type raises TypeError, one of the
+right type with a value out of range raises ValueError; bools are not numbers.
+The same mistake gets the same exception type and the same message at every
+public entry point.  Every case is checked before any work starts (the
+``no_work`` fixture makes the simulation's first step fail loudly).
+"""
+
+import ast
+import inspect
+import math
+import re
+
+import numpy as np
+import pytest
+
+import capassign as ca
+
+ROOT = ca.ROOT
+
+X, R, _ = ca.synthetic_stream(20, 2, 2, seed=0)
+MU = np.tile([0.2, 0.8], (20, 1))
+ERR = np.array([0.30, 0.32, 0.29, 0.31])
+BASE = np.array([0.40, 0.41, 0.39, 0.42])
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("work started before validation finished")
+    monkeypatch.setattr(ca, "_stream_orders", boom)
+
+
+def _sweep(tmp_path, **kw):
+    return ca.sweep({"t": (X, R)}, ["random"], [0.5], tmp_path / "sweep", n_jobs=1,
+                    backend="sequential", **kw)
+
+
+# argument -> {entry point: call with that argument set to v}
+ENTRY_POINTS = {
+    "runs": {
+        "simulate": lambda v, p: ca.simulate(X, R, [0.5, 0.5], "random", runs=v),
+        "sweep": lambda v, p: _sweep(p, runs=v),
+        "error_vs_capacity": lambda v, p: ca.error_vs_capacity(X, R, ["random"], runs=v),
+        "simulate_grid": lambda v, p: ca.simulate_grid(X, R, ["random"], [[0.5, 0.5]], runs=v),
+        "simulate_known_mu": lambda v, p: ca.simulate_known_mu(MU, R, [0.5, 0.5], runs=v),
+    },
+    "seed": {
+        "simulate": lambda v, p: ca.simulate(X, R, [0.5, 0.5], "random", seed=v),
+        "sweep": lambda v, p: _sweep(p, seed=v),
+        "error_vs_capacity": lambda v, p: ca.error_vs_capacity(X, R, ["random"], seed=v),
+        "simulate_grid": lambda v, p: ca.simulate_grid(X, R, ["random"], [[0.5, 0.5]], seed=v),
+        "simulate_known_mu": lambda v, p: ca.simulate_known_mu(MU, R, [0.5, 0.5], seed=v),
+        "Router": lambda v, p: ca.Router(2, [0.5, 0.5], "random", seed=v),
+        "synthetic_task": lambda v, p: ca.synthetic_task(T=10, seed=v),
+        "synthetic_stream": lambda v, p: ca.synthetic_stream(10, 2, 2, seed=v),
+        "load_task": lambda v, p: ca.load_task("synthetic", seed=v),
+    },
+    "T": {
+        "synthetic_task": lambda v, p: ca.synthetic_task(T=v),
+        "synthetic_stream": lambda v, p: ca.synthetic_stream(T=v),
+    },
+    "d": {
+        "synthetic_task": lambda v, p: ca.synthetic_task(T=10, d=v),
+        "synthetic_stream": lambda v, p: ca.synthetic_stream(T=10, d=v),
+    },
+    "n_agents": {
+        "synthetic_task": lambda v, p: ca.synthetic_task(T=10, n_agents=v),
+        "synthetic_stream": lambda v, p: ca.synthetic_stream(T=10, n_agents=v),
+    },
+    "B": {
+        "batch_counts": lambda v, p: ca.batch_counts(v, [0.5, 0.5], [0.0, 0.0]),
+        "batch_queue_update": lambda v, p: ca.batch_queue_update([0.0, 0.0], [1, 1],
+                                                                 [0.5, 0.5], v),
+    },
+    "batch_size": {
+        "simulate": lambda v, p: ca.simulate(X, R, [0.5, 0.5], "random", batch_size=v),
+        "simulate_grid": lambda v, p: ca.simulate_grid(X, R, ["random"], [[0.5, 0.5]],
+                                                       batch_size=v),
+    },
+    "max_runs": {"runs_needed": lambda v, p: ca.runs_needed(ERR, BASE, max_runs=v)},
+    "bins": {"accuracy_by_context": lambda v, p: ca.accuracy_by_context(X[:, 0], R, bins=v)},
+    "eta": {
+        "simulate": lambda v, p: ca.simulate(X, R, [0.5, 0.5], "random", eta=v),
+        "sweep": lambda v, p: _sweep(p, eta=v),
+        "error_vs_capacity": lambda v, p: ca.error_vs_capacity(X, R, ["random"], eta=v),
+        "simulate_grid": lambda v, p: ca.simulate_grid(X, R, ["random"], [[0.5, 0.5]], eta=v),
+        "simulate_known_mu": lambda v, p: ca.simulate_known_mu(MU, R, [0.5, 0.5], eta=v),
+        "Router": lambda v, p: ca.Router(2, [0.5, 0.5], "random", eta=v),
+        "select_agent": lambda v, p: ca.select_agent([0.2, 0.8], [0.0, 0.0], v),
+    },
+    "alpha": {
+        "two_agent_threshold": lambda v, p: ca.two_agent_threshold([-1.0, 1.0], v),
+        "disagreement_gain": lambda v, p: ca.disagreement_gain([-1.0, 1.0], v),
+    },
+    "level": {
+        "difference_ci": lambda v, p: ca.difference_ci(ERR, BASE, level=v),
+        "runs_needed": lambda v, p: ca.runs_needed(ERR, BASE, level=v),
+    },
+    "engine": {
+        "simulate": lambda v, p: ca.simulate(X, R, [0.5, 0.5], "random", engine=v),
+        "sweep": lambda v, p: _sweep(p, engine=v),
+        "error_vs_capacity": lambda v, p: ca.error_vs_capacity(X, R, ["random"], engine=v),
+        "simulate_grid": lambda v, p: ca.simulate_grid(X, R, ["random"], [[0.5, 0.5]],
+                                                       engine=v),
+    },
+    "policies[0]": {
+        "sweep": lambda v, p: ca.sweep({"t": (X, R)}, [v], [0.5], p / "sweep"),
+        "error_vs_capacity": lambda v, p: ca.error_vs_capacity(X, R, [v]),
+        "simulate_grid": lambda v, p: ca.simulate_grid(X, R, [v], [[0.5, 0.5]]),
+    },
+    "paired": {
+        "difference_ci": lambda v, p: ca.difference_ci(ERR, BASE, paired=v),
+        "runs_needed": lambda v, p: ca.runs_needed(ERR, BASE, paired=v),
+    },
+}
+
+# the lower bound of each integer argument
+INT_LO = {"runs": 1, "seed": 0, "T": 1, "d": 1, "n_agents": 2, "B": 1, "batch_size": 1,
+          "max_runs": 2, "bins": 1}
+POLICY_NAMES = ", ".join(repr(p) for p in ca.POLICIES)
+
+
+def _int_cases(arg):
+    lo = INT_LO[arg]
+    msg = f"{arg} must be an integer >= {lo}, got {{!r}}"
+    bad = [(2.5, TypeError), (True, TypeError), (np.bool_(False), TypeError), ("3", TypeError),
+           (lo - 1, ValueError), (np.int64(lo - 1), ValueError)]
+    return [(arg, v, err, msg.format(v)) for v, err in bad]
+
+
+def _cases():
+    cases = []
+    for arg in INT_LO:
+        cases += _int_cases(arg)
+    eta = "eta must be a finite number >= 0, got {!r}"
+    cases += [("eta", v, err, eta.format(v)) for v, err in
+              [(-1, ValueError), (-0.5, ValueError), (math.nan, ValueError),
+               (math.inf, ValueError), ("0.5", TypeError), (True, TypeError),
+               (None, TypeError)]]
+    alpha = "alpha must be a finite number in [0, 1], got {!r}"
+    cases += [("alpha", v, err, alpha.format(v)) for v, err in
+              [(1.5, ValueError), (-0.1, ValueError), (math.nan, ValueError),
+               ("0.5", TypeError), (False, TypeError)]]
+    level = "level must be a finite number in (0, 1), got {!r}"
+    cases += [("level", v, err, level.format(v)) for v, err in
+              [(0, ValueError), (1.0, ValueError), (95, ValueError), ("0.95", TypeError),
+               (True, TypeError)]]
+    engine = "engine must be one of 'fast', 'reference', got {!r}"
+    cases += [("engine", v, err, engine.format(v)) for v, err in
+              [("gpu", ValueError), ("Fast", ValueError), (1, TypeError), (None, TypeError)]]
+    pol = f"policies[0] must be one of {POLICY_NAMES}, got {{!r}}"
+    cases += [("policies[0]", v, err, pol.format(v)) for v, err in
+              [("ucb", ValueError), (3, TypeError), (None, TypeError)]]
+    paired = "paired must be True or False, got {!r}"
+    cases += [("paired", v, TypeError, paired.format(v)) for v in (1, "yes", None)]
+    return [pytest.param(arg, entry, v, err, msg, id=f"{arg}={v!r}-{entry}")
+            for arg, v, err, msg in cases for entry in ENTRY_POINTS[arg]]
+
+
+@pytest.mark.parametrize("arg, entry, value, err, message", _cases())
+def test_same_mistake_same_error_everywhere(no_work, tmp_path, arg, entry, value, err,
+                                            message):
+    with pytest.raises(err) as info:
+        ENTRY_POINTS[arg][entry](value, tmp_path)
+    assert type(info.value) is err
+    assert str(info.value) == message
+
+
+def test_policy_argument_of_simulate_and_router():
+    for call, allowed in ((lambda v: ca.simulate(X, R, [0.5, 0.5], v), ca.POLICIES),
+                          (lambda v: ca.Router(2, [0.5, 0.5], v), ca.ROUTER_POLICIES)):
+        names = ", ".join(repr(p) for p in allowed)
+        with pytest.raises(ValueError) as info:
+            call("ucb")
+        assert str(info.value) == f"policy must be one of {names}, got 'ucb'"
+        with pytest.raises(TypeError) as info:
+            call(None)
+        assert str(info.value) == f"policy must be one of {names}, got None"
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: ca.simulate(X, R, [0.5, 0.5], "random", runs=1, return_traces=1), "return_traces"),
+    (lambda: ca.error_vs_capacity(X, R, ["random"], runs=1, hindsight="yes"), "hindsight"),
+    (lambda: ca.disagreement_gain([-1.0, 1.0], 0.5, allow_outside=0), "allow_outside"),
+])
+def test_flags_must_be_bools(no_work, call, name):
+    with pytest.raises(TypeError, match=rf"^{name} must be True or False, got "):
+        call()
+
+
+def test_integers_of_every_numpy_kind_are_accepted():
+    assert ca._validate_int(np.int32(3), "runs", lo=1) == 3
+    assert ca._validate_int(np.uint8(0), "seed") == 0
+    assert ca._validate_real(np.float32(0.5), "eta", lo=0.0) == 0.5
+    assert ca._validate_real(2, "eta", lo=0.0) == 2.0
+    with pytest.raises(ValueError, match=r"^x must be an integer in \[1, 3\], got 4$"):
+        ca._validate_int(4, "x", 1, 3)
+
+
+# --- the declared public API -----------------------------------------------------
+
+
+def test_all_names_exist_once_and_are_documented():
+    assert len(ca.__all__) == len(set(ca.__all__))
+    lines = inspect.getsource(ca).splitlines()
+    assigned = {}
+    for node in ast.parse(inspect.getsource(ca)).body:
+        target = (node.targets[0] if isinstance(node, ast.Assign) else
+                  node.target if isinstance(node, ast.AnnAssign) else None)
+        if isinstance(target, ast.Name):
+            assigned[target.id] = node.lineno
+    for name in ca.__all__:
+        assert hasattr(ca, name), name
+        obj = getattr(ca, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert getattr(obj, "__module__", None) == "capassign", name
+            own = vars(obj).get("__doc__") if inspect.isclass(obj) else obj.__doc__
+            assert (own or "").strip(), f"{name} has no docstring"
+        else:                    # data: a ``#:`` comment right above its assignment
+            assert name in assigned, name
+            assert lines[assigned[name] - 2].startswith("#:"), f"{name} is not documented"
+
+
+def _references(paths, pattern):
+    found = {}
+    for path in paths:
+        for m in re.finditer(pattern, path.read_text(encoding="utf-8")):
+            found.setdefault(m.group(1), path.name)
+    return found
+
+
+def test_every_name_the_book_readme_and_tests_use_is_public():
+    docs = sorted((ROOT / "book" / "chapters").glob("*.md")) + [ROOT / "README.md"]
+    # quoted strings such as "capassign.router/2" and the file name capassign.py are
+    # not attribute references
+    used = _references(docs, r"(?<![\w\"'/])(?:ca|capassign)\.([A-Za-z]\w*)")
+    used.pop("py", None)
+    used.update(_references(sorted((ROOT / "tests").glob("test_*.py")),
+                            r"\bca\.([A-Za-z]\w*)"))
+    assert len(used) > 50
+    missing = {n: where for n, where in used.items() if n not in ca.__all__}
+    assert not missing, f"used but not in capassign.__all__: {missing}"
+
+
+def test_star_import_gives_all():
+    namespace = {}
+    exec("from capassign import *", namespace)  # noqa: S102
+    assert set(namespace) - {"__builtins__"} == set(ca.__all__)
