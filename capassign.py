@@ -6288,6 +6288,30 @@ def _fit_logistic_agent(Z1, y, train, stream):
         return lr.predict(Z1[stream])
 
 
+def _fit_xgboost_agent(X2, y, train, stream, seed):
+    """Agent 2's predictions on the stream (App. H.1: XGBoost, 200 trees, depth 4,
+    learning rate 0.05, subsample and column sample 0.8, log-loss, ``random_state=seed``)."""
+    import warnings
+
+    from xgboost import XGBClassifier
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        xgb = XGBClassifier(n_estimators=200, max_depth=4, learning_rate=0.05, subsample=0.8,
+                            colsample_bytree=0.8, eval_metric="logloss", random_state=seed,
+                            n_jobs=1)
+        xgb.fit(X2[train], y[train])
+        return xgb.predict(X2[stream])
+
+
+def _agent_features(d, seed):
+    """The two agents' feature subsets: agent 1 gets a seeded random
+    ``max(1, floor(0.2 d))`` of the d features, agent 2 the others (App. H.1)."""
+    k = max(1, int(math.floor(TABULAR_AGENT1_SHARE * d)))
+    f1 = np.sort(np.random.default_rng([seed, 1]).choice(d, size=k, replace=False))
+    return f1, np.setdiff1d(np.arange(d), f1)
+
+
 def _tabular_task(name, seed, split, encoding=None):
     """Two classifier agents on a tabular data set (the paper, Sec. 4.1 and App. H.1).
 
@@ -6303,31 +6327,19 @@ def _tabular_task(name, seed, split, encoding=None):
     see all d features (ordinal codes), standardised with the training part's
     mean and sd.
     """
-    import warnings
-
-    from xgboost import XGBClassifier
-
     encoding = TABULAR_ENCODING[name] if encoding is None else encoding
     df, y, src, Xraw, cats = _tabular_design(name)
     n, d = Xraw.shape
     train, stream = _tabular_split(n, seed, split)
     n_stream = len(stream)
-    k = max(1, int(math.floor(TABULAR_AGENT1_SHARE * d)))
-    f1 = np.sort(np.random.default_rng([seed, 1]).choice(d, size=k, replace=False))
-    f2 = np.setdiff1d(np.arange(d), f1)
+    f1, f2 = _agent_features(d, seed)
     mean = Xraw[train].mean(axis=0)
     sd = Xraw[train].std(axis=0)
     sd[sd == 0] = 1.0
     Z = (Xraw - mean) / sd
     p1 = _fit_logistic_agent(_logistic_design(df, Xraw, cats, f1, train, encoding), y, train,
                              stream)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        xgb = XGBClassifier(n_estimators=200, max_depth=4, learning_rate=0.05, subsample=0.8,
-                            colsample_bytree=0.8, eval_metric="logloss", random_state=seed,
-                            n_jobs=1)
-        xgb.fit(Xraw[np.ix_(train, f2)], y[train])
-        p2 = xgb.predict(Xraw[np.ix_(stream, f2)])
+    p2 = _fit_xgboost_agent(Xraw[:, f2], y, train, stream, seed)
     R = np.column_stack([p1 == y[stream], p2 == y[stream]]).astype(float)
     names = tuple(str(c) for c in df.columns)
     coding = ("one-hot (one 0/1 column per level)" if encoding == "onehot"
@@ -6370,10 +6382,7 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
         One row per seed: ``seed``, ``n_stream`` and one column of correct
         counts per entry of ``agents``.
     """
-    import warnings
-
     import pandas as pd
-    from xgboost import XGBClassifier
 
     _validate_choice(name, TABULAR_TASKS, "name")
     bad = [a for a in agents if a not in TABULAR_ENCODINGS + ("xgboost",)]
@@ -6381,23 +6390,15 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
         raise ValueError(f"agents must be among {TABULAR_ENCODINGS + ('xgboost',)}, got {bad}")
     df, y, _, Xraw, cats = _tabular_design(name)
     n, d = Xraw.shape
-    k = max(1, int(math.floor(TABULAR_AGENT1_SHARE * d)))
     rows = []
     for i, seed in enumerate(seeds):
         seed = _validate_int(seed, f"seeds[{i}]", lo=0)
         train, stream = _tabular_split(n, seed, "random")
-        f1 = np.sort(np.random.default_rng([seed, 1]).choice(d, size=k, replace=False))
+        f1, f2 = _agent_features(d, seed)
         row = dict(seed=seed, n_stream=len(stream))
         for a in agents:
             if a == "xgboost":
-                f2 = np.setdiff1d(np.arange(d), f1)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    xgb = XGBClassifier(n_estimators=200, max_depth=4, learning_rate=0.05,
-                                        subsample=0.8, colsample_bytree=0.8,
-                                        eval_metric="logloss", random_state=seed, n_jobs=1)
-                    xgb.fit(Xraw[np.ix_(train, f2)], y[train])
-                    p = xgb.predict(Xraw[np.ix_(stream, f2)])
+                p = _fit_xgboost_agent(Xraw[:, f2], y, train, stream, seed)
             else:
                 p = _fit_logistic_agent(_logistic_design(df, Xraw, cats, f1, train, a), y,
                                         train, stream)
