@@ -7038,9 +7038,24 @@ def write_tabular_agent_search(path=None, seeds=AGENT_SEED_SEARCH, names=None):
 
 
 def _write_text_atomic(path, text):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same
+    folder, fsync, rename; the temporary file is removed if anything fails."""
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 @functools.lru_cache(maxsize=4)
@@ -8079,23 +8094,8 @@ def _task_digest(X, R):
 
 
 def _write_json_atomic(path, obj):
-    """Write ``obj`` as JSON to ``path`` atomically (temporary file, fsync, rename)."""
-    import tempfile
-
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``obj`` as JSON to ``path`` atomically (:func:`_write_text_atomic`)."""
+    _write_text_atomic(path, json.dumps(obj, sort_keys=True))
 
 
 def _read_json_file(path):
