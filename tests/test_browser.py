@@ -379,11 +379,14 @@ def test_math_pages_really_have_math(visit):
     assert box is not None and box["width"] > 20 and box["height"] > 5, box
 
 
+# Sphinx's search appends its results one by one and retitles the page "Search
+# Results" when it has finished; read the list only then, or a later hit is missed.
 SEARCH_JS = """
 async () => {
-  for (let i = 0; i < 200; i++) {
-    const items = document.querySelectorAll('ul.search li a');
-    if (items.length) return Array.from(items, a => a.href);
+  for (let i = 0; i < 400; i++) {
+    const title = document.querySelector('#search-results h2');
+    if (title && title.innerText.startsWith('Search Results'))
+      return Array.from(document.querySelectorAll('ul.search li a'), a => a.href);
     await new Promise(r => setTimeout(r, 50));
   }
   return [];
