@@ -92,7 +92,8 @@ __all__ = [
     "SWEEP_BACKENDS", "sweep",
     # plotting (section 10)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
-    "plot_capacity_adherence", "plot_paired_differences",
+    "plot_capacity_adherence", "plot_paired_differences", "BOOK_STYLE", "book_figure",
+    "legend_outside", "Table", "show_table", "glued_values",
     # command line (section 11)
     "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce", "chapter_drift",
     "sync_text", "main",
@@ -8692,6 +8693,246 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
     if legend:
         ax.legend(fontsize=7, frameon=False)
     return ax
+
+
+# --- presentation: one figure style, tables beside the paper -----------------
+
+#: Matplotlib settings of every figure in the book (applied by :func:`book_figure`).
+BOOK_STYLE = {
+    "figure.dpi": 100, "savefig.dpi": 100, "font.size": 9, "axes.titlesize": 9,
+    "axes.labelsize": 9, "legend.fontsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.alpha": 0.3, "legend.frameon": False, "lines.linewidth": 1.6, "lines.markersize": 4,
+}
+
+
+def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
+    """A new figure in the book's one style (:data:`BOOK_STYLE`).
+
+    The default size fits the text column of the rendered book: 6.4 inches
+    wide for one panel, 9.6 for two or more, 3.4 inches high per row.  Extra
+    keyword arguments go to :func:`matplotlib.pyplot.subplots`.
+
+    Returns
+    -------
+    fig, axes
+        As from :func:`matplotlib.pyplot.subplots` (``axes`` is an array
+        when there is more than one panel).
+
+    Examples
+    --------
+    >>> fig, ax = book_figure()
+    >>> fig.get_size_inches().tolist()
+    [6.4, 3.4]
+    >>> import matplotlib.pyplot as plt; plt.close(fig)
+    """
+    import matplotlib.pyplot as plt
+
+    ncols = _validate_int(ncols, "ncols", 1)
+    nrows = _validate_int(nrows, "nrows", 1)
+    plt.rcParams.update(BOOK_STYLE)
+    w = width if width is not None else (6.4 if ncols == 1 else 9.6)
+    h = height if height is not None else 3.4 * nrows
+    return plt.subplots(nrows, ncols, figsize=(w, h), **subplots)
+
+
+def legend_outside(fig, ax=None, *, ncol=None):
+    """One legend for the whole figure, below the panels, outside the data.
+
+    The entries are taken from ``ax`` (default: the figure's first axes) and
+    spread over ``ncol`` columns (default: up to four).  Returns the legend.
+    """
+    axes = fig.get_axes()
+    if not axes:
+        raise ValueError("legend_outside: the figure has no axes")
+    handles, labels = (ax or axes[0]).get_legend_handles_labels()
+    if not handles:
+        raise ValueError("legend_outside: the axes have no labelled lines")
+    for a in axes:
+        if a.get_legend() is not None:
+            a.get_legend().remove()
+    ncol = ncol if ncol is not None else min(4, len(handles))
+    fig.tight_layout()
+    rows = -(-len(handles) // ncol)
+    bottom = min(0.45, (0.12 + 0.07 * rows) * 3.4 / fig.get_size_inches()[1])
+    fig.subplots_adjust(bottom=bottom)
+    return fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False,
+                      bbox_to_anchor=(0.5, 0.0))
+
+
+def _fmt_number(v, digits):
+    """``v`` rounded to ``digits`` decimals, never ``-0.000``; integers as they are."""
+    if isinstance(v, (bool, np.bool_)) or v is None:
+        return str(v)
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}" if abs(int(v)) >= 10_000 else str(int(v))
+    if isinstance(v, (float, np.floating)):
+        if not np.isfinite(v):
+            return "–" if np.isnan(v) else str(v)
+        return f"{round(float(v), digits) + 0.0:.{digits}f}"
+    return str(v)
+
+
+class Table:
+    """A table for the book: HTML in the rendered page, aligned text elsewhere.
+
+    Made by :func:`show_table`; a notebook displays its HTML (a box that scrolls
+    sideways when wider than the text column), while ``print``, ``repr`` and
+    the notebook's plain-text output (what nbval compares) give the same
+    cells as text.  ``frame`` holds the formatted cells.
+    """
+
+    def __init__(self, frame, html, caption):
+        self.frame, self.html, self.caption = frame, html, caption
+
+    def __repr__(self):
+        text = self.frame.to_string()
+        return f"{self.caption}\n{text}" if self.caption else text
+
+    def _repr_html_(self):
+        return self.html
+
+
+def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, formats=None):
+    """Format a results table for the book, with the paper's values beside ours.
+
+    Numbers are rounded to ``digits`` decimals (never shown as ``-0.000``);
+    ``formats`` maps a column to its own number of decimals or to a format
+    function.  With ``paper`` (a frame whose index and columns are a subset of
+    ``df``'s; NaN where the paper gives nothing) each such cell reads
+    ``ours (paper)``, and where ``tol`` is given the cells that differ by more
+    than ``tol`` are highlighted.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Our values.
+    digits : int
+        Decimals of floats.
+    paper : pandas.DataFrame, optional
+        The paper's values, aligned with ``df`` by index and column labels.
+    tol : float, optional
+        Highlight cells where ``|ours - paper| > tol``.
+    index : bool
+        Show the index.
+    caption : str, optional
+        A title above the table.
+    formats : dict, optional
+        Per-column decimals (int) or ``callable(value) -> str``.
+
+    Returns
+    -------
+    Table
+        Displayed as HTML by a notebook, as text by ``print``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> ours = pd.DataFrame({"random": [0.2801, -0.00001]}, index=["bank", "credit"])
+    >>> paper = pd.DataFrame({"random": [0.278, float("nan")]}, index=["bank", "credit"])
+    >>> print(show_table(ours, paper=paper, tol=0.01))
+                   random
+    bank    0.280 (0.278)
+    credit          0.000
+    """
+    import pandas as pd
+
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
+    digits = _validate_int(digits, "digits", 0)
+    formats = dict(formats or {})
+    if paper is not None:
+        if not isinstance(paper, pd.DataFrame):
+            raise TypeError(f"paper must be a pandas DataFrame, got {type(paper).__name__}")
+        extra = [c for c in paper.columns if c not in df.columns]
+        extra += [i for i in paper.index if i not in df.index]
+        if extra:
+            raise ValueError(f"paper has labels that df has not: {extra[:5]}")
+    if tol is not None:
+        tol = _validate_real(tol, "tol", 0.0)
+
+    def cell_text(col, v):
+        f = formats.get(col, digits)
+        return f(v) if callable(f) else _fmt_number(v, f)
+
+    text = pd.DataFrame(index=df.index, columns=df.columns, dtype=object)
+    flag = pd.DataFrame(False, index=df.index, columns=df.columns)
+    for col in df.columns:
+        for i in df.index:
+            v = df.at[i, col]
+            s = cell_text(col, v)
+            p = np.nan
+            if paper is not None and col in paper.columns and i in paper.index:
+                p = paper.at[i, col]
+            if isinstance(p, (int, float, np.number)) and np.isfinite(p):
+                s = f"{s} ({cell_text(col, p)})"
+                if tol is not None and isinstance(v, (int, float, np.number)) \
+                        and abs(float(v) - float(p)) > tol:
+                    flag.at[i, col] = True
+            text.at[i, col] = s
+    import hashlib
+
+    # ids unique per table (several tables share a page) yet the same on every run
+    uid = hashlib.sha256(repr((caption, text.to_string(), flag.to_numpy().tolist())).encode())
+    styler = text.style.set_uuid(uid.hexdigest()[:10]).set_table_attributes('class="ca-table"')
+    styler = styler.set_properties(**{"text-align": "right", "white-space": "nowrap"})
+    if flag.to_numpy().any():
+        styler = styler.apply(lambda _: np.where(flag, "background-color: #fde2c8", ""),
+                              axis=None)
+    if not index:
+        styler = styler.hide(axis="index")
+        text = text.reset_index(drop=True)
+    html = styler.to_html()
+    note = ""
+    if paper is not None:
+        note = ("<div style=\"font-size:85%;color:#555\">ours (paper)"
+                + ("; shaded: differs by more than " + _fmt_number(float(tol), 3) if tol is not None
+                   else "") + "</div>")
+    head = f"<div style=\"font-weight:600\">{caption}</div>" if caption else ""
+    box = (f"<div class=\"ca-table-box\" style=\"overflow-x:auto;max-width:100%\">{head}"
+           f"{html}{note}</div>")
+    return Table(text, box, caption)
+
+
+def glued_values(chapter, path=None):
+    """The values a chapter stored with :func:`glue`, read from its executed notebook.
+
+    This is how one page (the reproduction scorecard, the front page) uses
+    another's results without re-computing them or typing them: the values
+    are those the executed chapter holds, so they cannot drift from it.
+
+    Parameters
+    ----------
+    chapter : str
+        A chapter name (see :func:`chapter_names`).
+    path : str or Path, optional
+        The notebook to read; default ``book/executed/<chapter>.ipynb``.
+
+    Returns
+    -------
+    dict
+        Glue name -> value (numbers, strings, lists and dicts of them).
+    """
+    import ast
+
+    nb_path = Path(path) if path is not None else EXECUTED_DIR / f"{chapter}.ipynb"
+    if not nb_path.is_file():
+        raise ValueError(f"no executed notebook for chapter {chapter!r} at {nb_path}")
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    values = {}
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []):
+            scrap = out.get("metadata", {}).get("scrapbook", {})
+            if "name" not in scrap:
+                continue
+            name, prefix = scrap["name"], scrap.get("mime_prefix", "")
+            text = out.get("data", {}).get(prefix + "text/plain")
+            text = "".join(text) if isinstance(text, list) else text
+            try:
+                values[name] = ast.literal_eval(text)
+            except (ValueError, SyntaxError, TypeError):
+                values[name] = text
+    return values
 
 
 # =============================================================================
