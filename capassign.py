@@ -823,7 +823,8 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
     """The policy argmax_a mu_a(x) - lambda_a for given shadow prices (Thm 1).
 
     Without ``capacities`` every context goes to one agent with the largest
-    adjusted reward mu_a(x) - lambda_a (ties to the lowest index).  With
+    adjusted reward mu_a(x) - lambda_a (ties to the lowest index); with all
+    prices 0 that is the unconstrained optimum of App. A.  With
     ``capacities`` the probability of contexts at which several agents tie
     (within ``tol``) is split among the tied agents so that the capacities are
     met exactly - the stochastic tie-breaking at boundary contexts that a
@@ -7840,7 +7841,7 @@ class RegretCurves:
 
 
 def regret_curve(result, mu, shadow_prices):
-    """Cumulative expected regret of a simulated policy against the oracle of Thm 1.
+    """Cumulative expected regret of a simulated policy against the oracle of Thm 1 (App. G).
 
     ``mu`` (T x A) holds the true mu_a(x) of every task of the stream that
     ``result`` (from ``simulate(..., return_traces=True)``) was run on, and
