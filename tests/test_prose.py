@@ -30,11 +30,6 @@ PENDING = {
     "ext_multi_agent",
     "fast_engine",
     "router_live",
-    "theory_disagreement",
-    "theory_noncontextual",
-    "theory_shadow_prices",
-    "theory_two_agents",
-    "theory_unconstrained",
 }
 
 # Pieces of MyST that may hold digits without stating a computed number.
