@@ -31,11 +31,6 @@ PENDING = {
     "ext_multi_agent",
     "fast_engine",
     "router_live",
-    "theory_disagreement",
-    "theory_noncontextual",
-    "theory_shadow_prices",
-    "theory_two_agents",
-    "theory_unconstrained",
 }
 
 # Pages that report no findings: the paper-to-code map.
