@@ -7,7 +7,8 @@ never downloads a browser here: it launches the system's Chromium (Debian's
 ``chromium`` package, ``/usr/bin/chromium``; set ``CAPASSIGN_CHROMIUM`` to use
 another binary). Without a Chromium the whole module is skipped, and says so.
 
-For every page of the build:
+Every page of the build is opened at two window sizes, a laptop (1280x800) and
+a phone (390x844), and at each:
 
 * no JavaScript error: no uncaught exception, no ``console.error``, no failed
   request and no HTTP error for anything the page loads;
@@ -17,7 +18,19 @@ For every page of the build:
 * every ``<img>`` has loaded with a non-zero natural size, and a chapter shows
   as many figures as its executed notebook stores;
 * every link inside the book leads to a page that exists (HTTP 200) and, when it
-  names a ``#fragment``, to an element with that id.
+  names a ``#fragment``, to an element with that id;
+* nothing is clipped: no element of the article (the text column) reaches past
+  its edges unless it sits in a box that scrolls sideways by itself and that
+  fits the column (code, cell outputs, tables), and the page itself never
+  scrolls sideways (``test_nothing_wider_than_the_article``, one report for the
+  whole book);
+* a full-page screenshot is saved to ``<build>/html/_screenshots/<page>-<width>.png``
+  (``test_screenshots_of_every_page``; ``pytest --basetemp=DIR`` keeps them at a
+  known place).
+
+Every image a notebook cell outputs is a numbered figure with a caption and an
+alt text that describes it (``test_every_output_figure_is_captioned``, one
+report for the whole book).
 
 The book carries its own MathJax 3 (``_static/mathjax/``, copied into the build
 by ``book/_ext/local_mathjax.py``), so every request to a host other than the
@@ -25,8 +38,8 @@ local server is refused and reported: the pages are checked as an offline
 reader sees them. One page with math is also opened from ``file://``, with
 every request outside the build folder refused (``test_math_offline_from_file``).
 
-A screenshot of ``SCREENSHOT_PAGE`` is saved to ``<build>/html/_screenshots/``
-(``pytest --basetemp=DIR`` keeps it at a known place).
+Each page is read once per window size (``readings``) and every test looks at
+what was read.
 """
 
 import functools
@@ -37,6 +50,7 @@ import shutil
 import threading
 import urllib.error
 import urllib.request
+from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
@@ -46,10 +60,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# The page whose screenshot is saved: the main results page of the book. Change
-# it here when the results chapter exists.
-SCREENSHOT_PAGE = "book/executed/exp_imagenet_mmlu.html"
 
 CHROMIUM = os.environ.get("CAPASSIGN_CHROMIUM") or shutil.which("chromium")
 
@@ -65,7 +75,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-VIEWPORT = {"width": 1280, "height": 900}
+# The two windows every page is read in: a laptop and a phone (CSS pixels).
+VIEWPORTS = {"1280": {"width": 1280, "height": 800}, "390": {"width": 390, "height": 844}}
+VIEWPORT = VIEWPORTS["1280"]
 TIMEOUT_MS = 30_000
 
 # A page full of equations, opened from file:// by test_math_offline_from_file.
@@ -138,11 +150,11 @@ def browser():
 class _Visit:
     """One page opened in a fresh browser context, with everything that went wrong on the way."""
 
-    def __init__(self, browser, site):
+    def __init__(self, browser, site, viewport=VIEWPORT):
         self.site = site
         self.problems = []
         # a fresh context per page: empty storage and cache, as on a reader's first visit
-        self.context = browser.new_context(viewport=VIEWPORT, service_workers="block")
+        self.context = browser.new_context(viewport=viewport, service_workers="block")
         self.context.set_default_timeout(TIMEOUT_MS)
         self.context.route("**/*", self._route)
         self.page = self.context.new_page()
@@ -304,69 +316,335 @@ def _figure_outputs(page):
                if any(k.startswith("image/") for k in out.get("data", {})))
 
 
+# The article: the text column of a page (the search page has a container of its own).
+ARTICLE = "article.bd-article, .bd-search-container"
+
+# Everything in the article that reaches past its left or right edge (1 px of
+# slack for rounding), with what a reader needs to find it. Not counted: what a
+# reader cannot see (no box, visibility hidden, fixed to the window, clipped
+# away like MathJax's assistive MathML for screen readers), and what sits in a
+# box that scrolls sideways by itself (overflow-x auto/scroll) and fits the
+# article: that box is the reader's way to the rest. Of nested offenders only
+# the outermost is listed. `kind` sorts them into cell outputs, code and other.
+LAYOUT_JS = """
+(selector) => {
+  const article = document.querySelector(selector);
+  if (!article) return {error: 'no element ' + selector + ' on the page'};
+  const TOL = 1;
+  const a = article.getBoundingClientRect();
+  const fits = r => r.left >= a.left - TOL && r.right <= a.right + TOL;
+  const scrollsByItself = el => {
+    const o = getComputedStyle(el).overflowX;
+    return (o === 'auto' || o === 'scroll') && fits(el.getBoundingClientRect());
+  };
+  const clippedAway = el => {
+    const cs = getComputedStyle(el);
+    return (cs.clip && cs.clip !== 'auto') || (cs.clipPath && cs.clipPath !== 'none');
+  };
+  const offending = new Set();
+  for (const el of article.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0 || fits(r)) continue;
+    const cs = getComputedStyle(el);
+    if (cs.position === 'fixed' || cs.visibility === 'hidden') continue;
+    let excused = false;
+    for (let p = el; p && p !== article && !excused; p = p.parentElement) {
+      excused = clippedAway(p) || (p !== el && scrollsByItself(p));
+    }
+    if (!excused) offending.add(el);
+  }
+  const kind = el => el.closest('.cell_output') ? 'output'
+    : el.closest('.cell_input, div.highlight, pre') ? 'code' : 'other';
+  const name = el => el.tagName.toLowerCase() + (typeof el.className === 'string' && el.className.trim()
+    ? '.' + el.className.trim().split(/\\s+/).join('.') : '');
+  const clipped = [];
+  for (const el of offending) {
+    let outer = true;
+    for (let p = el.parentElement; p && p !== article; p = p.parentElement) {
+      if (offending.has(p)) { outer = false; break; }
+    }
+    if (!outer) continue;
+    const r = el.getBoundingClientRect();
+    clipped.push({kind: kind(el), element: name(el),
+                  text: (el.innerText || el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 50),
+                  width: Math.round(r.width), left: Math.round(r.left - a.left),
+                  right: Math.round(r.right - a.right)});
+  }
+  // allowed, but counted for the report: boxes whose content the reader scrolls sideways to see
+  const scrolling = [];
+  for (const el of article.querySelectorAll('*')) {
+    const o = getComputedStyle(el).overflowX;
+    if ((o === 'auto' || o === 'scroll') && el.scrollWidth > el.clientWidth + 1 && !el.closest('mjx-container'))
+      scrolling.push({kind: kind(el), element: name(el), box: el.clientWidth, content: el.scrollWidth});
+  }
+  return {article: Math.round(a.width), page: document.documentElement.scrollWidth,
+          window: window.innerWidth, clipped: clipped, scrolling: scrolling};
+}
+"""
+
+# Every image a notebook cell outputs, with the figure around it: its caption
+# number ("Fig. N") and text, and the image's alt text; and every text output
+# that is only matplotlib's repr of a figure (a figure shown twice, or not at all).
+FIGURES_JS = """
+() => ({
+  images: Array.from(document.querySelectorAll('.cell_output img'), img => {
+    const figure = img.closest('figure');
+    const caption = figure && figure.querySelector('figcaption');
+    const number = caption && caption.querySelector('.caption-number');
+    const text = caption && caption.querySelector('.caption-text');
+    return {src: img.getAttribute('src') || '', alt: img.getAttribute('alt'),
+            figure: !!figure, number: number ? number.textContent.trim() : null,
+            caption: text ? text.textContent.trim() : ''};
+  }),
+  reprs: Array.from(document.querySelectorAll('.cell_output pre'), pre => pre.textContent)
+           .filter(t => /<(Figure|matplotlib\\.figure\\.Figure) size [0-9.]+x[0-9.]+/.test(t))
+           .map(t => t.trim().slice(0, 60)),
+})
+"""
+
+FIG_NUMBER = re.compile(r"Fig\. \d+\b")
+# an alt text that is only a file name or path, which is what a figure without one gets
+PATH_LIKE = re.compile(r"[/\\]|\.(png|jpe?g|svg|gif|webp|pdf)$", re.I)
+ALT_MIN_WORDS = 3
+
+
+def _figure_problems(figures):
+    """What is missing from each output image of a page (an empty list when nothing is)."""
+    problems = []
+    for k, img in enumerate(figures["images"], start=1):
+        what = []
+        if not img["figure"]:
+            what.append("not in a <figure>")
+        elif not (img["number"] and FIG_NUMBER.match(img["number"])):
+            what.append(f"no numbered caption (caption number {img['number']!r})")
+        elif not img["caption"]:
+            what.append("an empty caption")
+        alt = (img["alt"] or "").strip()
+        if not alt:
+            what.append("no alt text")
+        elif PATH_LIKE.search(alt):
+            what.append(f"alt text is a file path ({alt[:40]!r})")
+        elif len(alt.split()) < ALT_MIN_WORDS:
+            what.append(f"alt text {alt!r} describes nothing")
+        if what:
+            problems.append(f"image {k} ({Path(img['src']).name[:16]}...): " + "; ".join(what))
+    for text in figures["reprs"]:
+        problems.append(f"a text output {text!r} (the figure's repr: shown twice or not at all)")
+    return problems
+
+
+def _shot_name(page, viewport):
+    return f"{Path(page).stem}-{viewport}.png"
+
+
+def _read_page(browser, site, book_html, page, viewport):
+    """Everything the tests check on one page in one window, read in one visit.
+
+    Returns a dict: ``problems`` (list of str: errors of the page, math, images,
+    links), ``layout`` (LAYOUT_JS's result), ``figures`` (FIGURES_JS's result),
+    ``screenshot`` (path of the full-page screenshot), ``forward`` (the page
+    index.html forwards to, else None; such a page is checked for nothing else).
+    """
+    v = _Visit(browser, site, VIEWPORTS[viewport])
+    try:
+        reading = {"problems": v.problems, "layout": None, "figures": None, "screenshot": None,
+                   "forward": None}
+        problems = v.problems  # filled by the event handlers while the checks below run
+        response = v.page.goto(site + page, wait_until="load")
+        if response is None or response.status != 200:
+            problems.append(f"the page did not load: {response}")
+            return reading
+        html = (book_html / page).read_text(encoding="utf-8")
+        refresh = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"', html)
+        if refresh:  # index.html only forwards the reader to the front page
+            target = urldefrag(urljoin(site + page, refresh[1])).url
+            v.page.wait_for_url(target)
+            v.page.wait_for_load_state("load")
+            reading["forward"] = target
+            if _fetch(target)[0] != 200:
+                problems.append(f"forwards to a missing page {target}")
+            v.page.wait_for_timeout(200)
+            return reading
+
+        math = v.page.evaluate(MATH_JS)
+        if math.get("error"):
+            problems.append(math["error"])
+        elif math["math"]:
+            if math["untypeset"]:
+                problems.append(f"{len(math['untypeset'])} of {math['math']} math elements not typeset, "
+                                f"e.g. {math['untypeset'][:3]}")
+            if math["texErrors"]:
+                problems.append(f"MathJax could not read {len(math['texErrors'])} formulas, "
+                                f"e.g. {math['texErrors'][:3]}")
+        text = " ".join(v.page.evaluate(TEXT_JS).split())
+        raw = RAW_TEX.search(text)
+        if raw:
+            problems.append(f"raw TeX {raw[0][:20]!r} in the visible text: "
+                            f"...{text[max(0, raw.start() - 60):raw.end() + 60]!r}...")
+
+        images = v.page.evaluate(IMAGES_JS)
+        for img in images:
+            if not (img["width"] > 0 and img["height"] > 0):
+                problems.append(f"image not loaded: {img['src']} ({img['width']}x{img['height']})")
+        figures = _figure_outputs(page)
+        if figures is not None:
+            shown = sum(img["output"] for img in images)
+            if shown != figures:
+                problems.append(f"the notebook stores {figures} figures, the page shows {shown}")
+
+        hrefs = v.page.evaluate("() => Array.from(document.querySelectorAll('a[href]'), a => a.href)")
+        internal = sorted({h for h in hrefs if h.startswith(site)})
+        if not internal:
+            problems.append("no link into the book (the navigation did not render)")
+        for href in internal:
+            url, fragment = urldefrag(href)
+            status, ids = _fetch(url)
+            if status != 200:
+                problems.append(f"broken link: {href} (HTTP {status})")
+            elif fragment and unquote(fragment) not in ids:
+                problems.append(f"broken link: {href} (no element with id {unquote(fragment)!r})")
+
+        # the page as a reader first sees it: fonts settled, folded code folded
+        v.page.evaluate("async () => { await document.fonts.ready; }")
+        shots = book_html / "_screenshots"
+        shots.mkdir(exist_ok=True)
+        reading["screenshot"] = shots / _shot_name(page, viewport)
+        v.page.screenshot(path=str(reading["screenshot"]), full_page=True)
+
+        reading["figures"] = v.page.evaluate(FIGURES_JS)
+        # folded content (hidden code cells) unfolded: it must fit the column too
+        v.page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
+        reading["layout"] = v.page.evaluate(LAYOUT_JS, ARTICLE)
+        if reading["layout"].get("error"):
+            problems.append(reading["layout"]["error"])
+
+        v.page.wait_for_timeout(200)  # let late console messages arrive
+        return reading
+    finally:
+        v.close()
+
+
+@pytest.fixture(scope="session")
+def readings(browser, site, book_html):
+    """``read(page, viewport)``: :func:`_read_page`'s result, each page read once per window."""
+    cache = {}
+
+    def read(page, viewport):
+        if (page, viewport) not in cache:
+            cache[page, viewport] = _read_page(browser, site, book_html, page, viewport)
+        return cache[page, viewport]
+
+    return read
+
+
 # --------------------------------------------------------------------------- tests
 
 def test_every_built_page_is_checked(book_html):
     built = sorted(p.relative_to(book_html).as_posix() for p in book_html.rglob("*.html")
                    if not p.relative_to(book_html).parts[0].startswith("_"))
     assert sorted(PAGES) == built, "pages in the build and pages this test opens differ"
+    names = [_shot_name(p, "") for p in PAGES]
+    assert len(set(names)) == len(names), f"two pages would share a screenshot name: {names}"
 
 
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
 @pytest.mark.parametrize("page", PAGES)
-def test_page_as_a_reader_sees_it(page, visit, site, book_html):
-    v = visit(page)
-    assert v.response is not None and v.response.status == 200, f"{page}: {v.response}"
-    html = (book_html / page).read_text(encoding="utf-8")
-    refresh = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"', html)
-    if refresh:  # index.html only forwards the reader to the front page
-        target = urldefrag(urljoin(site + page, refresh[1])).url
-        v.page.wait_for_url(target)
-        v.page.wait_for_load_state("load")
-        assert _fetch(target)[0] == 200, f"{page} forwards to a missing page {target}"
-        assert not v.problems, f"{page} -> {target}:\n" + "\n".join(v.problems)
-        return
+def test_page_as_a_reader_sees_it(page, viewport, readings):
+    reading = readings(page, viewport)
+    assert not reading["problems"], f"{page} at {viewport} px:\n" + "\n".join(reading["problems"])
 
-    problems = v.problems  # filled by the event handlers while the checks below run
 
-    math = v.page.evaluate(MATH_JS)
-    if math.get("error"):
-        problems.append(math["error"])
-    elif math["math"]:
-        if math["untypeset"]:
-            problems.append(f"{len(math['untypeset'])} of {math['math']} math elements not typeset, "
-                            f"e.g. {math['untypeset'][:3]}")
-        if math["texErrors"]:
-            problems.append(f"MathJax could not read {len(math['texErrors'])} formulas, "
-                            f"e.g. {math['texErrors'][:3]}")
-    text = " ".join(v.page.evaluate(TEXT_JS).split())
-    raw = RAW_TEX.search(text)
-    if raw:
-        problems.append(f"raw TeX {raw[0][:20]!r} in the visible text: "
-                        f"...{text[max(0, raw.start() - 60):raw.end() + 60]!r}...")
+def test_nothing_wider_than_the_article(readings):
+    """On every page, in both windows, nothing reaches past the text column except
+    inside a box that scrolls by itself; all offenders of the book in one report."""
+    report, checked = [], 0
+    for page in PAGES:
+        for viewport in VIEWPORTS:
+            layout = readings(page, viewport)["layout"]
+            if layout is None or layout.get("error"):
+                continue
+            checked += 1
+            where = f"{page} at {viewport} px (article {layout['article']} px)"
+            if layout["page"] > layout["window"] + 1:
+                report.append(f"{where}: the page scrolls sideways ({layout['page']} px "
+                              f"in a {layout['window']} px window)")
+            for c in layout["clipped"]:
+                report.append(f"{where}: {c['kind']} <{c['element'][:60]}> {c['width']} px wide, "
+                              f"{c['right']} px past the right edge"
+                              + (f", {-c['left']} px past the left edge" if c["left"] < 0 else "")
+                              + f": {c['text']!r}")
+    assert checked >= len(VIEWPORTS) * (len(PAGES) - 1), f"only {checked} page layouts were read"
+    # not a failure: how much a reader scrolls sideways inside boxes (printed with -s)
+    for viewport in VIEWPORTS:
+        counts = {}
+        for page in PAGES:
+            layout = readings(page, viewport)["layout"]
+            for box in (layout or {}).get("scrolling", []):
+                counts.setdefault(page, Counter())[box["kind"]] += 1
+        total = sum(counts.values(), Counter())
+        print(f"\nat {viewport} px, boxes that scroll sideways: {dict(total)} on {len(counts)} pages; "
+              + ", ".join(f"{Path(p).stem} {dict(c)}" for p, c in counts.items()))
+    assert not report, (f"{len(report)} elements are wider than the text column and do not "
+                        f"scroll in a box of their own:\n" + "\n".join(report))
 
-    images = v.page.evaluate(IMAGES_JS)
-    for img in images:
-        if not (img["width"] > 0 and img["height"] > 0):
-            problems.append(f"image not loaded: {img['src']} ({img['width']}x{img['height']})")
-    figures = _figure_outputs(page)
-    if figures is not None:
-        shown = sum(img["output"] for img in images)
-        if shown != figures:
-            problems.append(f"the notebook stores {figures} figures, the page shows {shown}")
 
-    hrefs = v.page.evaluate("() => Array.from(document.querySelectorAll('a[href]'), a => a.href)")
-    internal = sorted({h for h in hrefs if h.startswith(site)})
-    assert internal, f"{page} has no link into the book (the navigation did not render)"
-    for href in internal:
-        url, fragment = urldefrag(href)
-        status, ids = _fetch(url)
-        if status != 200:
-            problems.append(f"broken link: {href} (HTTP {status})")
-        elif fragment and unquote(fragment) not in ids:
-            problems.append(f"broken link: {href} (no element with id {unquote(fragment)!r})")
+def test_every_output_figure_is_captioned(readings):
+    """Every image a cell outputs is a numbered figure ("Fig. N") with a caption and an
+    alt text that says what it shows (not empty, not a file path); all pages in one report."""
+    report, images = [], 0
+    for page in PAGES:
+        figures = readings(page, "1280")["figures"]
+        if figures is None:
+            continue
+        images += len(figures["images"])
+        report += [f"{page}: {p}" for p in _figure_problems(figures)]
+    assert images > 0, "no output image found on any page: the check reads nothing"
+    assert not report, (f"{len(report)} figure problems (give each figure cell mystnb figure "
+                        f"caption/name and image alt metadata):\n" + "\n".join(report))
 
-    v.page.wait_for_timeout(200)  # let late console messages arrive
-    assert not problems, f"{page}:\n" + "\n".join(problems)
+
+def test_figure_check_itself():
+    """Guards the figure check: it accepts a captioned figure and names what a bare one lacks."""
+    good = {"src": "../_images/a.png", "alt": "Error rate against capacity, one line per policy",
+            "figure": True, "number": "Fig. 3", "caption": "Error rate against capacity."}
+    assert _figure_problems({"images": [good], "reprs": []}) == []
+    bare = dict(good, alt="../../_images/a.png", figure=False, number=None, caption="")
+    (problem,) = _figure_problems({"images": [bare], "reprs": []})
+    assert "not in a <figure>" in problem and "file path" in problem
+    unnumbered = dict(good, number=None, alt="")
+    (problem,) = _figure_problems({"images": [unnumbered], "reprs": ["<Figure size 640x480 with 1 Axes>"]})[:1]
+    assert "no numbered caption" in problem and "no alt text" in problem
+    assert len(_figure_problems({"images": [], "reprs": ["<Figure size 640x480 with 1 Axes>"]})) == 1
+    assert "describes nothing" in _figure_problems({"images": [dict(good, alt="a plot")], "reprs": []})[0]
+
+
+def test_screenshots_of_every_page(readings, book_html):
+    """A full-page screenshot of every page in both windows, under <build>/html/_screenshots/."""
+    from PIL import Image
+
+    report, saved = [], []
+    for page in PAGES:
+        for viewport, size in VIEWPORTS.items():
+            reading = readings(page, viewport)
+            if reading["forward"]:
+                continue
+            path = book_html / "_screenshots" / _shot_name(page, viewport)
+            if reading["screenshot"] != path or not path.is_file() or path.stat().st_size == 0:
+                report.append(f"{page} at {viewport} px: no screenshot at {path}")
+                continue
+            with Image.open(path) as img:
+                if img.width != size["width"] or img.height < size["height"]:
+                    report.append(f"{path.name}: {img.size}, expected {size['width']} px wide, "
+                                  f"at least {size['height']} px high")
+                    continue
+                # a rendered page, not a blank one: many distinct colours (text, figures, theme)
+                colours = img.convert("RGB").reduce(4).getcolors(maxcolors=1 << 16)
+                if colours is not None and len(colours) <= 50:
+                    report.append(f"{path.name} looks blank ({len(colours)} colours)")
+                    continue
+            saved.append(path)
+    print(f"\n{len(saved)} screenshots in {book_html / '_screenshots'}")
+    assert saved and not report, "\n".join(report)
 
 
 def test_math_pages_really_have_math(visit):
@@ -409,26 +687,6 @@ def test_search_finds_a_chapter_by_its_title(visit, site, book_html):
     assert not v.problems, "\n".join(v.problems)
 
 
-def test_screenshot_of_the_main_results_page(visit, book_html):
-    from PIL import Image
-
-    v = visit(SCREENSHOT_PAGE)
-    math = v.page.evaluate(MATH_JS)
-    assert not math.get("error") and not math.get("untypeset"), math
-    v.page.evaluate(IMAGES_JS)
-    shots = book_html / "_screenshots"
-    shots.mkdir(exist_ok=True)
-    path = shots / (SCREENSHOT_PAGE.replace("/", "__").removesuffix(".html") + ".png")
-    v.page.screenshot(path=str(path), full_page=True)
-    print(f"\nscreenshot: {path}")
-    with Image.open(path) as img:
-        assert img.width == VIEWPORT["width"] and img.height >= VIEWPORT["height"], img.size
-        # a rendered page, not a blank one: many distinct colours (text, figures, theme)
-        colours = img.convert("RGB").getcolors(maxcolors=1 << 20)
-        assert colours is None or len(colours) > 50, f"{path} looks blank ({len(colours)} colours)"
-    assert not v.problems, "\n".join(v.problems)
-
-
 # MathJax's web fonts (families MJXZERO, MJXTEX, MJXTEX-I, ...) once the page's fonts settled.
 FONTS_JS = """
 async () => {
@@ -467,3 +725,49 @@ def test_math_offline_from_file(visit, book_html):
 
     v.page.wait_for_timeout(200)  # let late console messages arrive
     assert not v.problems, "\n".join(v.problems)
+
+
+# A wide element straight in the article, the same inside a box that scrolls by
+# itself, and a wide results table of show_table in a cell output, all added to
+# a built page: the layout check must report the first only, and the book's
+# style sheet must have given the table its look.
+INJECT_JS = """
+(tableHtml) => {
+  const article = document.querySelector('article.bd-article');
+  const add = html => { const d = document.createElement('div'); d.innerHTML = html; article.appendChild(d); };
+  add('<p id="ca-wide" style="width:2000px">a paragraph wider than any window</p>');
+  add('<div style="overflow-x:auto;max-width:100%"><p style="width:2000px">inside its own scroll box</p></div>');
+  add('<div class="cell_output docutils container"><div class="output text_html">' + tableHtml + '</div></div>');
+  const table = article.querySelector('table.ca-table');
+  const head = getComputedStyle(table.querySelector('thead th:last-child'));
+  const cell = getComputedStyle(table.querySelector('tbody td'));
+  return {headRule: parseFloat(head.borderBottomWidth), cellAlign: cell.textAlign,
+          cellPadding: parseFloat(cell.paddingLeft),
+          sheets: Array.from(document.styleSheets, s => s.href || '').filter(h => /capassign\\.css/.test(h))};
+}
+"""
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_layout_check_itself(viewport, browser, site):
+    """Guards the layout check and the style sheet: a wide paragraph is reported,
+    wide content that scrolls in its own box is not, show_table's tables look tidy."""
+    import numpy as np
+    import pandas as pd
+
+    import capassign as ca
+
+    ours = pd.DataFrame(np.linspace(0.1, 0.9, 3 * 16).reshape(3, 16),
+                        index=["bank", "credit", "cardio"], columns=[f"alpha={a}" for a in range(16)])
+    table = ca.show_table(ours, paper=ours.round(1), tol=0.01)._repr_html_()
+    v = _Visit(browser, site, VIEWPORTS[viewport])
+    try:
+        v.page.goto(site + "book/intro.html", wait_until="load")
+        looks = v.page.evaluate(INJECT_JS, table)
+        layout = v.page.evaluate(LAYOUT_JS, ARTICLE)
+    finally:
+        v.close()
+    assert looks["sheets"], "the book's style sheet capassign.css is not loaded"
+    assert looks["headRule"] > 0 and looks["cellAlign"] == "right" and 4 <= looks["cellPadding"] <= 16, looks
+    texts = [c["text"] for c in layout["clipped"]]
+    assert texts == ["a paragraph wider than any window"], layout
