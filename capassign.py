@@ -8959,13 +8959,42 @@ def _resolve_chapters(names):
         raise FileNotFoundError(f"no chapter sources found under {CHAPTER_DIR}; "
                                 f"run from a checkout of the repository")
     if not names:
-        return known
+        return _reading_order(known)
     out = []
     for n in names:
         stem = Path(n).stem
         if stem not in known:
             raise ValueError(f"unknown chapter {n!r}; known chapters: {', '.join(known)}")
         out.append(stem)
+    return out
+
+
+def _chapter_reads(name):
+    """Chapters whose stored results chapter ``name`` reads (front matter
+    ``capassign: reads: [...]``, e.g. the front page reads ``exp_tabular``)."""
+    import jupytext
+
+    meta = jupytext.read(CHAPTER_DIR / f"{name}.md").metadata.get("capassign", {})
+    return list(meta.get("reads", []))
+
+
+def _reading_order(names):
+    """``names`` sorted, except that a chapter comes after every chapter it reads."""
+    out, done = [], set()
+
+    def visit(name, path):
+        if name in done:
+            return
+        if name in path:
+            raise ValueError(f"chapters read each other in a cycle: {' -> '.join(path + [name])}")
+        for other in _chapter_reads(name):
+            if other in names:
+                visit(other, path + [name])
+        done.add(name)
+        out.append(name)
+
+    for name in sorted(names):
+        visit(name, [])
     return out
 
 
@@ -8993,7 +9022,9 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
     ``parameters`` cell (the paper's settings) unless ``parameters`` overrides
     them, cleaned of run-dependent metadata, and written to
     ``book/executed/NAME.ipynb``.  A failing cell raises and nothing is written
-    for that chapter.  Returns the paths written.
+    for that chapter.  Without names every chapter runs, in name order except
+    that a chapter runs after the chapters whose results it reads (front
+    matter ``capassign: reads: [...]``).  Returns the paths written.
     """
     names = _resolve_chapters(chapters)
     EXECUTED_DIR.mkdir(parents=True, exist_ok=True)

@@ -154,3 +154,16 @@ def test_sync_text_accepts_new_prose_cells_and_keeps_outputs(tmp_path, monkeypat
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code[-1].outputs[0].text == "3\n"
     assert capassign.sync_text(["tiny"]) == []  # nothing left to copy
+
+
+def test_a_chapter_runs_after_the_chapters_it_reads(tmp_path, monkeypatch):
+    reader = TINY.replace("kernelspec:", "capassign:\n  reads: [b_source]\nkernelspec:", 1)
+    chapters, _ = _chapter_tree(tmp_path, monkeypatch, text=reader)
+    (chapters / "tiny.md").rename(chapters / "a_reader.md")
+    (chapters / "b_source.md").write_text(TINY)
+    (chapters / "c_other.md").write_text(TINY)
+    assert capassign._resolve_chapters([]) == ["b_source", "a_reader", "c_other"]
+    (chapters / "b_source.md").write_text(TINY.replace(
+        "kernelspec:", "capassign:\n  reads: [a_reader]\nkernelspec:", 1))
+    with pytest.raises(ValueError, match="cycle"):
+        capassign._resolve_chapters([])
