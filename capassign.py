@@ -93,7 +93,7 @@ __all__ = [
     # plotting (section 10)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
     "plot_capacity_adherence", "plot_paired_differences", "BOOK_STYLE", "book_figure",
-    "legend_outside", "Table", "show_table", "glued_values",
+    "legend_outside", "Table", "show_table", "glued_values", "SCORECARD_TOL", "scorecard_verdict",
     # command line (section 11)
     "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce", "chapter_drift",
     "sync_text", "main",
@@ -8933,6 +8933,59 @@ def glued_values(chapter, path=None):
             except (ValueError, SyntaxError, TypeError):
                 values[name] = text
     return values
+
+
+#: Largest |ours - paper| of a reproduced number, by kind (the reproduction scorecard).
+SCORECARD_TOL = {"accuracy": 0.02, "error": 0.01, "rough": 0.01, "count": 0}
+
+
+def scorecard_verdict(item, values):
+    """Verdict of one reproduction-scorecard item on a chapter's glued values.
+
+    Parameters
+    ----------
+    item : dict
+        ``kind`` (a key of :data:`SCORECARD_TOL`, or ``"claim"``), ``paper``
+        (a number, or for a claim ``holds``: ``"all of NAME"``, ``"most of NAME"``
+        or ``"OP X"`` with OP in ``< <= > >= ==`` and X a number or glue name),
+        and ``ours`` (a glue name), ``needs`` (a glue name not stored yet) or
+        ``not_rerun`` (the reason); optional ``tol``.
+    values : dict
+        The chapter's values, from :func:`glued_values`.
+
+    Returns
+    -------
+    tuple
+        ``(verdict, ours)``, verdict one of "reproduced", "differs",
+        "not re-run", "pending" (glue name missing); ``ours`` None then.
+
+    Examples
+    --------
+    >>> scorecard_verdict({"kind": "error", "paper": 0.171, "ours": "e"}, {"e": 0.1834})
+    ('differs', 0.1834)
+    >>> scorecard_verdict({"kind": "claim", "holds": "all of n", "ours": "k"}, {"k": 20, "n": 20})
+    ('reproduced', 20)
+    """
+    import operator as op
+
+    if "not_rerun" in item:
+        return "not re-run", None
+    if "ours" not in item or item["ours"] not in values:
+        return "pending", None
+    v, kind = values[item["ours"]], item.get("kind")
+    if kind == "claim":
+        rel, _, rhs = str(item["holds"]).partition(" ")
+        rhs = rhs[3:] if rhs.startswith("of ") else rhs
+        if rhs and rhs not in values and not rhs.replace(".", "", 1).lstrip("-").isdigit():
+            return "pending", v
+        x = values[rhs] if rhs in values else float(rhs or 0)
+        ops = {"<": op.lt, "<=": op.le, ">": op.gt, ">=": op.ge, "==": op.eq, "all": op.eq,
+               "most": lambda a, b: 2 * a > b}
+        ok = ops[rel](v, x) if rel in ops else bool(v)
+    else:
+        tol = float(item.get("tol", SCORECARD_TOL[_validate_choice(kind, SCORECARD_TOL, "kind")]))
+        ok = abs(float(v) - float(item["paper"])) <= tol + 1e-9
+    return ("reproduced" if ok else "differs"), v
 
 
 # =============================================================================
