@@ -5,8 +5,11 @@ the item list, without re-executing anything, and compared with the verdict
 committed next to the item (``expect:``): the test fails when a verdict
 changes, e.g. because a chapter was re-run and now stores another value.
 
-After an intended change, refresh the ``expect:`` lines with
-``python tests/test_scorecard.py --update`` and review the diff.
+After an intended change (a chapter re-run, or a chapter that now stores a
+value listed under ``needs:``), run ``python tests/test_scorecard.py --update``
+(it switches stored ``needs:`` names to ``ours:`` and rewrites the ``expect:``
+lines), give every new "differs" a ``why:``, re-execute the scorecard chapter
+and review the diff.
 """
 
 import re
@@ -172,11 +175,52 @@ def test_bad_kind_is_a_clear_error():
         ca.scorecard_verdict({"kind": "percent", "paper": 1, "ours": "x"}, {"x": 1})
 
 
+def test_update_switches_stored_needs_and_rewrites_expect(tmp_path, monkeypatch):
+    text = """# two items
+- id: A
+  section: S
+  where: w
+  paper: 0.2
+  kind: error
+  chapter: exp_seeds
+  needs: sd_new
+  expect: pending
+- id: B
+  section: S
+  where: w
+  paper: all
+  kind: claim
+  holds: all of n
+  chapter: exp_seeds
+  ours: k
+  expect: reproduced
+"""
+    path = tmp_path / "items.yml"
+    path.write_text(text)
+    monkeypatch.setattr(ca, "glued_values", lambda ch: {"sd_new": 0.25, "k": 3, "n": 4})
+    update(path)
+    items = load_items(path)
+    assert items[0]["ours"] == "sd_new" and "needs" not in items[0]
+    assert [it["expect"] for it in items] == ["differs", "differs"]
+    assert path.read_text().startswith("# two items\n")
+
+
 def update(path=ITEMS_PATH):
-    """Rewrite the ``expect:`` lines of the item list from the executed notebooks."""
+    """Rewrite the item list from the executed notebooks: a ``needs:`` name its chapter now
+    stores becomes ``ours:``, and every ``expect:`` line gets the verdict computed now."""
+    items = load_items(path)
+    lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    stored = {ch: ca.glued_values(ch) for ch in {it["chapter"] for it in items}}
+    chapter = None
+    for i, line in enumerate(lines):
+        m = re.match(r"  chapter: (\S+)", line)
+        chapter = m.group(1) if m else chapter
+        m = re.match(r"  needs: (\S+)", line)
+        if m and m.group(1) in stored[chapter]:
+            lines[i] = f"  ours: {m.group(1)}\n"
+    Path(path).write_text("".join(lines), encoding="utf-8")
     items = load_items(path)
     got = current_verdicts(items)
-    lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
     current, n = None, 0
     for i, line in enumerate(lines):
         m = re.match(r"- id: (\S+)", line)
