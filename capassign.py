@@ -8940,24 +8940,27 @@ SCORECARD_TOL = {"accuracy": 0.02, "error": 0.01, "rough": 0.01, "count": 0}
 
 
 def scorecard_verdict(item, values):
-    """Verdict of one reproduction-scorecard item on a chapter's glued values.
+    """Verdict of one item of the reproduction scorecard (the paper's Sec. 4 and App. H).
+
+    A number is reproduced when ``|ours - paper| <= tol`` (``tol`` by kind,
+    :data:`SCORECARD_TOL`); a claim when our value satisfies its rule.
 
     Parameters
     ----------
     item : dict
-        ``kind`` (a key of :data:`SCORECARD_TOL`, or ``"claim"``), ``paper``
-        (a number, or for a claim ``holds``: ``"all of NAME"``, ``"most of NAME"``
-        or ``"OP X"`` with OP in ``< <= > >= ==`` and X a number or glue name),
-        and ``ours`` (a glue name), ``needs`` (a glue name not stored yet) or
-        ``not_rerun`` (the reason); optional ``tol``.
+        ``kind`` (a key of :data:`SCORECARD_TOL`, or ``"claim"``); for a number
+        ``paper`` (and optionally ``tol``), for a claim ``holds``: ``"all of NAME"``
+        (ours equals NAME), ``"most of NAME"`` (more than half), ``"OP X"`` with OP
+        in ``< <= > >= ==`` and X a number or glue name, or ``"true"``; and one of
+        ``ours`` (a glue name), ``needs`` (one not stored yet), ``not_rerun`` (why).
     values : dict
         The chapter's values, from :func:`glued_values`.
 
     Returns
     -------
     tuple
-        ``(verdict, ours)``, verdict one of "reproduced", "differs",
-        "not re-run", "pending" (glue name missing); ``ours`` None then.
+        ``(verdict, ours)``: "reproduced", "differs", "not re-run" or "pending"
+        (a glue name is not stored yet), and our value (None if there is none).
 
     Examples
     --------
@@ -8968,24 +8971,29 @@ def scorecard_verdict(item, values):
     """
     import operator as op
 
+    kind = _validate_choice(item.get("kind"), (*SCORECARD_TOL, "claim"), "item['kind']")
     if "not_rerun" in item:
         return "not re-run", None
     if "ours" not in item or item["ours"] not in values:
         return "pending", None
-    v, kind = values[item["ours"]], item.get("kind")
-    if kind == "claim":
-        rel, _, rhs = str(item["holds"]).partition(" ")
-        rhs = rhs[3:] if rhs.startswith("of ") else rhs
-        if rhs and rhs not in values and not rhs.replace(".", "", 1).lstrip("-").isdigit():
-            return "pending", v
-        x = values[rhs] if rhs in values else float(rhs or 0)
-        ops = {"<": op.lt, "<=": op.le, ">": op.gt, ">=": op.ge, "==": op.eq, "all": op.eq,
-               "most": lambda a, b: 2 * a > b}
-        ok = ops[rel](v, x) if rel in ops else bool(v)
+    v = values[item["ours"]]
+    if kind != "claim":
+        tol = float(item.get("tol", SCORECARD_TOL[kind]))
+        return ("reproduced" if abs(float(v) - float(item["paper"])) <= tol + 1e-9
+                else "differs"), v
+    ops = {"<": op.lt, "<=": op.le, ">": op.gt, ">=": op.ge, "==": op.eq, "all": op.eq,
+           "most": lambda a, b: 2 * a > b, "true": lambda a, _: bool(a)}
+    rel, _, rhs = str(item.get("holds")).partition(" ")
+    _validate_choice(rel, ops, "the first word of item['holds']")
+    rhs = rhs[3:] if rel in ("all", "most") and rhs.startswith("of ") else rhs
+    if rhs in values:
+        x = values[rhs]
     else:
-        tol = float(item.get("tol", SCORECARD_TOL[_validate_choice(kind, SCORECARD_TOL, "kind")]))
-        ok = abs(float(v) - float(item["paper"])) <= tol + 1e-9
-    return ("reproduced" if ok else "differs"), v
+        try:
+            x = float(rhs or 0)
+        except ValueError:
+            return "pending", v          # the rule names a value not stored yet
+    return ("reproduced" if ops[rel](v, x) else "differs"), v
 
 
 # =============================================================================

@@ -171,8 +171,10 @@ def test_a_changed_stored_value_flips_a_committed_verdict():
 
 
 def test_bad_kind_is_a_clear_error():
-    with pytest.raises(ValueError, match="kind must be one of"):
+    with pytest.raises(ValueError, match="kind.. must be one of"):
         ca.scorecard_verdict({"kind": "percent", "paper": 1, "ours": "x"}, {"x": 1})
+    with pytest.raises(ValueError, match="holds.. must be one of"):
+        ca.scorecard_verdict({"kind": "claim", "holds": "=< 0", "ours": "x"}, {"x": 1})
 
 
 def test_update_switches_stored_needs_and_rewrites_expect(tmp_path, monkeypatch):
