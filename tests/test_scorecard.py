@@ -60,6 +60,16 @@ def test_items_are_well_formed():
     assert len(ITEMS) >= 80
 
 
+def test_the_page_is_run_after_the_chapters_it_reads():
+    """``python -m capassign reproduce`` runs a chapter after those named in its front
+    matter ``reads``: the scorecard must name every chapter its items read."""
+    import jupytext
+
+    meta = jupytext.read(ca.CHAPTER_DIR / "scorecard.md").metadata["capassign"]
+    assert sorted(meta["reads"]) == sorted({it["chapter"] for it in ITEMS})
+    assert meta["needs_data"] == []
+
+
 def test_every_glue_name_marked_ours_exists():
     """``ours:`` names must be stored by their chapter; missing ones belong under ``needs:``."""
     for ch in {it["chapter"] for it in ITEMS}:
