@@ -93,7 +93,7 @@ __all__ = [
     # plotting (section 10)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
     "plot_capacity_adherence", "plot_paired_differences", "BOOK_STYLE", "book_figure",
-    "legend_outside", "Table", "show_table", "glued_values",
+    "legend_outside", "Table", "show_table", "glued_values", "SCORECARD_TOL", "scorecard_verdict",
     # command line (section 11)
     "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce", "chapter_drift",
     "sync_text", "main",
@@ -8934,6 +8934,67 @@ def glued_values(chapter, path=None):
             except (ValueError, SyntaxError, TypeError):
                 values[name] = text
     return values
+
+
+#: Largest |ours - paper| of a reproduced number, by kind (the reproduction scorecard).
+SCORECARD_TOL = {"accuracy": 0.02, "error": 0.01, "rough": 0.01, "count": 0}
+
+
+def scorecard_verdict(item, values):
+    """Verdict of one item of the reproduction scorecard (the paper's Sec. 4 and App. H).
+
+    A number is reproduced when ``|ours - paper| <= tol`` (``tol`` by kind,
+    :data:`SCORECARD_TOL`); a claim when our value satisfies its rule.
+
+    Parameters
+    ----------
+    item : dict
+        ``kind`` (a key of :data:`SCORECARD_TOL`, or ``"claim"``); for a number
+        ``paper`` (and optionally ``tol``), for a claim ``holds``: ``"all of NAME"``
+        (ours equals NAME), ``"most of NAME"`` (more than half), ``"OP X"`` with OP
+        in ``< <= > >= ==`` and X a number or glue name, or ``"true"``; and one of
+        ``ours`` (a glue name), ``needs`` (one not stored yet), ``not_rerun`` (why).
+    values : dict
+        The chapter's values, from :func:`glued_values`.
+
+    Returns
+    -------
+    tuple
+        ``(verdict, ours)``: "reproduced", "differs", "not re-run" or "pending"
+        (a glue name is not stored yet), and our value (None if there is none).
+
+    Examples
+    --------
+    >>> scorecard_verdict({"kind": "error", "paper": 0.171, "ours": "e"}, {"e": 0.1834})
+    ('differs', 0.1834)
+    >>> scorecard_verdict({"kind": "claim", "holds": "all of n", "ours": "k"}, {"k": 20, "n": 20})
+    ('reproduced', 20)
+    """
+    import operator as op
+
+    kind = _validate_choice(item.get("kind"), (*SCORECARD_TOL, "claim"), "item['kind']")
+    if "not_rerun" in item:
+        return "not re-run", None
+    if "ours" not in item or item["ours"] not in values:
+        return "pending", None
+    v = values[item["ours"]]
+    if kind != "claim":
+        tol = float(item.get("tol", SCORECARD_TOL[kind]))
+        return ("reproduced" if abs(float(v) - float(item["paper"])) <= tol + 1e-9
+                else "differs"), v
+    ops = {"<": op.lt, "<=": op.le, ">": op.gt, ">=": op.ge, "==": op.eq, "all": op.eq,
+           "most": lambda a, b: 2 * a > b, "true": lambda a, _: bool(a)}
+    rel, _, rhs = str(item.get("holds")).partition(" ")
+    _validate_choice(rel, ops, "the first word of item['holds']")
+    rhs = rhs[3:] if rel in ("all", "most") and rhs.startswith("of ") else rhs
+    if rhs in values:
+        x = values[rhs]
+    else:
+        try:
+            x = float(rhs or 0)
+        except ValueError:
+            return "pending", v          # the rule names a value not stored yet
+    return ("reproduced" if ops[rel](v, x) else "differs"), v
 
 
 # =============================================================================
