@@ -17,20 +17,12 @@ import pytest
 import capassign as ca
 
 PENDING = {
-    "beyond_capacity",
-    "beyond_regret",
-    "beyond_uncertainty",
     "data_agents",
     "exp_imagenet_mmlu",
     "exp_mmlu_pairs",
     "exp_seeds",
     "exp_tabular",
-    "ext_eta",
-    "ext_free_agent",
-    "ext_minibatch",
-    "ext_multi_agent",
     "fast_engine",
-    "router_live",
 }
 
 # Pages that report no findings: the paper-to-code map.
