@@ -762,7 +762,7 @@ def test_layout_check_itself(viewport, browser, site):
     table = ca.show_table(ours, paper=ours.round(1), tol=0.01)._repr_html_()
     v = _Visit(browser, site, VIEWPORTS[viewport])
     try:
-        v.page.goto(site + "book/intro.html", wait_until="load")
+        v.page.goto(site + "book/executed/intro.html", wait_until="load")
         looks = v.page.evaluate(INJECT_JS, table)
         layout = v.page.evaluate(LAYOUT_JS, ARTICLE)
     finally:

@@ -25,8 +25,8 @@ PENDING = {
     "fast_engine",
 }
 
-# Pages that report no findings: the paper-to-code map.
-NO_FINDINGS = {"paper_index"}
+# Pages that report no findings: the front page and the paper-to-code map.
+NO_FINDINGS = {"intro", "paper_index"}
 
 # Pieces of MyST that may hold digits without stating a computed number.
 _MARKUP = [
