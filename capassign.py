@@ -86,6 +86,7 @@ __all__ = [
     "tabular_agent_search", "encoding_evidence", "paper_agent_seed", "mean_ci",
     "two_agent_capacities", "error_vs_capacity", "paper_claims", "error_table", "glue",
     "difference_ci", "runs_needed", "paired_tests", "paired_table", "hindsight_gaps",
+    "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis", "analyse_experiment",
     "CapacityAdherence", "capacity_adherence", "adherence_table", "simulate_known_mu",
     "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
     # resumable sweeps (section 9)
@@ -7299,15 +7300,18 @@ def paper_claims(df):
     return pd.DataFrame(rows)
 
 
-def error_table(df, value="error", digits=3):
+def error_table(df, value="error", digits=3, *, text=True):
     """Pivot a tidy result table to policies x alpha_1, as fixed-width strings for printing.
 
     Any numeric column can be shown (``value``), e.g. ``"gap"`` of
     :func:`hindsight_gaps` or ``"diff"`` of :func:`paired_tests`; missing
-    values print as ``n/a``.
+    values print as ``n/a``.  With ``text=False`` the pivot keeps its numbers
+    (for :func:`show_table`).
     """
     t = df.pivot_table(index="policy", columns="alpha1", values=value, sort=False,
                        dropna=False)
+    if not _validate_bool(text, "text"):
+        return t
     return t.map(lambda v: f"{v:.{digits}f}" if np.isfinite(v) else "n/a")
 
 
@@ -7645,6 +7649,175 @@ def hindsight_gaps(df, *, baseline="random"):
                      "gap_low": float(r.ci_low) - h, "gap_high": float(r.ci_high) - h,
                      "closed": float(closed)})
     return pd.DataFrame(rows)
+
+
+# --- one analysis of an error-vs-capacity experiment ------------------------------
+#
+# The experiment chapters (Sec. 4.1, Fig. 3) all read their results the same
+# way: the mean error of every policy at every capacity, the end points beside
+# the paper's Table 3, the paper's three qualitative claims, the distance to
+# the hindsight floor and paired tests against random assignment.
+# analyse_experiment does it once, from the functions above.
+
+#: Line styles of the offline benchmarks in :meth:`ExperimentAnalysis.figure`:
+#: markers and dash patterns of their own, so the two stay visible where they
+#: coincide (on ImageNet-16H both send nearly every task to the same agent).
+OFFLINE_FIGURE_STYLE = {
+    "offline-logistic": dict(marker="o", mfc="none", ms=6, ls=(0, (5, 2))),
+    "offline-tree": dict(marker="x", ms=5, ls=(0, (1, 2))),
+}
+
+
+@dataclass(frozen=True)
+class ExperimentAnalysis:
+    """The read-out of an error-vs-capacity experiment (Sec. 4.1, Fig. 3).
+
+    Made by :func:`analyse_experiment`; every attribute is a dict keyed by task
+    name (in the order of the input) unless said otherwise.
+
+    Attributes
+    ----------
+    results : dict of pandas.DataFrame
+        The tables of :func:`error_vs_capacity` it was made from.
+    errors : dict of pandas.DataFrame
+        Mean error rate, policies (rows) x alpha_1 (columns), numbers.
+    endpoints : pandas.DataFrame
+        One row per task: ``agent 1`` and ``agent 2``, the error of random
+        assignment at alpha_1 = 1 and 0, i.e. each agent's marginal error.
+    paper_endpoints : pandas.DataFrame
+        The same cells from the paper's Table 3 (1 - accuracy; NaN where the
+        paper has no value), aligned with ``endpoints``.
+    claims : dict of pandas.DataFrame
+        :func:`paper_claims` of every task.
+    gaps : dict of pandas.DataFrame
+        :func:`hindsight_gaps` of every task (only with hindsight rows).
+    paired : dict of pandas.DataFrame
+        :func:`paired_tests` of the contextual policies against random
+        assignment, per task.
+    """
+
+    results: dict
+    errors: dict
+    endpoints: Any
+    paper_endpoints: Any
+    claims: dict
+    gaps: dict
+    paired: dict
+
+    def claims_table(self):
+        """The paper's claims for every task in one frame, indexed by (task, claim).
+
+        The claim is named by its first words (e.g. ``contextual < random``);
+        ``holds`` reads ``yes`` or ``no`` and ``detail`` gives the numbers
+        behind the verdict (see :func:`paper_claims`).
+        """
+        import pandas as pd
+
+        rows = [{"task": name, "claim": r.claim.split(" (")[0].split(" at ")[0],
+                 "holds": "yes" if r.holds else "no", "detail": r.detail}
+                for name, c in self.claims.items() for r in c.itertuples()]
+        return pd.DataFrame(rows, columns=["task", "claim", "holds", "detail"]).set_index(
+            ["task", "claim"])
+
+    def figure(self, *, titles=None, ncols=None):
+        """Error rate against alpha_1, one panel per task, one legend below them.
+
+        Parameters
+        ----------
+        titles : dict, optional
+            Task name -> panel title (default: the task name).
+        ncols : int, optional
+            Panels per row (default: all in one row up to two, else two).
+
+        Returns
+        -------
+        fig, axes
+            The figure (:func:`book_figure` style, legend by
+            :func:`legend_outside`) and a flat list of its panels.
+        """
+        names = list(self.results)
+        ncols = ncols if ncols is not None else min(2, len(names))
+        ncols = _validate_int(ncols, "ncols", 1)
+        nrows = -(-len(names) // ncols)
+        fig, axes = book_figure(ncols, nrows, height=3.0 * nrows + 0.9)
+        axes = list(np.atleast_1d(axes).flat)
+        labels = {POLICY_STYLE[p]["label"]: p for p in OFFLINE_FIGURE_STYLE}
+        for ax, name in zip(axes, names):
+            plot_error_vs_capacity(self.results[name], ax=ax, legend=False,
+                                   title=(titles or {}).get(name, name))
+            for line in ax.get_lines():
+                style = OFFLINE_FIGURE_STYLE.get(labels.get(line.get_label()))
+                if style:
+                    line.set(**style)
+        for ax in axes[len(names):]:
+            ax.set_visible(False)
+        legend_outside(fig, axes[0], ncol=3)
+        return fig, axes
+
+
+def analyse_experiment(results):
+    """Read out an error-vs-capacity experiment the way the paper's Sec. 4.1 does.
+
+    For every task: the mean error table (:func:`error_table`), the agents'
+    marginal errors beside the paper's Table 3, the paper's three claims
+    (:func:`paper_claims`), the distance to the hindsight floor
+    (:func:`hindsight_gaps`, when the tables have hindsight rows) and paired
+    tests of every contextual policy against random assignment
+    (:func:`paired_tests`).  The figure is drawn on demand by
+    :meth:`ExperimentAnalysis.figure`.
+
+    Parameters
+    ----------
+    results : dict
+        Task name -> table of :func:`error_vs_capacity` (a name the paper's
+        Table 3 knows gets the paper's end points beside ours).
+
+    Returns
+    -------
+    ExperimentAnalysis
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
+    >>> df = error_vs_capacity(X, R, ["random", "logistic-greedy"], (0.0, 0.5, 1.0),
+    ...                        runs=4, label="toy", hindsight=True)
+    >>> out = analyse_experiment({"toy": df})
+    >>> out.errors["toy"].index.tolist()
+    ['random', 'logistic-greedy', 'hindsight']
+    >>> out.endpoints.columns.tolist()
+    ['agent 1', 'agent 2']
+    >>> out.paired["toy"].policy.unique().tolist()
+    ['logistic-greedy']
+    >>> out.claims_table().index.tolist()
+    [('toy', 'contextual < random')]
+    """
+    import pandas as pd
+
+    if not isinstance(results, dict) or not results:
+        raise TypeError(f"results must be a non-empty dict of task name -> DataFrame, "
+                        f"got {type(results).__name__}"
+                        + (" (empty)" if isinstance(results, dict) else ""))
+    for name, df in results.items():
+        _check_frame(df, ("task", "policy", "alpha1", "error", "ci_low", "ci_high", "errors"),
+                     name=f"results[{name!r}]")
+    errors, claims, gaps, paired, ends, paper = {}, {}, {}, {}, [], []
+    for name, df in results.items():
+        errors[name] = error_table(df, text=False)
+        claims[name] = paper_claims(df)
+        if (df.policy == "hindsight").any():
+            gaps[name] = hindsight_gaps(df)
+        keep = df.policy.isin(["random", *CONTEXTUAL_POLICIES])
+        if keep.any() and (df.policy == "random").any() and keep.sum() > (df.policy == "random").sum():
+            paired[name] = paired_tests(df[keep])
+        rnd = df[df.policy == "random"].set_index("alpha1")["error"]
+        ends.append({"agent 1": float(rnd.get(1.0, np.nan)), "agent 2": float(rnd.get(0.0, np.nan))})
+        acc = paper_accuracies(name) if name in PAPER_TABLE3 else (np.nan, np.nan)
+        paper.append({"agent 1": 1 - acc[0], "agent 2": 1 - acc[1]})
+    index = pd.Index(list(results), name="task")
+    return ExperimentAnalysis(results=dict(results), errors=errors,
+                              endpoints=pd.DataFrame(ends, index=index),
+                              paper_endpoints=pd.DataFrame(paper, index=index),
+                              claims=claims, gaps=gaps, paired=paired)
 
 
 # --- capacity adherence of a simulated policy ----------------------------------

@@ -17,11 +17,6 @@ import pytest
 import capassign as ca
 
 PENDING = {
-    "data_agents",
-    "exp_imagenet_mmlu",
-    "exp_mmlu_pairs",
-    "exp_seeds",
-    "exp_tabular",
     "fast_engine",
 }
 
