@@ -28,7 +28,6 @@ PENDING = {
     "ext_free_agent",
     "ext_minibatch",
     "ext_multi_agent",
-    "fast_engine",
     "router_live",
     "theory_disagreement",
     "theory_noncontextual",
