@@ -8155,6 +8155,263 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
         tail_mean=late.mean(axis=0), tail_sd=late.std(axis=0), tail=tail)
 
 
+# Engine validation on the tabular tasks (issue: the fast engine validated where
+# the results live).  Every tabular result comes from engine="fast"; here both
+# engines run the same paired streams and the per-run numbers are stored in a
+# checksummed file that the fast_engine chapter reads (the reference engine is
+# too slow to re-run there).
+
+#: File written by :func:`validate_engines` and read by :func:`engine_validation`.
+ENGINE_VALIDATION_PATH = Path(__file__).resolve().parent / "book" / "results" / \
+    "engine_validation.json"
+#: Version tag of that file.
+ENGINE_VALIDATION_SCHEMA = "capassign.engine-validation/1"
+#: The online policies (every policy but the offline benchmarks).
+ONLINE_POLICIES = tuple(p for p in POLICIES if not p.startswith("offline-"))
+
+
+def _validation_draw(seed, r, T, prefix):
+    """Rows (sorted) and simulate-seed of paired run ``r``: both from
+    ``SeedSequence([seed, r])``, the same for every engine, policy and alpha_1."""
+    rows_ss, sim_ss = np.random.SeedSequence([seed, r]).spawn(2)
+    rows = np.sort(np.random.default_rng(rows_ss).choice(T, size=min(prefix, T), replace=False))
+    return rows, int(sim_ss.generate_state(1, np.uint32)[0])
+
+
+def _paired_power(sd, n, diff, level=0.05):
+    """Power of the two-sided paired t-test at ``level`` to detect a mean
+    difference ``diff`` with n pairs of standard deviation ``sd`` (noncentral t)."""
+    from scipy import stats
+
+    if n < 2:
+        return 0.0
+    if sd == 0.0:
+        return 1.0
+    nc = diff / (sd / math.sqrt(n))
+    c = stats.t.ppf(1 - level / 2, n - 1)
+    return float(stats.nct.sf(c, n - 1, nc) + stats.nct.cdf(-c, n - 1, nc))
+
+
+def _runs_for_power(sd, diff, power, level, lo, hi):
+    """Smallest n in [lo, hi] whose paired-t power at ``diff`` reaches ``power``
+    (``hi`` when none does)."""
+    n = lo
+    while n < hi and _paired_power(sd, n, diff, level) < power:
+        n += 1
+    return n
+
+
+def _validation_run(task, policy, a1, r, prefix, seed, eta):
+    """Paired run r of one cell on both engines: errors and agent-1 shares."""
+    import time
+
+    rows, sim_seed = _validation_draw(seed, r, task.R.shape[0], prefix)
+    X, R = task.X[rows], task.R[rows]
+    out = {}
+    for engine in ENGINES:
+        t0 = time.process_time()
+        res = simulate(X, R, two_agent_capacities(a1), policy, eta=eta, runs=1, seed=sim_seed,
+                       engine=engine)
+        out[engine] = (float(res.errors[0]), float(res.assigned[0, 0]),
+                       time.process_time() - t0)
+    return out
+
+
+def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES,
+                     alphas=(0.2, 0.5, 0.8), prefix=2000, pilot=10, max_runs=60, diff=0.005,
+                     power=0.8, level=0.05, eta=DEFAULT_ETA, seed=0, collect=False, out=print):
+    """Paired comparison of ``engine="fast"`` with ``engine="reference"`` (Sec. 4 tasks).
+
+    For every task (the paper-matched agents of :func:`load_task`), online
+    policy and alpha_1, paired run r draws ``prefix`` rows of the task's
+    stream without replacement and a simulate-seed, both from
+    ``SeedSequence([seed, r])`` (:func:`_validation_draw`), and runs
+    ``simulate(X[rows], R[rows], [alpha_1, 1 - alpha_1], policy, runs=1,
+    seed=...)`` on each engine: same rows, same task order, only the engines'
+    own random numbers differ.  Sample size per cell: ``pilot`` paired runs
+    estimate the sd s of the paired differences; the cell then gets the
+    smallest n >= pilot whose two-sided paired t-test at ``level`` has power
+    >= ``power`` against a difference ``diff`` given s (noncentral t), capped
+    at ``max_runs``.
+
+    Results go to ``path`` (default :data:`ENGINE_VALIDATION_PATH`), read by
+    :func:`engine_validation`.  The work is chunked: each finished cell is
+    kept in ``<path>.<task>.partial`` (atomic writes), so an interrupted call
+    resumes where it stopped, and tasks may be computed by separate calls
+    (e.g. in parallel) before a last call with every task writes the file.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        Output file.
+    tasks, policies, alphas : sequences
+        Tabular task names, online policies (:data:`ONLINE_POLICIES`),
+        capacities of agent 1.
+    prefix : int
+        Tasks per run (rows drawn from the stream).
+    pilot, max_runs : int
+        Paired runs before the sample-size rule, and its cap.
+    diff, power, level : float
+        Difference to detect, the power wanted and the test's level.
+    eta : float
+        Queue penalty.
+    seed : int
+        Seed of the row subsets and the runs.
+    collect : bool
+        Compute nothing: write the file from the cells stored so far (with
+        every task), listing the cells still to compute under ``"missing"``.
+        A later call without ``collect`` completes them and rewrites it.
+    out : callable
+        Progress printer (``None`` for silence).
+
+    Returns
+    -------
+    Path or None
+        The file written, or ``None`` when only some tasks were asked for
+        (their partial files are then complete).
+    """
+    from dataclasses import asdict
+
+    tasks = [_validate_choice(t, TABULAR_TASKS, "tasks") for t in tasks]
+    policies = list(policies)
+    for i, p in enumerate(policies):
+        _validate_choice(p, ONLINE_POLICIES, f"policies[{i}]")
+    alphas = [float(_validate_real(a, "alphas", 0.0, 1.0, lo_open=True, hi_open=True))
+              for a in alphas]
+    prefix = _validate_int(prefix, "prefix", lo=10)
+    pilot = _validate_int(pilot, "pilot", lo=2)
+    max_runs = _validate_int(max_runs, "max_runs", lo=pilot)
+    diff = _validate_real(diff, "diff", lo=0.0, lo_open=True)
+    power = _validate_real(power, "power", 0.0, 1.0, lo_open=True, hi_open=True)
+    level = _validate_real(level, "level", 0.0, 1.0, lo_open=True, hi_open=True)
+    eta = _validate_eta(eta)
+    seed = _validate_int(seed, "seed", lo=0)
+    collect = _validate_bool(collect, "collect")
+    path = Path(path) if path is not None else ENGINE_VALIDATION_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    say = out or (lambda *a: None)
+    settings = {"policies": policies, "alphas": alphas, "prefix": prefix, "pilot": pilot,
+                "max_runs": max_runs, "diff": diff, "power": power, "level": level,
+                "eta": eta, "seed": seed, "model_settings": asdict(PAPER_SETTINGS)}
+    task_info, cells, missing = {}, [], []
+    for name in tasks:
+        task = load_task(name)
+        info = {"digest": _task_digest(task.X, task.R), "T": int(task.R.shape[0]),
+                "d": int(task.X.shape[1]), "agent_seed": int(task.meta["seed"])}
+        task_info[name] = info
+        part = path.with_name(f"{path.name}.{name}.partial")
+        head = {"settings": settings, "task": info}
+        done = []
+        if part.exists():
+            old, why = _read_json_file(part)
+            if old is not None and old.get("head") == json.loads(_canonical_json(head)):
+                done = old["cells"]
+                say(f"{name}: resuming, {len(done)} cells stored")
+            else:
+                say(f"{name}: ignoring {part.name} (other settings or data)")
+        stored = {(c["policy"], c["alpha1"]): c for c in done}
+        for policy in policies:
+            for a1 in alphas:
+                if (policy, a1) in stored:
+                    cells.append(dict(stored[(policy, a1)], task=name))
+                    continue
+                if collect:
+                    missing.append([name, policy, a1])
+                    continue
+                runs = [_validation_run(task, policy, a1, r, prefix, seed, eta)
+                        for r in range(pilot)]
+
+                def sd_of(rs):
+                    return float(np.std([x["fast"][0] - x["reference"][0] for x in rs], ddof=1))
+
+                n = _runs_for_power(sd_of(runs), diff, power, level, pilot, max_runs)
+                runs += [_validation_run(task, policy, a1, r, prefix, seed, eta)
+                         for r in range(pilot, n)]
+                cell = {"policy": policy, "alpha1": a1, "runs": n, "pilot_sd": sd_of(runs[:pilot])}
+                for e in ENGINES:
+                    cell[e] = {"errors": [x[e][0] for x in runs], "share1": [x[e][1] for x in runs],
+                               "cpu_seconds": round(sum(x[e][2] for x in runs), 2)}
+                done.append(cell)
+                stored[(policy, a1)] = cell
+                cells.append(dict(cell, task=name))
+                _write_json_atomic(part, {"head": head, "cells": done})
+                say(f"{name} {policy} alpha1={a1}: {n} runs, mean diff "
+                    f"{np.mean(cell['fast']['errors']) - np.mean(cell['reference']['errors']):+.4f}, "
+                    f"reference {cell['reference']['cpu_seconds']:.0f} s")
+    if tuple(tasks) != TABULAR_TASKS:
+        if collect:
+            raise ValueError("collect=True needs every tabular task (tasks=TABULAR_TASKS)")
+        return None
+    payload = {"schema": ENGINE_VALIDATION_SCHEMA, "settings": settings, "tasks": task_info,
+               "cells": cells, "missing": missing}
+    _write_text_atomic(path, json.dumps(dict(payload, sha256=_json_digest(payload)),
+                                        sort_keys=True, indent=1) + "\n")
+    if not missing:
+        for name in tasks:
+            path.with_name(f"{path.name}.{name}.partial").unlink(missing_ok=True)
+    return path
+
+
+def read_engine_validation(path=None, *, check_data=True):
+    """The stored engine validation, verified: schema, sha256 of the payload and
+    (``check_data``) the data hash of every task against :func:`load_task`.
+
+    Returns the parsed payload (dict): ``settings``, ``tasks`` (data hash,
+    T, d, agent seed), ``cells`` (per-run errors and agent-1 shares of both
+    engines) and ``missing`` (cells not computed yet, empty when complete);
+    raises ``ValueError`` on any mismatch.
+    """
+    path = Path(path) if path is not None else ENGINE_VALIDATION_PATH
+    obj, why = _read_json_file(path)
+    if obj is None:
+        raise ValueError(f"{path} {why}")
+    if not isinstance(obj, dict) or obj.get("schema") != ENGINE_VALIDATION_SCHEMA:
+        raise ValueError(f"{path}: not a {ENGINE_VALIDATION_SCHEMA} file")
+    payload = {k: v for k, v in obj.items() if k != "sha256"}
+    if obj.get("sha256") != _json_digest(payload):
+        raise ValueError(f"{path}: checksum mismatch (the file was edited or is damaged)")
+    if check_data:
+        for name, info in obj["tasks"].items():
+            task = load_task(name)
+            if _task_digest(task.X, task.R) != info["digest"]:
+                raise ValueError(f"{path}: task {name!r} differs from the data it was computed "
+                                 f"on; re-run python -m capassign validate-engines")
+    return obj
+
+
+def engine_validation(path=None, *, check_data=True):
+    """Per task x policy x alpha_1 summary of :func:`validate_engines`' file.
+
+    Columns: ``runs``, ``fast`` and ``reference`` (mean error), ``diff``
+    (paired mean fast - reference) with its 95% Student-t interval
+    ``ci_low``/``ci_high``, ``p`` (two-sided paired t-test), ``holm`` (Holm's
+    adjustment over all cells), ``power`` (paired t-test at the file's level
+    against its ``diff``, given the observed sd), ``sd`` of the paired
+    differences, and agent 1's mean share on each engine (``share_fast``,
+    ``share_reference``).
+    """
+    import pandas as pd
+
+    obj = read_engine_validation(path, check_data=check_data)
+    st = obj["settings"]
+    rows = []
+    for c in obj["cells"]:
+        f, r = np.asarray(c["fast"]["errors"]), np.asarray(c["reference"]["errors"])
+        d = f - r
+        m, lo, hi = difference_ci(f, r, paired=True)
+        rows.append({"task": c["task"], "policy": c["policy"], "alpha1": c["alpha1"],
+                     "runs": c["runs"], "fast": f.mean(), "reference": r.mean(), "diff": m,
+                     "ci_low": lo, "ci_high": hi, "p": _paired_pvalues(d)[0],
+                     "power": _paired_power(float(d.std(ddof=1)), d.size, st["diff"],
+                                            st["level"]),
+                     "sd": float(d.std(ddof=1)),
+                     "share_fast": float(np.mean(c["fast"]["share1"])),
+                     "share_reference": float(np.mean(c["reference"]["share1"]))})
+    df = pd.DataFrame(rows)
+    df.insert(df.columns.get_loc("p") + 1, "holm", _holm(df["p"].to_numpy()))
+    return df
+
+
 # =============================================================================
 # 9. Resumable sweeps
 # =============================================================================
@@ -9410,6 +9667,7 @@ def _build_parser():
     _add_bench_parser(sub)
     _add_simulate_parser(sub)
     _add_sweep_parser(sub)
+    _add_validate_parser(sub)
     return parser
 
 
@@ -9736,6 +9994,50 @@ def _cmd_sweep(args):
     summary = df.groupby(["task", "policy", "capacities"], sort=False)["error"].agg(
         ["mean", "std", "count"])
     print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
+
+
+
+def _add_validate_parser(sub):
+    """``python -m capassign validate-engines``: fast vs reference on the tabular tasks."""
+    p = sub.add_parser("validate-engines", help="compare the fast and reference engines on the "
+                                                "tabular tasks -> a checksummed results file",
+                       description="Paired runs of every online policy on Bank, Credit, Coupon "
+                                   "and Cardio at three capacities on both engines (about an "
+                                   "hour on one core); writes the file the fast_engine chapter "
+                                   "reads.  Interrupted runs resume; --tasks computes some tasks "
+                                   "only (e.g. in parallel), a final call without it writes "
+                                   "the file.")
+    p.add_argument("--out", default=None,
+                   help="results file (default book/results/engine_validation.json)")
+    p.add_argument("--tasks", default=None,
+                   help=f"comma-separated subset of {','.join(TABULAR_TASKS)} (default: all)")
+    p.add_argument("--prefix", type=int, default=2000, help="tasks per run (default 2000)")
+    p.add_argument("--pilot", type=int, default=10,
+                   help="paired runs before the sample-size rule (default 10)")
+    p.add_argument("--max-runs", type=int, default=60,
+                   help="cap of paired runs per cell (default 60)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the rows and runs (default 0)")
+    p.add_argument("--collect", action="store_true",
+                   help="compute nothing: write the file from the cells stored so far, "
+                        "listing the missing ones (a later call completes it)")
+    p.set_defaults(func=_cmd_validate)
+
+
+def _cmd_validate(args):
+    tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
+    if not tasks:
+        raise ValueError("--tasks: name at least one task")
+    for t in tasks:
+        _validate_choice(t, TABULAR_TASKS, "--tasks")
+    for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
+                        ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
+        if v < lo:
+            raise ValueError(f"{name} must be >= {lo}, got {v}")
+    path = validate_engines(args.out, tasks=tasks, prefix=args.prefix, pilot=args.pilot,
+                            max_runs=args.max_runs, seed=args.seed, collect=args.collect,
+                            out=print)
+    if path is not None:
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -16,9 +16,7 @@ import pytest
 
 import capassign as ca
 
-PENDING = {
-    "fast_engine",
-}
+PENDING = set()
 
 # Pages that report no findings: the front page and the paper-to-code map.
 NO_FINDINGS = {"intro", "paper_index"}
