@@ -89,6 +89,8 @@ __all__ = [
     "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis", "analyse_experiment",
     "CapacityAdherence", "capacity_adherence", "adherence_table", "simulate_known_mu",
     "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
+    "SIMILAR_TOL", "ONLINE_POLICIES", "ENGINE_VALIDATION_PATH", "validate_engines",
+    "read_engine_validation", "engine_validation",
     # resumable sweeps (section 9)
     "SWEEP_BACKENDS", "sweep",
     # plotting (section 10)
