@@ -8157,8 +8157,8 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
         tail_mean=late.mean(axis=0), tail_sd=late.std(axis=0), tail=tail)
 
 
-# Engine validation on the tabular tasks (issue: the fast engine validated where
-# the results live).  Every tabular result comes from engine="fast"; here both
+# Engine validation on the tabular tasks: the fast engine checked where the
+# paper's results live.  Every tabular result comes from engine="fast"; here both
 # engines run the same paired streams and the per-run numbers are stored in a
 # checksummed file that the fast_engine chapter reads (the reference engine is
 # too slow to re-run there).
