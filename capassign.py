@@ -8234,7 +8234,9 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
     estimate the sd s of the paired differences; the cell then gets the
     smallest n >= pilot whose two-sided paired t-test at ``level`` has power
     >= ``power`` against a difference ``diff`` given s (noncentral t), capped
-    at ``max_runs``.
+    at ``max_runs``.  Then the same rule is applied again with s from all
+    the runs so far, adding runs until it asks for no more (a pilot can
+    underestimate s); stored cells are extended the same way.
 
     Results go to ``path`` (default :data:`ENGINE_VALIDATION_PATH`), read by
     :func:`engine_validation`.  The work is chunked: each finished cell is
@@ -8311,33 +8313,57 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
                 say(f"{name}: resuming, {len(done)} cells stored")
             else:
                 say(f"{name}: ignoring {part.name} (other settings or data)")
+        elif path.exists() and not collect:
+            old, why = _read_json_file(path)
+            if old is not None and old.get("settings") == json.loads(_canonical_json(settings)) \
+                    and old.get("tasks", {}).get(name) == json.loads(_canonical_json(info)):
+                done = [{k: v for k, v in c.items() if k != "task"}
+                        for c in old["cells"] if c["task"] == name]
+                say(f"{name}: {len(done)} cells taken from {path.name}")
         stored = {(c["policy"], c["alpha1"]): c for c in done}
+
+        def add_runs(cell, n):
+            """Runs len(cell) .. n-1 of the cell on both engines (deterministic in r)."""
+            for r in range(cell["runs"], n):
+                x = _validation_run(task, cell["policy"], cell["alpha1"], r, prefix, seed, eta)
+                for e in ENGINES:
+                    cell[e]["errors"].append(x[e][0])
+                    cell[e]["share1"].append(x[e][1])
+                    cell[e]["cpu_seconds"] = round(cell[e]["cpu_seconds"] + x[e][2], 2)
+            cell["runs"] = max(cell["runs"], n)
+
+        def sd_of(cell, k=None):
+            d = np.subtract(cell["fast"]["errors"][:k], cell["reference"]["errors"][:k])
+            return float(np.std(d, ddof=1))
+
         for policy in policies:
             for a1 in alphas:
-                if (policy, a1) in stored:
-                    cells.append(dict(stored[(policy, a1)], task=name))
-                    continue
-                if collect:
+                cell = stored.get((policy, a1))
+                if cell is None and collect:
                     missing.append([name, policy, a1])
                     continue
-                runs = [_validation_run(task, policy, a1, r, prefix, seed, eta)
-                        for r in range(pilot)]
-
-                def sd_of(rs):
-                    return float(np.std([x["fast"][0] - x["reference"][0] for x in rs], ddof=1))
-
-                n = _runs_for_power(sd_of(runs), diff, power, level, pilot, max_runs)
-                runs += [_validation_run(task, policy, a1, r, prefix, seed, eta)
-                         for r in range(pilot, n)]
-                cell = {"policy": policy, "alpha1": a1, "runs": n, "pilot_sd": sd_of(runs[:pilot])}
-                for e in ENGINES:
-                    cell[e] = {"errors": [x[e][0] for x in runs], "share1": [x[e][1] for x in runs],
-                               "cpu_seconds": round(sum(x[e][2] for x in runs), 2)}
-                done.append(cell)
-                stored[(policy, a1)] = cell
+                before = None if cell is None else cell["runs"]
+                if cell is None:
+                    cell = {"policy": policy, "alpha1": a1, "runs": 0}
+                    cell.update({e: {"errors": [], "share1": [], "cpu_seconds": 0.0}
+                                 for e in ENGINES})
+                    add_runs(cell, pilot)
+                    cell["pilot_sd"] = sd_of(cell, pilot)
+                    add_runs(cell, _runs_for_power(cell["pilot_sd"], diff, power, level, pilot,
+                                                   max_runs))
+                while not collect:      # the rule again, with every run so far
+                    n = _runs_for_power(sd_of(cell), diff, power, level, cell["runs"], max_runs)
+                    if n <= cell["runs"]:
+                        break
+                    add_runs(cell, n)
                 cells.append(dict(cell, task=name))
+                if before == cell["runs"]:
+                    continue
+                stored[(policy, a1)] = cell
+                done = [stored[k] for k in stored]
                 _write_json_atomic(part, {"head": head, "cells": done})
-                say(f"{name} {policy} alpha1={a1}: {n} runs, mean diff "
+                say(f"{name} {policy} alpha1={a1}: {cell['runs']} runs"
+                    + (f" (was {before})" if before else "") + ", mean diff "
                     f"{np.mean(cell['fast']['errors']) - np.mean(cell['reference']['errors']):+.4f}, "
                     f"reference {cell['reference']['cpu_seconds']:.0f} s")
     if tuple(tasks) != TABULAR_TASKS:

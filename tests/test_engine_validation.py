@@ -154,3 +154,16 @@ def test_command_line_error(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("capassign validate-engines: error: --tasks")
+
+
+def test_every_cell_meets_the_rule_with_all_its_runs(stored):
+    """No stored cell stops while the rule, fed the sd of all its runs, asks for more."""
+    st = stored["settings"]
+    short = []
+    for c in stored["cells"]:
+        d = np.subtract(c["fast"]["errors"], c["reference"]["errors"])
+        n = ca._runs_for_power(float(d.std(ddof=1)), st["diff"], st["power"], st["level"],
+                               c["runs"], st["max_runs"])
+        if n > c["runs"] or len(d) != c["runs"]:
+            short.append((c["task"], c["policy"], c["alpha1"], c["runs"], n))
+    assert not short, short
