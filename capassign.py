@@ -9252,7 +9252,8 @@ class Table:
         return self.html
 
 
-def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, formats=None):
+def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, formats=None,
+               wrap=False):
     """Format a results table for the book, with the paper's values beside ours.
 
     Numbers are rounded to ``digits`` decimals (never shown as ``-0.000``);
@@ -9278,6 +9279,9 @@ def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, 
         A title above the table.
     formats : dict, optional
         Per-column decimals (int) or ``callable(value) -> str``.
+    wrap : bool
+        Cells of text: left-aligned, wrapping long content over several
+        lines.  By default every cell keeps one right-aligned line (numbers).
 
     Returns
     -------
@@ -9334,7 +9338,10 @@ def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, 
     # ids unique per table (several tables share a page) yet the same on every run
     uid = hashlib.sha256(repr((caption, text.to_string(), flag.to_numpy().tolist())).encode())
     styler = text.style.set_uuid(uid.hexdigest()[:10]).set_table_attributes('class="ca-table"')
-    styler = styler.set_properties(**{"text-align": "right", "white-space": "nowrap"})
+    cell_style = ({"text-align": "left", "white-space": "normal", "vertical-align": "top",
+                   "overflow-wrap": "anywhere"} if _validate_bool(wrap, "wrap")
+                  else {"text-align": "right", "white-space": "nowrap"})
+    styler = styler.set_properties(**cell_style)
     if flag.to_numpy().any():
         styler = styler.apply(lambda _: np.where(flag, "background-color: #fde2c8", ""),
                               axis=None)
