@@ -1913,8 +1913,7 @@ def _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
     ``(S_L^2 n_R + S_R^2 n_L) / (n_L n_R)``), the first (lowest feature, then
     lowest bin) on ties.  Writes ``nfeat[b]`` (-1 for a
     leaf) and ``nthr[b]``, and the children's totals (0 under a leaf).  The
-    result for tree b depends on tree b's histogram alone; the online and the
-    from-scratch forest builders share this function, so equal histograms
+    result for tree b depends on tree b's histogram alone, so equal histograms
     give identical trees.
     """
     B = can.shape[0]
@@ -1966,155 +1965,6 @@ def _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
             node_s[2 * u + 2, b] = 0
 
 
-@njit(cache=True)
-def _multinomial_counts_nb(n, rng, cnt):
-    """Bootstrap multiplicities ``cnt[:n, b]``: n uniform draws from n rows, per tree b."""
-    B = cnt.shape[1]
-    for k in range(n):
-        for b in range(B):
-            cnt[k, b] = 0
-    for b in range(B):
-        for _ in range(n):
-            cnt[_randint(rng, n), b] += 1
-
-
-@njit(cache=True)
-def _grow_forest_nb(Xb, n_bins, max_bins, R, agent, obs, n, max_depth, min_leaf, cnt,
-                    H, HS, node_c, node_s, wl, can, cl, sl, best, bpos, tot_c, tot_s,
-                    nfeat, nthr, feat, thr, val):
-    """Grow all B trees of one agent from scratch on weighted rows (App. E.2).
-
-    Row ``obs[k]`` (k < n) has weight ``cnt[k, b]`` in tree b (a bootstrap
-    multiplicity).  The trees are grown level by level in lockstep: one pass
-    over the rows per level adds each row's weight, for every tree at once
-    (a contiguous vector over trees), to the histogram of (count, reward sum)
-    per feature bin of the node the row reaches in that tree.  Only left
-    children are accumulated; a right child's histogram is its parent's
-    minus its sibling's (sibling subtraction).  Each node is then split by
-    :func:`_split_node_nb`.
-
-    Layout: ``H[u, j * max_bins + bin, b]`` (counts) and ``HS`` (reward sums)
-    for heap node u of tree b; ``feat[b, u] = -1`` marks a leaf.  The other
-    arguments after ``cnt`` are scratch arrays.  This is the exact fit the
-    online forest (:func:`_online_refit_nb`) is tested against.
-    """
-    B = cnt.shape[1]
-    d = Xb.shape[1]
-    n_nodes = feat.shape[1]
-    n_cols = H.shape[1]
-    for b in range(B):
-        for u in range(n_nodes):
-            feat[b, u] = -1
-            thr[b, u] = 0
-            val[b, u] = 0.0
-    for u in range(n_nodes):
-        for b in range(B):
-            node_c[u, b] = 0
-            node_s[u, b] = 0
-    for c in range(n_cols):
-        for b in range(B):
-            H[0, c, b] = 0
-            HS[0, c, b] = 0
-    # level 0: totals and the root histogram
-    for k in range(n):
-        i = obs[k]
-        y = R[i, agent]
-        for b in range(B):
-            node_c[0, b] += cnt[k, b]
-        if y:
-            for b in range(B):
-                node_s[0, b] += cnt[k, b]
-        for j in range(d):
-            col = j * max_bins + Xb[i, j]
-            for b in range(B):
-                H[0, col, b] += cnt[k, b]
-            if y:
-                for b in range(B):
-                    HS[0, col, b] += cnt[k, b]
-    for level in range(max_depth):
-        first = 2 ** level - 1
-        last = 2 ** (level + 1) - 1
-        if level > 0:
-            n_par = 2 ** (level - 1)
-            pfirst = first - n_par
-            for u in range(first, last, 2):
-                for c in range(n_cols):
-                    for b in range(B):
-                        H[u, c, b] = 0
-                        HS[u, c, b] = 0
-            for k in range(n):
-                i = obs[k]
-                y = R[i, agent]
-                hit = False
-                for p in range(n_par):
-                    for b in range(B):
-                        wl[p, b] = 0
-                for b in range(B):
-                    if cnt[k, b] == 0:
-                        continue
-                    u = 0
-                    for _ in range(level):
-                        f = feat[b, u]
-                        if f < 0:
-                            u = -1
-                            break
-                        u = 2 * u + 1 if Xb[i, f] <= thr[b, u] else 2 * u + 2
-                    if u >= 0 and (u - first) % 2 == 0:
-                        wl[(u - first) // 2, b] = cnt[k, b]
-                        hit = True
-                if not hit:
-                    continue
-                for j in range(d):
-                    col = j * max_bins + Xb[i, j]
-                    for p in range(n_par):
-                        u = first + 2 * p
-                        for b in range(B):
-                            H[u, col, b] += wl[p, b]
-                        if y:
-                            for b in range(B):
-                                HS[u, col, b] += wl[p, b]
-            for p in range(n_par):
-                u = first + 2 * p
-                par = pfirst + p
-                for c in range(n_cols):
-                    for b in range(B):
-                        H[u + 1, c, b] = H[par, c, b] - H[u, c, b]
-                        HS[u + 1, c, b] = HS[par, c, b] - HS[u, c, b]
-        for u in range(first, last):
-            for b in range(B):
-                if node_c[u, b] > 0:
-                    val[b, u] = node_s[u, b] / node_c[u, b]
-            _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
-                           can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr)
-            for b in range(B):
-                feat[b, u] = nfeat[b]
-                thr[b, u] = nthr[b]
-    for u in range(2 ** max_depth - 1, n_nodes):
-        for b in range(B):
-            if node_c[u, b] > 0:
-                val[b, u] = node_s[u, b] / node_c[u, b]
-
-
-@njit(cache=True)
-def _fit_forest_nb(Xb, n_bins, max_bins, R, agent, obs, n, max_depth, min_leaf, rng,
-                   cnt, H, HS, node_c, node_s, wl, can, cl, sl, best, bpos, tot_c, tot_s,
-                   feat, thr, val):
-    """Fit all B trees of one agent, each on a fresh bootstrap resample (App. E.2).
-
-    Tree b's resample of the n rows ``obs[:n]`` is drawn as multiplicities
-    ``cnt[:, b]`` (n uniform draws, counted), then the forest is grown by
-    :func:`_grow_forest_nb`.  Used by the fast ``offline-tree`` benchmark;
-    on return ``cnt[:n, b]`` holds tree b's multiplicities.
-    """
-    _multinomial_counts_nb(n, rng, cnt)
-    B = cnt.shape[1]
-    nfeat = np.empty(B, dtype=np.int64)
-    nthr = np.empty(B, dtype=np.int64)
-    _grow_forest_nb(Xb, n_bins, max_bins, R, agent, obs, n, max_depth, min_leaf, cnt,
-                    H, HS, node_c, node_s, wl, can, cl, sl, best, bpos, tot_c, tot_s,
-                    nfeat, nthr, feat, thr, val)
-
-
 # --- online forest of the fast engine ----------------------------------------
 #
 # The fast tree policies replace the reference engine's fresh multinomial
@@ -2123,8 +1973,9 @@ def _fit_forest_nb(Xb, n_bins, max_bins, R, agent, obs, n, max_depth, min_leaf, 
 # sampling: when agent a observes a reward, each of its B trees draws a weight
 # w ~ Poisson(1) for that observation, fixed from then on.  At every refit
 # (every 20 observed rewards, as in the paper) tree b is the exact histogram
-# CART fit on the agent's data with weights w_b - the tree _grow_forest_nb
-# would grow from scratch - but it is obtained incrementally:
+# CART fit on the agent's data with weights w_b - the tree a refit of an empty
+# forest holding these rows grows (_fit_forest_nb) - but it is obtained
+# incrementally:
 #
 # - every internal node of every tree keeps its histogram of (weighted count,
 #   weighted reward sum) per feature bin; a new observation is routed down the
@@ -2254,8 +2105,10 @@ def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
     """Refit one agent's online forest on its first n rows, incrementally.
 
     ``Xa[k]``, ``ya[k]``: bins and reward of the agent's k-th row; ``W[b, k]``
-    its weight in tree b.  On return every tree equals the from-scratch fit
-    :func:`_grow_forest_nb` on the same weighted rows (tested tree by tree).
+    its weight in tree b.  On return every tree equals the fit from scratch
+    (one refit of an empty forest) on the same weighted rows (tested tree by
+    tree); on an empty forest it grows every tree level by level from the
+    rows.
     ``head``/``nxt`` are the bin lists of :func:`_online_observe_nb`.
     ``stale`` (nodes whose histogram must be rebuilt) is scratch.  Adds to
     ``stats[level]`` the number of (tree, node) pairs of that level whose
@@ -2361,6 +2214,51 @@ def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
         for b in range(B):
             C = node_c[u, b]
             val[b, u] = node_s[u, b] / C if C > 0 else 0.0
+
+
+@njit(cache=True)
+def _bootstrap_weights_nb(n_trees, n, rng):
+    """Multinomial bootstrap multiplicities ``W[b, k]``: per tree b, n uniform
+    draws from the n rows, counted (App. E.2)."""
+    W = np.zeros((n_trees, n), dtype=np.int32)
+    for b in range(n_trees):
+        for _ in range(n):
+            W[b, _randint(rng, n)] += 1
+    return W
+
+
+@njit(cache=True)
+def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
+    """Fit tree b on the rows ``(Xb[k], y[k])`` with weights ``W[b, k]``, from scratch.
+
+    The forest is the first refit (:func:`_online_refit_nb`) of an empty
+    online forest holding the rows with these weights.  The fast
+    ``offline-tree`` benchmark fits it on multinomial bootstrap weights
+    (:func:`_bootstrap_weights_nb`).  Returns ``(feat, thr, val)``.
+    """
+    n_trees, n = W.shape
+    d = Xb.shape[1]
+    n_nodes = 2 ** (max_depth + 1) - 1
+    n_int = 2 ** max_depth - 1
+    feat = np.full((n_trees, n_nodes), -1, dtype=np.int32)
+    thr = np.zeros((n_trees, n_nodes), dtype=np.int32)
+    val = np.zeros((n_trees, n_nodes))
+    H = np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32)
+    HS = np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32)
+    node_c = np.zeros((n_nodes, n_trees), dtype=np.int64)
+    node_s = np.zeros((n_nodes, n_trees), dtype=np.int64)
+    head = np.full((d, max_bins), -1, dtype=np.int32)
+    nxt = np.empty((d, n), dtype=np.int32)
+    for k in range(n):
+        _online_add_row_nb(Xb[k], y[k], k, max_depth, max_bins, W, H, HS, node_c, node_s,
+                           feat, thr, head, nxt)
+    _online_refit_nb(Xb, y, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS, node_c,
+                     node_s, feat, thr, val, head, nxt, np.zeros((n_int, n_trees), np.bool_),
+                     np.empty(n_trees, np.bool_), np.empty(n_trees), np.empty(n_trees),
+                     np.empty(n_trees), np.empty(n_trees), np.empty(n_trees),
+                     np.empty(n_trees), np.empty(n_trees, np.int64),
+                     np.empty(n_trees, np.int64), np.zeros(3 * max_depth, np.int64))
+    return feat, thr, val
 
 
 # =============================================================================
@@ -4033,33 +3931,13 @@ def _offline_tree_runs(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, st
     """Fast ``offline-tree``: per run and agent, one forest on all T tasks."""
     runs = states.shape[0]
     T, A = R.shape
-    d = Xb.shape[1]
     choice = np.zeros((runs, T), dtype=np.int32)
-    n_nodes = 2 ** (max_depth + 1) - 1
-    n_int = 2 ** max_depth - 1
     for k in prange(runs):
-        feat = np.full((n_trees, n_nodes), -1, dtype=np.int32)
-        thr = np.zeros((n_trees, n_nodes), dtype=np.int32)
-        val = np.zeros((n_trees, n_nodes))
-        obs = np.arange(T).astype(np.int32)
-        cnt = np.empty((T, n_trees), dtype=np.int32)
-        H = np.empty((n_int, d * max_bins, n_trees), dtype=np.int32)
-        HS = np.empty((n_int, d * max_bins, n_trees), dtype=np.int32)
-        node_c = np.empty((n_nodes, n_trees), dtype=np.int64)
-        node_s = np.empty((n_nodes, n_trees), dtype=np.int64)
-        wl = np.empty((max(n_int // 2 + 1, 1), n_trees), dtype=np.int32)
-        can = np.empty(n_trees, dtype=np.bool_)
-        cl = np.empty(n_trees)
-        sl = np.empty(n_trees)
-        best_s = np.empty(n_trees)
-        bpos = np.empty(n_trees)
-        tot_c = np.empty(n_trees)
-        tot_s = np.empty(n_trees)
         best = np.full(T, -1.0)
         for a in range(A):
-            _fit_forest_nb(Xb, n_bins, max_bins, R, a, obs, T, max_depth, min_leaf, states[k],
-                           cnt, H, HS, node_c, node_s, wl, can, cl, sl, best_s, bpos,
-                           tot_c, tot_s, feat, thr, val)
+            W = _bootstrap_weights_nb(n_trees, T, states[k])
+            feat, thr, val = _fit_forest_nb(Xb, R[:, a].copy(), W, n_bins, max_bins, max_depth,
+                                            min_leaf)
             for i in range(T):
                 acc = 0.0
                 for b in range(n_trees):
@@ -4094,8 +3972,8 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
       feature: being scored in-sample, this benchmark rewards fine thresholds
       more than the online policies do, and with 64 bins it came out about
       0.004 above the reference on a 300-task stream.  Being fitted once, it
-      keeps the multinomial bootstrap of the reference (from-scratch kernel
-      :func:`_fit_forest_nb`), not the online Poisson bootstrap of the online
+      keeps the multinomial bootstrap of the reference
+      (:func:`_bootstrap_weights_nb`, :func:`_fit_forest_nb`), not the online Poisson bootstrap of the online
       tree policies.
 
     Returns ``choice`` (runs x T): the agent given each task, indexed by task.

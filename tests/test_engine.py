@@ -137,16 +137,9 @@ def test_compiled_forest_matches_sklearn_on_its_bootstraps():
     R = (rng.random((T, 1)) < p[:, None]).astype(np.uint8)
     Xb, n_bins, _ = ca._bin_contexts(X, 64)
     mb = int(n_bins.max())
-    n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
-    cnt = np.empty((T, B), np.int32)
-    H = np.empty((n_int, d * mb, B), np.int32)
-    feat, thr, val = np.full((B, n_nodes), -1, np.int32), np.zeros((B, n_nodes), np.int32), np.zeros((B, n_nodes))
-    i64 = lambda *shape: np.empty(shape, np.int64)
-    ca._fit_forest_nb(Xb, n_bins, mb, R, 0, np.arange(T, dtype=np.int32), T, depth, 10,
-                      np.array([3, 1, 4, 1], np.uint64), cnt, H, H.copy(), i64(n_nodes, B),
-                      i64(n_nodes, B), np.empty((4, B), np.int32), np.empty(B, np.bool_),
-                      np.empty(B), np.empty(B), np.empty(B), np.empty(B), np.empty(B), np.empty(B),
-                      feat, thr, val)
+    W = ca._bootstrap_weights_nb(B, T, np.array([3, 1, 4, 1], np.uint64))
+    feat, thr, val = ca._fit_forest_nb(Xb, np.ascontiguousarray(R[:, 0]), W, n_bins, mb, depth, 10)
+    cnt = W.T
     assert (cnt.sum(axis=0) == T).all()  # each tree saw a resample of size T
     assert len({tuple(c) for c in cnt.T}) == B  # and the resamples differ
     for b in range(B):
@@ -177,10 +170,6 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
     i64 = lambda *shape: np.empty(shape or (B,), np.int64)
     scratch = (np.empty(B, np.bool_), f64(), f64(), f64(), f64(), f64(), f64(), i64(), i64())
     stats = np.zeros(3 * depth, np.int64)
-    # from-scratch buffers
-    sH = np.empty((n_int, d * mb, B), np.int32)
-    sfeat, sthr, sval = feat.copy(), thr.copy(), val.copy()
-    R2 = y[:, None].copy()
     checked = 0
     for k in range(n_rows):
         ca._online_observe_nb(Xb[k], y[k], k, depth, mb, rng, W, H, HS, nc, ns, feat, thr,
@@ -190,10 +179,8 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
         n = k + 1
         ca._online_refit_nb(Xb, y, W, n, n_bins, mb, depth, min_leaf, H, HS, nc, ns, feat,
                             thr, val, head, nxt, stale, *scratch, stats)
-        cnt = np.ascontiguousarray(W[:, :n].T.astype(np.int32))
-        ca._grow_forest_nb(Xb, n_bins, mb, R2, 0, np.arange(n, dtype=np.int32), n, depth,
-                           min_leaf, cnt, sH, sH.copy(), i64(n_nodes, B), i64(n_nodes, B),
-                           np.empty((4, B), np.int32), *scratch, sfeat, sthr, sval)
+        sfeat, sthr, sval = ca._fit_forest_nb(Xb, y, np.ascontiguousarray(W[:, :n], np.int32),
+                                              n_bins, mb, depth, min_leaf)
         np.testing.assert_array_equal(feat, sfeat, err_msg=f"features after {n} rows")
         np.testing.assert_array_equal(thr, sthr, err_msg=f"thresholds after {n} rows")
         np.testing.assert_array_equal(val, sval, err_msg=f"leaf values after {n} rows")
