@@ -4421,6 +4421,105 @@ def _state_counts(v, name, n):
                     dtype=np.int64)
 
 
+def _state_config(st, get):
+    """The configuration of a saved router state, checked before anything is built.
+
+    Returns ``(agents, A, kw, model)``: ``kw`` holds the keyword arguments of
+    :class:`Router` (policy, eta, seed, n_features, settings, max_pending, max_age).
+    """
+    lim = ROUTER_STATE_LIMITS
+    settings_d = st["settings"]
+    if not isinstance(settings_d, dict) or set(settings_d) != set(ModelSettings.__dataclass_fields__):
+        raise ValueError("state['settings'] must hold every field of ModelSettings")
+    try:
+        settings = ModelSettings(**settings_d)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"state['settings']: {exc}") from None
+    policy = st["policy"]
+    if not isinstance(policy, str) or policy not in ROUTER_POLICIES:
+        raise ValueError(f"state['policy'] must be one of {', '.join(ROUTER_POLICIES)}, "
+                         f"got {policy!r}")
+    agents = st["agents"]
+    if isinstance(agents, list):
+        A = len(agents)
+    else:
+        A = _state_int(agents, "state['agents']", 2, lim["agents"])
+    if not 2 <= A <= lim["agents"]:
+        raise ValueError(f"state['agents'] must name 2 to {lim['agents']} agents, got {A}")
+    model = st["model"]
+    if not isinstance(model, dict):
+        raise ValueError("state['model'] must be an object")
+    d = st["n_features"]
+    if d is not None:
+        d = _state_int(d, "state['n_features']", 1, lim["n_features"])
+    kw = dict(policy=policy, eta=st["eta"], seed=st["seed"], n_features=d, settings=settings)
+    for key, lo in (("max_pending", 1), ("max_age", 0)):
+        v = get(key, None)
+        kw[key] = None if v is None else _state_int(v, f"state[{key!r}]", lo, lim["count"])
+    return agents, A, kw, model
+
+
+def _state_logistic_lists(model, A, d, policy):
+    """Check the sizes of a saved logistic model before a router is allocated."""
+    if d is None:
+        raise ValueError(f"state['n_features'] must be an integer for policy {policy!r}")
+    p = d + 1
+    theta, Sigma = model["theta"], model["Sigma"]
+    if (not isinstance(theta, list) or len(theta) != A
+            or not all(isinstance(t, list) and len(t) == p for t in theta)):
+        raise ValueError(f"state['model']['theta'] must be {A} lists of {p} numbers")
+    if (not isinstance(Sigma, list) or len(Sigma) != A
+            or not all(isinstance(S, list) and len(S) == p
+                       and all(isinstance(r, list) and len(r) == p for r in S)
+                       for S in Sigma)):
+        raise ValueError(f"state['model']['Sigma'] must be {A} matrices {p} x {p}")
+
+
+def _state_tree_rows(model, A, d, settings, version):
+    """The bin edges and each agent's rows of a saved tree model, checked.
+
+    Every declared size is checked against the data present, and the forest
+    arrays against :data:`ROUTER_STATE_LIMITS`, before any allocation.
+    Returns a dict with ``edges``, ``nobs``, ``rows`` (per agent, state key
+    -> array), ``cap`` (row capacity) and ``stream``.
+    """
+    lim = ROUTER_STATE_LIMITS
+    edges = model["edges"]
+    if (not isinstance(edges, list) or d is None or len(edges) != d
+            or not all(isinstance(e, list) and len(e) < settings.max_bins for e in edges)):
+        raise ValueError(f"state['model']['edges'] must be {d} lists of fewer than "
+                         f"{settings.max_bins} bin edges")
+    e_arr = [_validate_matrix(e, "state['model']['edges'][j]", ndim=1) for e in edges]
+    if any(np.any(np.diff(e) <= 0) for e in e_arr):
+        raise ValueError("state['model']['edges'] must be increasing")
+    max_bins = max(len(e) for e in e_arr) + 1
+    B, depth = settings.n_trees, settings.max_depth
+    nobs = model["nobs"]
+    if not isinstance(nobs, list) or len(nobs) != A:
+        raise ValueError(f"state['model']['nobs'] must be {A} non-negative integers")
+    nobs = [_state_int(v, "state['model']['nobs']", 0, lim["count"]) for v in nobs]
+    for key, _, _ in Router._TREE_ROWS:
+        if not isinstance(model[key], list) or len(model[key]) != A:
+            raise ValueError(f"state['model'][{key!r}] must have one entry per agent")
+    rows = []
+    for a in range(A):
+        n = nobs[a]
+        shapes = {"bins": (n, d), "rewards": (n,), "weights": (B, n)}
+        rows.append({key: _unpack_uint8(model[key][a], f"state['model'][{key!r}][{a}]",
+                                        shapes[key]) for key, _, _ in Router._TREE_ROWS})
+    cap = 256
+    while cap < max(nobs) + 1:
+        cap *= 2
+    need = _router_tree_bytes(A, B, depth, d, max_bins, cap)
+    if need > lim["bytes"]:
+        raise ValueError(f"state['settings'] (n_trees={B}, max_depth={depth}) with "
+                         f"{A} agents, n_features={d} and {max_bins} bins would need "
+                         f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
+                         f"{lim['bytes'] / 2 ** 20:.0f} MiB a saved state may ask for")
+    stream = model.get("stream") if version >= 2 else None
+    return {"edges": e_arr, "nobs": nobs, "rows": rows, "cap": cap, "stream": stream}
+
+
 def _router_tree_bytes(A, B, depth, d, max_bins, rows):
     """Bytes of a tree router's arrays (forests, histograms, stored rows)."""
     n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
@@ -5076,18 +5175,16 @@ class Router:
             "pending": [[tid, int(a), [float(v) for v in x], int(seq)]
                         for tid, (a, x, seq) in self._pending.items()],
         }
-        p = self.policy
-        if p in ("random", "marginal"):
-            model = {"n": self._n.tolist(), "s": self._s.tolist()}
-        elif p.startswith("logistic"):
-            model = {"theta": self._theta.tolist(), "Sigma": self._Sigma.tolist(),
-                     "gauss": self._gauss.tolist()}
+        if self._kind < 2:
+            model = {key: getattr(self, attr).tolist()
+                     for key, attr in self._MODEL_ARRAYS[self._kind]}
         else:
             n = [int(v) for v in self._nobs]
-            model = {"edges": self._edges_list, "nobs": n,
-                     "bins": [_pack_uint8(self._Xa[a, :n[a]]) for a in range(self._A)],
-                     "rewards": [_pack_uint8(self._ya[a, :n[a]]) for a in range(self._A)],
-                     "weights": [_pack_uint8(self._W[a, :, :n[a]]) for a in range(self._A)]}
+            model = {"edges": self._edges_list, "nobs": n}
+            for key, attr, axis in self._TREE_ROWS:
+                model[key] = [_pack_uint8(getattr(self, attr)[a][(slice(None),) * axis
+                                                                 + (slice(0, n[a]),)])
+                              for a in range(self._A)]
             if self._stream_bins:
                 model["stream"] = {
                     "n_seen": int(self._n_seen),
@@ -5139,95 +5236,39 @@ class Router:
 
     @classmethod
     def _from_state_v2(cls, st, version):
-        lim = ROUTER_STATE_LIMITS
-        settings_d = st["settings"]
-        if not isinstance(settings_d, dict) or set(settings_d) != set(ModelSettings.__dataclass_fields__):
-            raise ValueError("state['settings'] must hold every field of ModelSettings")
-        try:
-            settings = ModelSettings(**settings_d)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"state['settings']: {exc}") from None
-        policy = st["policy"]
-        if not isinstance(policy, str) or policy not in ROUTER_POLICIES:
-            raise ValueError(f"state['policy'] must be one of {', '.join(ROUTER_POLICIES)}, "
-                             f"got {policy!r}")
-        agents = st["agents"]
-        if isinstance(agents, list):
-            A = len(agents)
-        else:
-            A = _state_int(agents, "state['agents']", 2, lim["agents"])
-        if not 2 <= A <= lim["agents"]:
-            raise ValueError(f"state['agents'] must name 2 to {lim['agents']} agents, got {A}")
-        model = st["model"]
-        if not isinstance(model, dict):
-            raise ValueError("state['model'] must be an object")
-        d = st["n_features"]
-        if d is not None:
-            d = _state_int(d, "state['n_features']", 1, lim["n_features"])
         get = (lambda k, default: st.get(k, default)) if version < 2 else (lambda k, _: st[k])
-        max_pending, max_age = get("max_pending", None), get("max_age", None)
-        if max_pending is not None:
-            max_pending = _state_int(max_pending, "state['max_pending']", 1, lim["count"])
-        if max_age is not None:
-            max_age = _state_int(max_age, "state['max_age']", 0, lim["count"])
-        kw = dict(policy=policy, eta=st["eta"], seed=st["seed"], n_features=d,
-                  settings=settings, max_pending=max_pending, max_age=max_age)
-        stream = None
-        if policy.startswith("tree"):
-            edges = model["edges"]
-            if (not isinstance(edges, list) or d is None or len(edges) != d
-                    or not all(isinstance(e, list) and len(e) < settings.max_bins
-                               for e in edges)):
-                raise ValueError(f"state['model']['edges'] must be {d} lists of fewer than "
-                                 f"{settings.max_bins} bin edges")
-            e_arr = [_validate_matrix(e, "state['model']['edges'][j]", ndim=1) for e in edges]
-            if any(np.any(np.diff(e) <= 0) for e in e_arr):
-                raise ValueError("state['model']['edges'] must be increasing")
-            max_bins = max(len(e) for e in e_arr) + 1
-            B, depth = settings.n_trees, settings.max_depth
-            nobs = model["nobs"]
-            if not isinstance(nobs, list) or len(nobs) != A:
-                raise ValueError(f"state['model']['nobs'] must be {A} non-negative integers")
-            nobs = [_state_int(v, "state['model']['nobs']", 0, lim["count"]) for v in nobs]
-            for key in ("bins", "rewards", "weights"):
-                if not isinstance(model[key], list) or len(model[key]) != A:
-                    raise ValueError(f"state['model'][{key!r}] must have one entry per agent")
-            # sizes declared against the data present, before any allocation
-            rows = []
-            for a in range(A):
-                n = nobs[a]
-                rows.append((
-                    _unpack_uint8(model["bins"][a], f"state['model']['bins'][{a}]", (n, d)),
-                    _unpack_uint8(model["rewards"][a], f"state['model']['rewards'][{a}]", (n,)),
-                    _unpack_uint8(model["weights"][a], f"state['model']['weights'][{a}]",
-                                  (B, n))))
-            cap = 256
-            while cap < max(nobs) + 1:
-                cap *= 2
-            need = _router_tree_bytes(A, B, depth, d, max_bins, cap)
-            if need > lim["bytes"]:
-                raise ValueError(f"state['settings'] (n_trees={B}, max_depth={depth}) with "
-                                 f"{A} agents, n_features={d} and {max_bins} bins would need "
-                                 f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
-                                 f"{lim['bytes'] / 2 ** 20:.0f} MiB a saved state may ask for")
-            if version >= 2:
-                stream = model.get("stream")
-            if stream is None:
-                kw["X_reference"] = np.zeros((1, d))
-        elif policy.startswith("logistic"):
-            if d is None:
-                raise ValueError(f"state['n_features'] must be an integer for policy {policy!r}")
-            p = d + 1
-            theta, Sigma = model["theta"], model["Sigma"]
-            if (not isinstance(theta, list) or len(theta) != A
-                    or not all(isinstance(t, list) and len(t) == p for t in theta)):
-                raise ValueError(f"state['model']['theta'] must be {A} lists of {p} numbers")
-            if (not isinstance(Sigma, list) or len(Sigma) != A
-                    or not all(isinstance(S, list) and len(S) == p
-                               and all(isinstance(r, list) and len(r) == p for r in S)
-                               for S in Sigma)):
-                raise ValueError(f"state['model']['Sigma'] must be {A} matrices {p} x {p}")
+        agents, A, kw, model = _state_config(st, get)
+        tree = None
+        if kw["policy"].startswith("tree"):
+            tree = _state_tree_rows(model, A, kw["n_features"], kw["settings"], version)
+            if tree["stream"] is None:
+                kw["X_reference"] = np.zeros((1, kw["n_features"]))
+        elif kw["policy"].startswith("logistic"):
+            _state_logistic_lists(model, A, kw["n_features"], kw["policy"])
         router = cls(agents, st["capacities"], **kw)
+        counters = router._state_counters(st, get)
+        entries = router._state_pending(st["pending"], counters, version)
+        if tree is None:
+            router._restore_arrays(model, counters["rewards_seen"])
+        else:
+            router._restore_tree(tree, counters["rewards_seen"])
+        router._rng[:] = np.array(counters.pop("rng"), dtype=np.uint64)
+        router._Q[:] = counters.pop("Q")
+        router._counts[:] = counters.pop("assigned_counts")
+        router._n_rewards[:] = counters.pop("rewards_seen")
+        for key, v in counters.items():        # n_assigned, n_cancelled, n_expired
+            setattr(router, key, v)
+        last_id = get("last_task_id", None)
+        router.last_task_id = None if last_id is None else _validate_task_id(
+            last_id, "state['last_task_id']")
+        router._pending = entries
+        if router._expiry:
+            router._order = deque((e[2], tid) for tid, e in entries.items())
+        return router
+
+    def _state_counters(self, st, get):
+        """The random state, queues and counters of a saved state, checked."""
+        lim, A = ROUTER_STATE_LIMITS, self._A
         rng = st["rng"]
         if (not isinstance(rng, list) or len(rng) != 4
                 or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** 64
@@ -5242,19 +5283,24 @@ class Router:
         Q = _validate_matrix(st["Q"], "state['Q']", ndim=1)
         if Q.shape != (A,) or np.any(Q < 0):
             raise ValueError(f"state['Q'] must be {A} non-negative numbers")
-        if np.any(Q > n_assigned) or np.any(Q[~router._constrained] != 0):
+        if np.any(Q > n_assigned) or np.any(Q[~self._constrained] != 0):
             raise ValueError(f"state['Q'] = {Q.tolist()} is impossible after {n_assigned} "
                              f"assigned tasks: a queue grows by at most 1 per task (Eq. 1) "
                              f"and a free agent's queue is 0")
-        n_cancelled = _state_int(get("n_cancelled", 0), "state['n_cancelled']", 0, lim["count"])
-        n_expired = _state_int(get("n_expired", 0), "state['n_expired']", 0, lim["count"])
-        pending = st["pending"]
+        return {"rng": rng, "n_assigned": n_assigned, "assigned_counts": counts,
+                "rewards_seen": seen, "Q": Q,
+                **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
+                   for key in ("n_cancelled", "n_expired")}}
+
+    def _state_pending(self, pending, counters, version):
+        """The pending tasks of a saved state, checked: task id -> (agent, context, seq)."""
+        n_assigned, counts = counters["n_assigned"], counters["assigned_counts"]
         if not isinstance(pending, list) or len(pending) > n_assigned:
             raise ValueError("state['pending'] must be a list of [task_id, agent, context, "
                              "sequence number], no longer than state['n_assigned']")
-        if max_pending is not None and len(pending) > max_pending:
+        if self.max_pending is not None and len(pending) > self.max_pending:
             raise ValueError(f"state['pending'] holds {len(pending)} tasks, more than "
-                             f"state['max_pending'] = {max_pending}")
+                             f"state['max_pending'] = {self.max_pending}")
         entries = {}
         width = 3 if version < 2 else 4
         last = -1
@@ -5265,7 +5311,7 @@ class Router:
             tid = _validate_task_id(e[0], "state['pending'] task id")
             if tid in entries:
                 raise ValueError(f"state['pending'] lists task {tid!r} twice")
-            a = router._agent_index(e[1], "state['pending'] agent")
+            a = self._agent_index(e[1], "state['pending'] agent")
             if counts[a] == 0:
                 raise ValueError(f"state['pending'] holds a task of agent {a}, which "
                                  f"state['assigned_counts'] says was never assigned one")
@@ -5274,77 +5320,70 @@ class Router:
             if width == 4 and seq <= last:
                 raise ValueError("state['pending'] sequence numbers must increase")
             last = seq
-            entries[tid] = (a, router._context(e[2], "state['pending'] context"), seq)
-        if policy in ("random", "marginal"):
-            vals = {}
-            for key in ("n", "s"):
-                v = _validate_matrix(model[key], f"state['model'][{key!r}]", ndim=1)
-                if v.shape != (A,) or np.any(v < 0):
-                    raise ValueError(f"state['model'][{key!r}] must be {A} non-negative numbers")
-                vals[key] = v
+            entries[tid] = (a, self._context(e[2], "state['pending'] context"), seq)
+        return entries
+
+    #: The saved model arrays of the non-contextual (kind 0) and logistic
+    #: (kind 1) routers: state key -> attribute.  The tree router (kind 2)
+    #: saves each agent's rows instead (:data:`_TREE_ROWS`).
+    _MODEL_ARRAYS = {0: (("n", "_n"), ("s", "_s")),
+                     1: (("theta", "_theta"), ("Sigma", "_Sigma"), ("gauss", "_gauss"))}
+    #: The tree router's stored rows: state key -> (attribute, row axis of an agent's array).
+    _TREE_ROWS = (("bins", "_Xa", 0), ("rewards", "_ya", 0), ("weights", "_W", 1))
+
+    def _restore_arrays(self, model, seen):
+        """Check the saved model arrays against this router's and install them."""
+        vals = {}
+        for key, attr in self._MODEL_ARRAYS[self._kind]:
+            want = getattr(self, attr).shape
+            v = _validate_matrix(model[key], f"state['model'][{key!r}]", ndim=len(want))
+            if v.shape != want:
+                raise ValueError(f"state['model'][{key!r}] must have shape {want}")
+            vals[key] = v
+        if self._kind == 0:
+            for key, v in vals.items():
+                if np.any(v < 0):
+                    raise ValueError(f"state['model'][{key!r}] must be {self._A} non-negative "
+                                     f"numbers")
             if np.any(vals["n"] != seen):
                 raise ValueError("state['model']['n'] must equal state['rewards_seen']")
             if np.any(vals["s"] > vals["n"]) or np.any(vals["s"] != np.round(vals["s"])):
                 raise ValueError("state['model']['s'] must be whole numbers of rewards, at most "
                                  "state['model']['n'] per agent (rewards are 0 or 1)")
-            router._n[:] = vals["n"]
-            router._s[:] = vals["s"]
-        elif policy.startswith("logistic"):
-            p = d + 1
-            theta = _validate_matrix(model["theta"], "state['model']['theta']")
-            Sigma = _validate_matrix(model["Sigma"], "state['model']['Sigma']", ndim=3)
-            gauss = _validate_matrix(model["gauss"], "state['model']['gauss']", ndim=1)
-            if theta.shape != (A, p) or Sigma.shape != (A, p, p) or gauss.shape != (2,):
-                raise ValueError(f"state['model'] must hold theta ({A}, {p}), Sigma "
-                                 f"({A}, {p}, {p}) and gauss (2,)")
-            if gauss[0] not in (0.0, 1.0):
+        else:
+            if vals["gauss"][0] not in (0.0, 1.0):
                 raise ValueError("state['model']['gauss'][0] must be 0 or 1 (has a spare draw)")
-            for a in range(A):
-                if not np.array_equal(Sigma[a], Sigma[a].T):
+            for a, S in enumerate(vals["Sigma"]):
+                if not np.array_equal(S, S.T):
                     raise ValueError(f"state['model']['Sigma'][{a}] is not symmetric")
                 try:
-                    np.linalg.cholesky(Sigma[a])
+                    np.linalg.cholesky(S)
                 except np.linalg.LinAlgError:
                     raise ValueError(f"state['model']['Sigma'][{a}] is not positive "
                                      f"definite") from None
-            router._theta[:] = theta
-            router._Sigma[:] = Sigma
-            router._gauss[:] = gauss
-        else:
-            if any(nobs[a] != seen[a] for a in range(A)):
-                raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
-            if stream is not None:
-                router._restore_stream(stream, e_arr, rows, nobs)
-            router._install_edges(e_arr)
-            router._alloc_rows(cap)
-            for a in range(A):
-                xb, y, w = rows[a]
-                if np.any(xb >= router._n_bins[None, :]):
-                    raise ValueError(f"state['model']['bins'][{a}] has a bin beyond the edges")
-                if np.any(y > 1):
-                    raise ValueError(f"state['model']['rewards'][{a}]: {REWARD_RULE}")
-            for a in range(A):
-                xb, y, w = rows[a]
-                n = nobs[a]
-                router._Xa[a, :n] = xb
-                router._ya[a, :n] = y
-                router._W[a, :, :n] = w
-                router._nobs[a] = n
-                router._replay(a)
-        router._rng[:] = np.array(rng, dtype=np.uint64)
-        router._Q[:] = Q
-        router.n_assigned = n_assigned
-        router._counts[:] = counts
-        router._n_rewards[:] = seen
-        router.n_cancelled = n_cancelled
-        router.n_expired = n_expired
-        last_id = get("last_task_id", None)
-        router.last_task_id = None if last_id is None else _validate_task_id(
-            last_id, "state['last_task_id']")
-        router._pending = entries
-        if router._expiry:
-            router._order = deque((e[2], tid) for tid, e in entries.items())
-        return router
+        for key, attr in self._MODEL_ARRAYS[self._kind]:
+            getattr(self, attr)[:] = vals[key]
+
+    def _restore_tree(self, tree, seen):
+        """Install the checked rows of a saved tree state and rebuild the forests."""
+        nobs, rows = tree["nobs"], tree["rows"]
+        if any(nobs[a] != seen[a] for a in range(self._A)):
+            raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
+        if tree["stream"] is not None:
+            self._restore_stream(tree["stream"], tree["edges"], rows, nobs)
+        self._install_edges(tree["edges"])
+        self._alloc_rows(tree["cap"])
+        for a in range(self._A):
+            if np.any(rows[a]["bins"] >= self._n_bins[None, :]):
+                raise ValueError(f"state['model']['bins'][{a}] has a bin beyond the edges")
+            if np.any(rows[a]["rewards"] > 1):
+                raise ValueError(f"state['model']['rewards'][{a}]: {REWARD_RULE}")
+        for a in range(self._A):
+            for key, attr, axis in self._TREE_ROWS:
+                getattr(self, attr)[a][(slice(None),) * axis + (slice(0, nobs[a]),)] = \
+                    rows[a][key]
+            self._nobs[a] = nobs[a]
+            self._replay(a)
 
     def _replay(self, a, kernel=_router_tree_replay_nb):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
@@ -5432,7 +5471,7 @@ class Router:
                 if r.shape != (nobs[a], d):
                     raise ValueError(f"state['model']['stream']['raw'][{a}] must hold nobs = "
                                      f"{nobs[a]} contexts of {d} features")
-                if not np.array_equal(_bin_with_edges(r, edges), rows[a][0]):
+                if not np.array_equal(_bin_with_edges(r, edges), rows[a]["bins"]):
                     raise ValueError(f"state['model']['bins'][{a}] are not the bins of "
                                      f"state['model']['stream']['raw'][{a}]")
                 self._raw.append(list(r))
