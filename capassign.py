@@ -2288,10 +2288,10 @@ class VirtualQueues:
 
     def update(self, a):
         """Advance the queues after task t went to agent ``a`` (Eq. 1)."""
-        indicator = np.zeros(len(self.Q))
-        indicator[a] = 1.0
-        self.Q = np.where(self.constrained,
-                          np.maximum(self.Q + indicator - self.alpha, 0.0), 0.0)
+        Q, N = self.Q.copy(), np.zeros(len(self.Q), dtype=np.int64)
+        N[a] = 1
+        _queue_update_nb(Q, self.alpha, self.constrained, N, 1)
+        self.Q = Q
         return self
 
 
@@ -2325,11 +2325,12 @@ def select_agent(mu, Q, eta):
                          f"shapes {mu.shape} and {Q.shape}")
     if np.any(Q < 0):
         raise ValueError(f"Q holds negative queues: {Q.tolist()}; virtual queues are >= 0")
-    return int(np.argmax(mu - eta * Q))
+    return int(_select_nb(mu, Q, eta))
 
 
 @njit(cache=True)
 def _select_nb(mu, Q, eta):
+    """Eq. 2: ``argmax_a mu[a] - eta Q[a]``, the first agent on ties."""
     best = 0
     best_s = mu[0] - eta * Q[0]
     for a in range(1, mu.shape[0]):
@@ -2361,14 +2362,28 @@ def _selection_shares_nb(alpha, constrained):
 
 
 @njit(cache=True)
-def _queue_step_nb(Q, alpha, constrained, chosen):
+def _queue_update_nb(Q, alpha, constrained, N, B):
+    """Eq. 1 in place: Q_a <- [Q_a + N_a - B alpha_a]_+, free agents 0.
+
+    ``N[a]`` tasks of a batch of ``B`` went to agent a (App. H.5); one task
+    (B = 1, N the indicator of the chosen agent) is the online update.
+    """
     for a in range(Q.shape[0]):
         if constrained[a]:
-            # (Q + I) - alpha, in the same order as VirtualQueues.update
-            q = (Q[a] + (1.0 if a == chosen else 0.0)) - alpha[a]
+            q = (Q[a] + N[a]) - B * alpha[a]
             Q[a] = q if q > 0.0 else 0.0
         else:
             Q[a] = 0.0
+
+
+@njit(cache=True)
+def _online_step_nb(mu, Q, eta, alpha, constrained):
+    """One online decision: the agent of Eq. 2, then the queues of Eq. 1."""
+    chosen = _select_nb(mu, Q, eta)
+    N = np.zeros(Q.shape[0], dtype=np.int64)
+    N[chosen] = 1
+    _queue_update_nb(Q, alpha, constrained, N, 1)
+    return chosen
 
 
 # --- Mini-batch allocation (paper Sec. 4.2, App. H.5) -------------------------
@@ -2491,52 +2506,8 @@ def batch_counts(B, alpha, Q, constrained=None):
     alpha, constrained = _batch_capacities(alpha, constrained)
     A = alpha.shape[0]
     Q = _validate_queues(Q, A)
-    return _batch_counts_core(B, alpha, Q, constrained)
-
-
-def _batch_counts_core(B, alpha, Q, constrained):
-    """:func:`batch_counts` without input checks, for loops over many batches."""
-    A = alpha.shape[0]
-    Q = np.where(constrained, Q, 0.0)
-    active = np.flatnonzero(constrained & (alpha > 0))
-    target = B * alpha[active] - Q[active]
-    free = np.flatnonzero(~constrained)
-    total = 0.0
-    for a in range(A):  # summed in index order, as in _batch_counts_nb
-        if constrained[a]:
-            total += float(alpha[a])
-    rest = 1.0 - total
-    if free.size and rest > 1e-9:
-        # the free agents' remainder: one more share, with an empty queue
-        active = np.append(active, A)
-        target = np.append(target, B * rest)
-        Q = np.append(Q, 0.0)
-    # Euclidean projection of the targets onto {N >= 0, sum N = B}
-    u = np.sort(target)[::-1]
-    shift = (B - np.cumsum(u)) / np.arange(1, u.size + 1)
-    k = int(np.flatnonzero(u + shift > 0)[-1])
-    n_star = np.maximum(target + shift[k], 0.0)
-    near = np.rint(n_star)
-    n_star = np.where(np.abs(n_star - near) <= 1e-9 * B, near, n_star)
-    base = np.floor(n_star)
-    left = B - int(base.sum())
-    frac = n_star - base
-    if active.size and active[-1] == A:
-        # the constrained agents get the left-over tasks before the remainder
-        # does (the remainder has no queue to carry a deficit to later batches)
-        rank = np.lexsort((active, Q[active], -frac, active == A))
-        base[rank[:left]] += 1
-        N = np.zeros(A + 1, dtype=np.int64)
-        N[active] = base.astype(np.int64)
-        out = N[:A]
-        out[free] = N[A] // free.size
-        out[free[:N[A] % free.size]] += 1
-        return out
-    # largest fractional part first; ties: smaller queue, then lower index
-    rank = np.lexsort((active, Q[active], -frac))
-    base[rank[:left]] += 1
     N = np.zeros(A, dtype=np.int64)
-    N[active] = base.astype(np.int64)
+    _batch_counts_nb(B, alpha, Q, constrained, N)
     return N
 
 
@@ -2554,7 +2525,9 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
     N = _validate_counts(N, A, "N")
     if int(N.sum()) != B:
         raise ValueError(f"N must sum to the batch size B = {B}, got {int(N.sum())}")
-    return np.where(constrained, np.maximum(Q + N - B * alpha, 0.0), 0.0)
+    Q = Q.copy()
+    _queue_update_nb(Q, alpha, constrained, N, B)
+    return Q
 
 
 def batch_assign(scores, counts, constrained=None, *, method="auto"):
@@ -2656,12 +2629,11 @@ def _batch_assign_core(S, counts, constrained, method="auto"):
 
 @njit(cache=True)
 def _batch_counts_nb(B, alpha, Q, constrained, N):
-    """Compiled :func:`_batch_counts_core`: writes the counts into ``N``.
+    """The counts of :func:`batch_counts` (Sec. 4.2, App. H.5), written into ``N``.
 
-    The same arithmetic in the same order (projection, snapping to integers,
-    largest remainders with ties to the smaller queue, then the lower index;
-    the free agents' remainder as one more share, see :func:`batch_counts`),
-    so the counts equal those of :func:`batch_counts` exactly.
+    Projection of the targets B alpha_a - Q_a onto {N >= 0, sum N = B},
+    snapping to integers, largest remainders with ties to the smaller queue,
+    then the lower index; the free agents' remainder as one more share.
     """
     A = alpha.shape[0]
     total = 0.0
@@ -3411,17 +3383,6 @@ def _initial_dead(alpha, constrained, batch, random_policy):
 
 
 @njit(cache=True)
-def _batch_queue_step_nb(Q, alpha, constrained, Nb, nb):
-    """Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+ (App. H.5); free agents 0."""
-    for a in range(Q.shape[0]):
-        if constrained[a]:
-            q = (Q[a] + Nb[a]) - nb * alpha[a]
-            Q[a] = q if q > 0.0 else 0.0
-        else:
-            Q[a] = 0.0
-
-
-@njit(cache=True)
 def _may_die(a, alpha, constrained, eta, early, dead):
     """Whether the early-exit test applies to agent ``a`` (see above)."""
     return early and eta > 0.0 and constrained[a] and alpha[a] == 0.0 and dead[a] == 0
@@ -3554,13 +3515,11 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
             n[a] += 1.0
             s[a] += r
             total += r
+        _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         if batch == 0:
             a = agent[0]
-            _queue_step_nb(Q, alpha, constrained, a)
             if learned and _may_die(a, alpha, constrained, eta, early, dead):
                 _check_dead(a, s[a] / n[a], True, Q, eta, dead)
-        else:
-            _batch_queue_step_nb(Q, alpha, constrained, Nb, nb)
         t += nb
     return total
 
@@ -3619,9 +3578,9 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
             r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
             total += r
             _laplace_update_nb(theta[a], Sigma[a], Xd[i], float(r), w_min, w_max, Sx)
+        _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         if batch == 0:
             a = agent[0]
-            _queue_step_nb(Q, alpha, constrained, a)
             if _may_die(a, alpha, constrained, eta, early, dead):
                 bound = 1.0
                 if not thompson:  # the largest greedy estimate over the stream
@@ -3634,8 +3593,6 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
                         if v > bound:
                             bound = v
                 _check_dead(a, bound, True, Q, eta, dead)
-        else:
-            _batch_queue_step_nb(Q, alpha, constrained, Nb, nb)
         t += nb
     return total
 
@@ -3734,9 +3691,9 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
                                  val[a], head[a], nxt[a], stale, can, cl, sl, best, bpos,
                                  tot_c, tot_s, nfeat, nthr, stats)
                 fitted[a] = True
+        _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         if batch == 0:
             a = agent[0]
-            _queue_step_nb(Q, alpha, constrained, a)
             if _may_die(a, alpha, constrained, eta, early, dead):
                 if fitted[a]:  # every prediction is a mean of stored leaf values
                     bound = 0.0
@@ -3748,8 +3705,6 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
                     bound = 1.0 if thompson else 0.5
                 # a Thompson draw is one stored value; a greedy mean may round up
                 _check_dead(a, bound, thompson or not fitted[a], Q, eta, dead)
-        else:
-            _batch_queue_step_nb(Q, alpha, constrained, Nb, nb)
         t += nb
     return total
 
@@ -4206,9 +4161,7 @@ def _router_tree_mu_nb(X, edges, n_edges, feat, thr, val, fitted, thompson, rng,
                 mu[i, a] = acc / B
     if not step:
         return -1
-    chosen = _select_nb(mu[0], Q, eta)
-    _queue_step_nb(Q, alpha, constrained, chosen)
-    return chosen
+    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
 
 
 @njit(cache=True)
@@ -4328,9 +4281,7 @@ def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
             mu[i, a] = _logistic_score_nb(theta[a], Sigma[a], xd, thompson, kappa, g)
     if not step:
         return -1
-    chosen = _select_nb(mu[0], Q, eta)
-    _queue_step_nb(Q, alpha, constrained, chosen)
-    return chosen
+    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
 
 
 @njit(cache=True)
@@ -4377,13 +4328,14 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
     if not step:
         return -1
     if learned:
-        chosen = _select_nb(mu[0], Q, eta)
-    else:
-        chosen = 0
-        for a in range(A):
-            if mu[0, a] == 1.0:
-                chosen = a
-    _queue_step_nb(Q, alpha, constrained, chosen)
+        return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+    chosen = 0
+    for a in range(A):
+        if mu[0, a] == 1.0:
+            chosen = a
+    N = np.zeros(A, dtype=np.int64)
+    N[chosen] = 1
+    _queue_update_nb(Q, alpha, constrained, N, 1)
     return chosen
 
 

@@ -66,7 +66,8 @@ def test_queue_step_by_hand():
     np.testing.assert_allclose(q.Q, [1.1, 0.3])
     Q = np.zeros(3)
     for a in (0, 0, 1, 2, 2):
-        ca._queue_step_nb(Q, np.array([0.3, 0.7, 0.0]), np.array([True, True, False]), a)
+        ca._queue_update_nb(Q, np.array([0.3, 0.7, 0.0]), np.array([True, True, False]),
+                            np.eye(3, dtype=np.int64)[a], 1)
     # Q_0: 0.7, 1.4, 1.1, 0.8, 0.5 ; Q_1: 0, 0, 0.3, 0 (0.3 - 0.7 floors at 0), 0
     np.testing.assert_allclose(Q, [0.5, 0.0, 0.0])
     free = ca.VirtualQueues([0.4, 0.6, None])
