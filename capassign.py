@@ -3967,6 +3967,8 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     ``capacities`` and ``shares`` (mean realised share of every agent), so
     that :func:`error_table` and :func:`plot_error_vs_capacity` apply.  Run k
     of every row sees the same task order, so rows can be compared run by run.
+    Offline benchmarks ignore capacities: each is simulated once and reported
+    at every capacity vector.
     """
     import pandas as pd
 
@@ -3980,18 +3982,35 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     if len(x) != len(capacities):
         raise ValueError(f"x has {len(x)} values but there are {len(capacities)} "
                          f"capacity vectors")
+    return pd.DataFrame(_grid_rows(X, R, policies, capacities, x, label, True, kwargs))
+
+
+def _grid_rows(X, R, policies, capacities, x, label, details, kwargs):
+    """The rows of :func:`simulate_grid` (``details``: with its extra columns)
+    and of :func:`error_vs_capacity`, one per policy and capacity vector.
+
+    An offline benchmark ignores capacities, so it is simulated once and its
+    result reported at every capacity vector (each still validated).
+    """
     rows = []
     for policy in policies:
+        res = None
         for xi, caps in zip(x, capacities):
-            res = simulate(X, R, caps, policy, **kwargs)
+            if res is None or policy not in OFFLINE_POLICIES:
+                res = simulate(X, R, caps, policy, **kwargs)
+            else:
+                _validate_capacities(caps, res.n_agents)
             m, lo, hi = mean_ci(res.errors)
-            rows.append({"task": label, "policy": policy, "alpha1": float(xi),
-                         "runs": res.runs, "error": m, "std": res.std, "ci_low": lo,
-                         "ci_high": hi, "frac1": float(res.assigned[:, 0].mean()),
-                         "errors": np.asarray(res.errors, dtype=float), "eta": res.eta,
-                         "batch_size": res.batch_size, "capacities": res.capacities,
-                         "shares": res.assigned.mean(axis=0)})
-    return pd.DataFrame(rows)
+            row = {"task": label, "policy": policy, "alpha1": float(xi), "runs": res.runs,
+                   "error": m, "std": res.std, "ci_low": lo, "ci_high": hi,
+                   "frac1": float(res.assigned[:, 0].mean()),
+                   "errors": np.asarray(res.errors, dtype=float)}
+            if details:
+                row.update(eta=res.eta, batch_size=res.batch_size,
+                           capacities=tuple(None if c is None else float(c) for c in caps),
+                           shares=res.assigned.mean(axis=0))
+            rows.append(row)
+    return rows
 
 # --- offline unconstrained benchmark (Sec. 4) --------------------------------
 
@@ -7233,9 +7252,10 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
                       eta=DEFAULT_ETA, seed=0, engine="fast", label=None, hindsight=False):
     """Error rate of each policy at each two-agent capacity (Sec. 4.1, Fig. 3).
 
-    Runs :func:`simulate` for every (policy, alpha_1) pair with capacities
-    ``(alpha_1, 1 - alpha_1)`` and returns a tidy ``pandas.DataFrame`` with one
-    row per pair: ``task`` (``label``), ``policy``, ``alpha1``, ``runs``,
+    The two-agent case of :func:`simulate_grid`: runs :func:`simulate` for
+    every (policy, alpha_1) pair with capacities ``(alpha_1, 1 - alpha_1)``
+    and returns a tidy ``pandas.DataFrame`` with one row per pair: ``task``
+    (``label``), ``policy``, ``alpha1``, ``runs``,
     ``error`` (mean over runs), ``std``, ``ci_low``, ``ci_high`` (95% across
     runs), ``frac1`` (mean realised share of agent 1) and ``errors`` (the
     per-run error rates, an array; run k of every policy sees the same task
@@ -7250,23 +7270,8 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
 
     policies = _validate_policies(policies)
     hindsight = _validate_bool(hindsight, "hindsight")
-    rows = []
-    for policy in policies:
-        offline = policy.startswith("offline")
-        cached = None
-        for a1 in alphas:
-            if offline and cached is not None:
-                res = cached
-            else:
-                res = simulate(X, R, two_agent_capacities(a1), policy, eta=eta,
-                               runs=runs, seed=seed, engine=engine)
-                cached = res
-            m, lo, hi = mean_ci(res.errors)
-            rows.append({"task": label, "policy": policy, "alpha1": float(a1), "runs": runs,
-                         "error": m, "std": float(np.std(res.errors, ddof=1)) if runs > 1 else 0.0,
-                         "ci_low": lo, "ci_high": hi,
-                         "frac1": float(np.mean(res.assigned[:, 0])),
-                         "errors": np.asarray(res.errors, dtype=float)})
+    rows = _grid_rows(X, R, policies, [two_agent_capacities(a1) for a1 in alphas], alphas,
+                      label, False, dict(eta=eta, runs=runs, seed=seed, engine=engine))
     if hindsight:
         for a1 in alphas:
             opt = hindsight_optimum(R, two_agent_capacities(a1))
