@@ -3820,6 +3820,8 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     ``capacities`` and ``shares`` (mean realised share of every agent), so
     that :func:`error_table` and :func:`plot_error_vs_capacity` apply.  Run k
     of every row sees the same task order, so rows can be compared run by run.
+    Offline benchmarks ignore capacities: each is simulated once and reported
+    at every capacity vector.
     """
     import pandas as pd
 
@@ -3833,18 +3835,35 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     if len(x) != len(capacities):
         raise ValueError(f"x has {len(x)} values but there are {len(capacities)} "
                          f"capacity vectors")
+    return pd.DataFrame(_grid_rows(X, R, policies, capacities, x, label, True, kwargs))
+
+
+def _grid_rows(X, R, policies, capacities, x, label, details, kwargs):
+    """The rows of :func:`simulate_grid` (``details``: with its extra columns)
+    and of :func:`error_vs_capacity`, one per policy and capacity vector.
+
+    An offline benchmark ignores capacities, so it is simulated once and its
+    result reported at every capacity vector (each still validated).
+    """
     rows = []
     for policy in policies:
+        res = None
         for xi, caps in zip(x, capacities):
-            res = simulate(X, R, caps, policy, **kwargs)
+            if res is None or policy not in OFFLINE_POLICIES:
+                res = simulate(X, R, caps, policy, **kwargs)
+            else:
+                _validate_capacities(caps, res.n_agents)
             m, lo, hi = mean_ci(res.errors)
-            rows.append({"task": label, "policy": policy, "alpha1": float(xi),
-                         "runs": res.runs, "error": m, "std": res.std, "ci_low": lo,
-                         "ci_high": hi, "frac1": float(res.assigned[:, 0].mean()),
-                         "errors": np.asarray(res.errors, dtype=float), "eta": res.eta,
-                         "batch_size": res.batch_size, "capacities": res.capacities,
-                         "shares": res.assigned.mean(axis=0)})
-    return pd.DataFrame(rows)
+            row = {"task": label, "policy": policy, "alpha1": float(xi), "runs": res.runs,
+                   "error": m, "std": res.std, "ci_low": lo, "ci_high": hi,
+                   "frac1": float(res.assigned[:, 0].mean()),
+                   "errors": np.asarray(res.errors, dtype=float)}
+            if details:
+                row.update(eta=res.eta, batch_size=res.batch_size,
+                           capacities=tuple(None if c is None else float(c) for c in caps),
+                           shares=res.assigned.mean(axis=0))
+            rows.append(row)
+    return rows
 
 # --- offline unconstrained benchmark (Sec. 4) --------------------------------
 
@@ -7061,15 +7080,35 @@ def mean_ci(errors, level=0.95):
     """Mean of per-run errors with a Student-t confidence interval across runs.
 
     Returns ``(mean, low, high)``; with a single run the interval is the point.
+    The interval is SciPy's (``scipy.stats.ttest_1samp(...).confidence_interval``).
     """
-    from scipy import stats
-
-    e = np.asarray(errors, dtype=float)
+    e = np.asarray(errors, dtype=float).ravel()
     m = float(e.mean())
     if e.size < 2:
         return m, m, m
-    half = float(stats.t.ppf(0.5 + level / 2, e.size - 1) * e.std(ddof=1) / math.sqrt(e.size))
-    return m, m - half, m + half
+    return (m, *_t_interval("1samp", e, level=level))
+
+
+def _t_interval(kind, *samples, level):
+    """``(low, high)`` of SciPy's t-test confidence interval, as floats.
+
+    ``kind`` is ``"1samp"`` (mean of one sample), ``"rel"`` (paired) or
+    ``"ind"`` (Welch); a sample without spread gives the point interval,
+    without SciPy's warnings about it.
+    """
+    import warnings
+    from scipy import stats
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if kind == "1samp":
+            res = stats.ttest_1samp(samples[0], 0.0)
+        elif kind == "rel":
+            res = stats.ttest_rel(*samples)
+        else:
+            res = stats.ttest_ind(*samples, equal_var=False)
+        ci = res.confidence_interval(level)
+    return float(ci.low), float(ci.high)
 
 
 def two_agent_capacities(alpha1):
@@ -7082,9 +7121,10 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
                       eta=DEFAULT_ETA, seed=0, engine="fast", label=None, hindsight=False):
     """Error rate of each policy at each two-agent capacity (Sec. 4.1, Fig. 3).
 
-    Runs :func:`simulate` for every (policy, alpha_1) pair with capacities
-    ``(alpha_1, 1 - alpha_1)`` and returns a tidy ``pandas.DataFrame`` with one
-    row per pair: ``task`` (``label``), ``policy``, ``alpha1``, ``runs``,
+    The two-agent case of :func:`simulate_grid`: runs :func:`simulate` for
+    every (policy, alpha_1) pair with capacities ``(alpha_1, 1 - alpha_1)``
+    and returns a tidy ``pandas.DataFrame`` with one row per pair: ``task``
+    (``label``), ``policy``, ``alpha1``, ``runs``,
     ``error`` (mean over runs), ``std``, ``ci_low``, ``ci_high`` (95% across
     runs), ``frac1`` (mean realised share of agent 1) and ``errors`` (the
     per-run error rates, an array; run k of every policy sees the same task
@@ -7099,23 +7139,8 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
 
     policies = _validate_policies(policies)
     hindsight = _validate_bool(hindsight, "hindsight")
-    rows = []
-    for policy in policies:
-        offline = policy.startswith("offline")
-        cached = None
-        for a1 in alphas:
-            if offline and cached is not None:
-                res = cached
-            else:
-                res = simulate(X, R, two_agent_capacities(a1), policy, eta=eta,
-                               runs=runs, seed=seed, engine=engine)
-                cached = res
-            m, lo, hi = mean_ci(res.errors)
-            rows.append({"task": label, "policy": policy, "alpha1": float(a1), "runs": runs,
-                         "error": m, "std": float(np.std(res.errors, ddof=1)) if runs > 1 else 0.0,
-                         "ci_low": lo, "ci_high": hi,
-                         "frac1": float(np.mean(res.assigned[:, 0])),
-                         "errors": np.asarray(res.errors, dtype=float)})
+    rows = _grid_rows(X, R, policies, [two_agent_capacities(a1) for a1 in alphas], alphas,
+                      label, False, dict(eta=eta, runs=runs, seed=seed, engine=engine))
     if hindsight:
         for a1 in alphas:
             opt = hindsight_optimum(R, two_agent_capacities(a1))
@@ -7268,31 +7293,24 @@ def difference_ci(errors, baseline_errors, *, paired=True, level=0.95):
     independent samples, half-width t_nu sqrt(s_1^2/n_1 + s_2^2/n_2) with
     the Welch-Satterthwaite degrees of freedom nu.
 
-    Returns ``(mean, low, high)``.  The paper reports no intervals (Sec. 4);
+    Returns ``(mean, low, high)``; the interval is SciPy's
+    (``scipy.stats.ttest_rel`` / ``ttest_ind(equal_var=False)``
+    ``.confidence_interval``).  The paper reports no intervals (Sec. 4);
     this is the uncertainty behind its claim "contextual beats random".
     """
-    from scipy import stats
-
     paired = _validate_bool(paired, "paired")
     a = _errors_vector(errors, "errors")
     b = _errors_vector(baseline_errors, "baseline_errors")
     level = _check_level(level)
-    q = 0.5 + level / 2
     if paired:
         if a.size != b.size:
             raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
                              f"as in baseline_errors ({b.size})")
-        d = a - b
-        m = float(d.mean())
-        half = float(stats.t.ppf(q, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
-        return m, m - half, m + half
+        return (float((a - b).mean()), *_t_interval("rel", a, b, level=level))
     m = float(a.mean() - b.mean())
-    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    if va + vb == 0:
+    if a.var(ddof=1) / a.size + b.var(ddof=1) / b.size == 0:
         return m, m, m
-    nu = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
-    half = float(stats.t.ppf(q, nu) * math.sqrt(va + vb))
-    return m, m - half, m + half
+    return (m, *_t_interval("ind", a, b, level=level))
 
 
 def runs_needed(errors, baseline_errors, *, paired=True, level=0.95, max_runs=1_000_000):

@@ -366,3 +366,23 @@ def test_simulate_grid_rows_are_simulate_results(stream):
         ca.simulate_grid(X, R, ["random"], caps, x=[0.1], runs=2)
     with pytest.raises(TypeError, match="policies"):
         ca.simulate_grid(X, R, "random", caps, runs=2)
+
+
+def test_offline_benchmark_is_simulated_once_and_error_vs_capacity_is_the_two_agent_grid(stream):
+    X, R = stream
+    alphas = (0.0, 0.3, 1.0)
+    caps = [ca.two_agent_capacities(a) for a in alphas]
+    policies = ["random", "offline-logistic"]
+    df = ca.simulate_grid(X, R, policies, caps, x=alphas, runs=2, seed=3, label="s")
+    for _, row in df.iterrows():        # the offline result reused at every capacity is its own
+        res = ca.simulate(X, R, row.capacities, row.policy, runs=2, seed=3)
+        assert row.capacities == res.capacities
+        np.testing.assert_array_equal(row.errors, res.errors)
+        np.testing.assert_array_equal(row.shares, res.assigned.mean(axis=0))
+    evc = ca.error_vs_capacity(X, R, policies, alphas, runs=2, seed=3, label="s")
+    assert list(evc.columns) == list(df.columns[:len(evc.columns)])
+    for c in evc.columns:
+        for u, v in zip(evc[c], df[c]):
+            np.testing.assert_array_equal(u, v)
+    with pytest.raises(ValueError, match="sum to"):
+        ca.simulate_grid(X, R, ["offline-logistic"], [(0.5, 0.5), (0.5, 0.7)], runs=1)
