@@ -76,7 +76,7 @@ __all__ = [
     "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
     "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
     "PAPER_TABLE3", "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
-    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_EXPERIMENTS",
+    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS", "MMLU_EXPERIMENTS",
     "tabular_agent_accuracies", "mmlu_questions", "mmlu_models", "mmlu_substitutes",
     "mmlu_embeddings", "embed_mmlu_questions", "first_pc", "mmlu_task", "synthetic_task",
     "load_task", "accuracy_by_context",
@@ -218,10 +218,9 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
     constrained : ndarray of bool, shape (A,)
         True where the agent has a capacity constraint.
     """
-    if capacities is None or isinstance(capacities, (str, bytes, dict)):
-        raise TypeError(f"{name} must be a sequence of numbers (or None for a "
-                        f"free agent), got {type(capacities).__name__}")
     try:
+        if capacities is None or isinstance(capacities, (str, bytes, dict)):
+            raise TypeError
         entries = list(capacities)
     except TypeError:
         raise TypeError(f"{name} must be a sequence of numbers (or None for a "
@@ -239,14 +238,8 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
                 raise ValueError(f"{name}[{a}] is None, but unconstrained agents "
                                  f"are not allowed here")
             constrained[a] = False
-            continue
-        if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{name}[{a}] must be a number in [0, 1] or None, "
-                            f"got {c!r}")
-        c = float(c)
-        if not math.isfinite(c) or c < 0.0 or c > 1.0:
-            raise ValueError(f"{name}[{a}] = {c!r} is not a share in [0, 1]")
-        alpha[a] = c
+        else:
+            alpha[a] = _validate_share(c, f"{name}[{a}]")
     if not constrained.any():
         raise ValueError(f"{name}: at least one agent must be capacity-constrained")
     total = float(alpha[constrained].sum())
@@ -277,17 +270,49 @@ def _selection_shares(alpha, constrained):
     return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
 
 
-def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float):
-    """Convert ``M`` to a float array of ``ndim`` dimensions and check it."""
+def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0):
+    """An array argument: ``ndim`` dimensions, at least ``min_rows`` rows; return it.
+
+    Raises TypeError for what NumPy cannot convert to ``dtype`` and ValueError
+    for a wrong number of dimensions, too few rows (entries of a 1-d array)
+    or, with ``finite``, a NaN or an infinity.
+    """
     try:
         arr = np.asarray(M, dtype=dtype)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a numeric array") from None
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-d array, got shape {arr.shape}")
+    if arr.shape[0] < min_rows:
+        rows = ("entr" + ("y" if min_rows == 1 else "ies") if ndim == 1
+                else "row" + ("" if min_rows == 1 else "s"))
+        count = "one" if min_rows == 1 else "two" if min_rows == 2 else min_rows
+        raise ValueError(f"{name} must have at least {count} {rows}, got shape {arr.shape}")
     if finite and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinite values")
     return arr
+
+
+def _validate_names(values, allowed, name, *, min_count=1, unique=False):
+    """A list of at least ``min_count`` names, each one of ``allowed``; return it as a list.
+
+    A single string is refused (TypeError: it is one name, not a list of
+    them); every entry is checked by :func:`_validate_choice` under the name
+    ``name[i]``, so a wrong entry reads as it would alone:
+    ``"policies[0] must be one of 'random', ..., got 'ucb'"``.
+    """
+    expected = ("a list of names" if min_count < 1 else "a non-empty list of names"
+                if min_count == 1 else f"a list of at least {min_count} names")
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be {expected}, got {values!r}")
+    values = list(values)
+    if len(values) < min_count:
+        raise ValueError(f"{name} must be {expected}, got {values!r}")
+    for i, v in enumerate(values):
+        _validate_choice(v, allowed, f"{name}[{i}]")
+    if unique and len(set(values)) != len(values):
+        raise ValueError(f"{name} must not name anything twice, got {values!r}")
+    return values
 
 
 #: The one rule for rewards, shared by :func:`simulate`, :class:`Router` and
@@ -297,9 +322,9 @@ def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float):
 REWARD_RULE = "rewards must be 0 or 1 (1 when the agent's prediction is correct, Sec. 4)"
 
 
-def _validate_rewards(R, name="R"):
+def _validate_rewards(R, name="R", min_rows=0):
     """Check a reward matrix against :data:`REWARD_RULE`; return it as floats."""
-    R = _validate_matrix(R, name, finite=False)
+    R = _validate_matrix(R, name, finite=False, min_rows=min_rows)
     bad = ~((R == 0.0) | (R == 1.0))
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
@@ -433,10 +458,8 @@ class OptimalAssignment:
 
 
 def _theory_inputs(mu, capacities, weights):
-    mu = _validate_matrix(mu, "mu")
+    mu = _validate_matrix(mu, "mu", min_rows=1)
     n, A = mu.shape
-    if n < 1:
-        raise ValueError("mu must have at least one row (context point)")
     alpha, constrained = _validate_capacities(capacities, A)
     w = _validate_weights(weights, n)
     return mu, alpha, constrained, w
@@ -965,10 +988,8 @@ def two_agent_threshold(delta, alpha, weights=None):
     difference is unique (``result.unique``); otherwise every point of
     ``result.interval`` is an optimal difference.
     """
-    delta = _validate_matrix(delta, "delta", ndim=1)
+    delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     n = delta.shape[0]
-    if n < 1:
-        raise ValueError("delta must have at least one entry")
     alpha = _validate_share(alpha, "alpha")
     w = _validate_weights(weights, n)
     values, inverse = np.unique(delta[w > 0], return_inverse=True)
@@ -1021,9 +1042,7 @@ class DisagreementRegions:
 
 def disagreement_regions(delta, weights=None):
     """Summarise D1 = {Delta > 0} and D2 = {Delta < 0} (App. B.4, App. D.4)."""
-    delta = _validate_matrix(delta, "delta", ndim=1)
-    if delta.shape[0] < 1:
-        raise ValueError("delta must have at least one entry")
+    delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     w = _validate_weights(weights, delta.shape[0])
     pos, neg = delta > 0, delta < 0
     p1, p2 = float(w[pos].sum()), float(w[neg].sum())
@@ -1047,9 +1066,7 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
     """
     alpha = _validate_share(alpha, "alpha")
     allow_outside = _validate_bool(allow_outside, "allow_outside")
-    delta = _validate_matrix(delta, "delta", ndim=1)
-    if delta.shape[0] < 1:
-        raise ValueError("delta must have at least one entry")
+    delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     w = _validate_weights(weights, delta.shape[0])
     pos, neg = delta > 0, delta < 0
     p1, p2 = float(w[pos].sum()), float(w[neg].sum())
@@ -1266,10 +1283,8 @@ def hindsight_optimum(R, capacities, *, method="auto"):
         ``.error`` (the floor), ``.reward``, ``.assignment``, ``.counts``.
         When several assignments are optimal, one of them is returned.
     """
-    R = _validate_rewards(R, "R")
+    R = _validate_rewards(R, "R", min_rows=1)
     T, A = R.shape
-    if T < 1:
-        raise ValueError("R must have at least one row (task)")
     alpha, constrained = _validate_capacities(capacities, A)
     method = _validate_choice(method, HINDSIGHT_METHODS, "method")
     if method == "sort" and A != 2:
@@ -6245,12 +6260,10 @@ def _tabular_design(name):
 def _tabular_split(n, seed, split):
     """Training rows and online-stream rows (sorted) of a tabular data set."""
     n_stream = int(math.ceil(round(TABULAR_STREAM_FRACTION * n, 9)))
-    if split == "random":
+    if _validate_choice(split, ("random", "order"), "split") == "random":
         perm = np.random.default_rng([seed, 0]).permutation(n)
         return np.sort(perm[n_stream:]), np.sort(perm[:n_stream])
-    if split == "order":
-        return np.arange(n - n_stream), np.arange(n - n_stream, n)
-    raise ValueError(f"split must be 'random' or 'order', got {split!r}")
+    return np.arange(n - n_stream), np.arange(n - n_stream, n)
 
 
 def _logistic_design(df, Xraw, cats, f1, train, encoding):
@@ -6390,9 +6403,7 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
     import pandas as pd
 
     _validate_choice(name, TABULAR_TASKS, "name")
-    bad = [a for a in agents if a not in TABULAR_ENCODINGS + ("xgboost",)]
-    if bad:
-        raise ValueError(f"agents must be among {TABULAR_ENCODINGS + ('xgboost',)}, got {bad}")
+    _validate_names(agents, TABULAR_ENCODINGS + ("xgboost",), "agents", min_count=0)
     df, y, _, Xraw, cats = _tabular_design(name)
     n, d = Xraw.shape
     rows = []
@@ -6437,6 +6448,7 @@ def _imagenet16h_task(duplicates=10):
 
 # --- MMLU ----------------------------------------------------------------------
 
+#: The five MMLU subjects of the paper's experiments (Sec. 4.1, App. H.3).
 MMLU_SUBJECTS = ("abstract_algebra", "college_chemistry", "computer_security", "econometrics",
                  "us_foreign_policy")
 #: Source tag of the correctness rows with exact HELM instance ids.
@@ -6471,11 +6483,7 @@ def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
     import pandas as pd
 
     subjects = _validate_subjects(subjects)
-    if isinstance(splits, str):
-        raise TypeError(f"splits must be a list of split names, got {splits!r}")
-    splits = tuple(splits)
-    for i, sp in enumerate(splits):
-        _validate_choice(sp, ("val", "test"), f"splits[{i}]")
+    splits = _validate_names(splits, ("val", "test"), "splits", min_count=0)
     frames = []
     for s in subjects:
         for sp in splits:
@@ -6492,11 +6500,7 @@ def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
 def _validate_subjects(subjects):
     if isinstance(subjects, str):
         subjects = (subjects,)
-    subjects = tuple(subjects)
-    bad = [s for s in subjects if s not in MMLU_SUBJECTS]
-    if bad or not subjects:
-        raise ValueError(f"subjects must be among {', '.join(MMLU_SUBJECTS)}; got {list(subjects)}")
-    return subjects
+    return tuple(_validate_names(subjects, MMLU_SUBJECTS, "subjects"))
 
 
 def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=True):
@@ -6666,9 +6670,7 @@ def first_pc(E):
     >>> np.round(first_pc(E), 6).tolist()  # the two loadings tie: the first wins
     [-1.414214, 0.0, 1.414214]
     """
-    E = _validate_matrix(E, "E")
-    if E.shape[0] < 2:
-        raise ValueError(f"E needs at least two rows, got shape {E.shape}")
+    E = _validate_matrix(E, "E", min_rows=2)
     Ec = E - E.mean(axis=0)
     _, _, Vt = np.linalg.svd(Ec, full_matrices=False)
     v = Vt[0]
@@ -9817,14 +9819,11 @@ def _cmd_bench(args):
         T, ref_T, grid_runs = 2000, 1000, 2
     kwargs = {}
     if args.policies:
-        kwargs["policies"] = tuple(p.strip() for p in args.policies.split(","))
-        bad = [p for p in kwargs["policies"] if p not in POLICIES or p.startswith("offline")]
-        if bad:
-            raise ValueError(f"--policies: unknown online policy {bad[0]!r}")
+        kwargs["policies"] = tuple(_validate_names(
+            [p.strip() for p in args.policies.split(",")], ONLINE_POLICIES, "--policies"))
     for name, v in (("--T", T), ("--d", args.d), ("--fast-runs", args.fast_runs),
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
-        if v < 1:
-            raise ValueError(f"{name} must be >= 1, got {v}")
+        _validate_int(v, name, lo=1)
     if args.oracle:
         benchmark_oracle(seed=args.seed)
         return
@@ -10060,14 +10059,10 @@ def _add_validate_parser(sub):
 
 def _cmd_validate(args):
     tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
-    if not tasks:
-        raise ValueError("--tasks: name at least one task")
-    for t in tasks:
-        _validate_choice(t, TABULAR_TASKS, "--tasks")
+    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
     for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
                         ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
-        if v < lo:
-            raise ValueError(f"{name} must be >= {lo}, got {v}")
+        _validate_int(v, name, lo=lo)
     path = validate_engines(args.out, tasks=tasks, prefix=args.prefix, pilot=args.pilot,
                             max_runs=args.max_runs, seed=args.seed, collect=args.collect,
                             out=print)
