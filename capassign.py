@@ -418,6 +418,14 @@ class OptimalAssignment:
         Probabilities of the context points.
     mu : ndarray, shape (n, A)
         The conditional expected rewards the problem was solved for.
+
+    Examples
+    --------
+    >>> res = optimal_assignment([[0.9, 0.6], [0.7, 0.8], [0.6, 0.5]], [1 / 3, 2 / 3])
+    >>> res.policy().tolist(), np.round(res.shadow_prices, 6).tolist()
+    ([0, 1, 0], [0.1, 0.0])
+    >>> round(res.gain, 6), np.round(res.loads, 6).tolist()
+    (0.066667, [0.333333, 0.666667])
     """
 
     assignment: np.ndarray
@@ -468,10 +476,21 @@ def _theory_inputs(mu, capacities, weights):
 def random_assignment_value(mu, capacities, weights=None):
     """Reward of the non-contextual policy P(a) = alpha_a: sum_a alpha_a mu_a (Sec. 2.3).
 
-    ``mu`` is n x A, ``capacities`` one share per agent (``None`` for a free
-    agent, which then gets the share the constrained agents leave, split
-    equally among the free agents: :func:`_selection_shares`), ``weights``
-    the context probabilities (uniform by default).
+    Parameters
+    ----------
+    mu : array_like, shape (n, A)
+        Conditional expected rewards mu_a(x_i) at n context points.
+    capacities : sequence of length A
+        One share alpha_a per agent, or ``None`` for a free agent, which then
+        gets the share the constrained agents leave, split equally among the
+        free agents (:func:`_selection_shares`).
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+
+    Returns
+    -------
+    float
+        sum_i w_i sum_a alpha_a mu[i, a].
 
     Examples
     --------
@@ -766,6 +785,17 @@ def optimal_assignment(mu, capacities, weights=None):
         On a discrete distribution the duals may also be non-unique beyond the
         shift (a capacity boundary that falls between two context points); the
         returned values are then one optimal choice, the one HiGHS reports.
+
+    Examples
+    --------
+    Agent 0 may take a third of the contexts; it gets the one where it is
+    furthest ahead, and its price lambda_0 = 0.1 is what tips the others:
+
+    >>> res = optimal_assignment([[0.9, 0.6], [0.7, 0.8], [0.6, 0.5]], [1 / 3, 2 / 3])
+    >>> res.assignment.tolist()
+    [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
+    >>> np.round(res.shadow_prices, 6).tolist(), round(res.value, 6)
+    ([0.1, 0.0], 0.733333)
     """
     mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
     n, A = mu.shape
@@ -820,10 +850,25 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
     contexts, the dual method above) and the largest capacity error.  This is
     ``python -m capassign bench --oracle``.
 
+    Parameters
+    ----------
+    sizes : sequence of int
+        Numbers n of context points.
+    agents : sequence of int
+        Numbers A of agents.
+    seed : int
+        Seed of the random rewards.
+    out : callable
+        Receives each line (``print`` by default).
+
+    Returns
+    -------
+    None
+
     Examples
     --------
-    >>> benchmark_oracle(sizes=(1000,), agents=(2,))      # doctest: +SKIP
-    optimal_assignment, A = 2, n = 1,000: 0.05 s (HiGHS, whole programme), max |load - alpha| = 0.0e+00
+    >>> benchmark_oracle(sizes=(100,), agents=(2,))
+    optimal_assignment, A = 2, n = 100: ... s (HiGHS, whole programme), max |load - alpha| = ...
     """
     import time
 
@@ -862,9 +907,40 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
     slackness, when the shadow prices are optimal the result is an optimal
     assignment.
 
-    Returns an n x A array of probabilities.  Raises ``ValueError`` when no
-    split meets the capacities, i.e. the shadow prices are not optimal for
-    them.
+    Parameters
+    ----------
+    mu : array_like, shape (n, A)
+        Conditional expected rewards mu_a(x_i).
+    shadow_prices : array_like, shape (A,)
+        The prices lambda_a, e.g. ``optimal_assignment(...).shadow_prices``.
+    capacities : sequence of length A, optional
+        Shares alpha_a (``None`` for a free agent) the tied contexts are split
+        to meet; without them ties go to the lowest index.
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+    tol : float
+        Adjusted rewards within ``tol`` of the best count as tied.
+
+    Returns
+    -------
+    ndarray, shape (n, A)
+        Assignment probabilities P(a | x_i); every row sums to one.
+
+    Raises
+    ------
+    ValueError
+        When no split meets the capacities, i.e. the shadow prices are not
+        optimal for them.
+
+    Examples
+    --------
+    With lambda_0 = 0.1 the third context is a tie; the capacities decide it:
+
+    >>> mu = [[0.9, 0.6], [0.7, 0.8], [0.6, 0.5]]
+    >>> shadow_price_policy(mu, [0.1, 0.0]).tolist()
+    [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]
+    >>> shadow_price_policy(mu, [0.1, 0.0], [1 / 3, 2 / 3]).tolist()
+    [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
     """
     mu = _validate_matrix(mu, "mu")
     n, A = mu.shape
@@ -956,6 +1032,12 @@ class TwoAgentThreshold:
         Probability that each context point goes to agent 1.
     delta_integral : float
         sum_i w_i P(agent 1 | x_i) Delta(x_i) = mu^{phi*} - mu_2 (App. D.1).
+
+    Examples
+    --------
+    >>> t = two_agent_threshold([0.3, -0.1, 0.1, 0.2], 0.6)
+    >>> float(t), round(t.boundary_fraction, 6), t.unique
+    (0.1, 0.4, True)
     """
 
     tau: float
@@ -987,6 +1069,27 @@ def two_agent_threshold(delta, alpha, weights=None):
     difference lambda_1 - lambda_2 of :func:`optimal_assignment` whenever that
     difference is unique (``result.unique``); otherwise every point of
     ``result.interval`` is an optimal difference.
+
+    Parameters
+    ----------
+    delta : array_like, shape (n,)
+        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
+    alpha : float
+        Agent 1's share, in [0, 1].
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+
+    Returns
+    -------
+    TwoAgentThreshold
+
+    Examples
+    --------
+    Half the mass falls exactly on a gap, so every threshold in it is optimal:
+
+    >>> t = two_agent_threshold([0.3, -0.1, 0.1, 0.2], 0.5)
+    >>> float(t), t.interval, t.assignment.tolist()
+    (0.2, (0.1, 0.2), [1.0, 0.0, 0.0, 1.0])
     """
     delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     n = delta.shape[0]
@@ -1028,6 +1131,19 @@ class DisagreementRegions:
     E[Delta | D1] and ``mean_gap_2`` = E[-Delta | D2] (NaN for an empty
     region).  Full exploitation of disagreement is feasible for capacities
     ``alpha_range`` = (p1, 1 - p2) (Prop. 2).
+
+    Attributes
+    ----------
+    p1, p2 : float
+        The masses P(Delta > 0) and P(Delta < 0).
+    mean_gap_1, mean_gap_2 : float
+        E[Delta | D1] and E[-Delta | D2], NaN for an empty region.
+
+    Examples
+    --------
+    >>> regions = disagreement_regions([0.3, -0.1, 0.1, 0.2])
+    >>> regions.p1, regions.p2, regions.alpha_range
+    (0.75, 0.25, (0.75, 0.75))
     """
 
     p1: float
@@ -1037,11 +1153,30 @@ class DisagreementRegions:
 
     @property
     def alpha_range(self):
+        """Capacities (p1, 1 - p2) at which full exploitation is feasible (Prop. 2)."""
         return (self.p1, 1.0 - self.p2)
 
 
 def disagreement_regions(delta, weights=None):
-    """Summarise D1 = {Delta > 0} and D2 = {Delta < 0} (App. B.4, App. D.4)."""
+    """Summarise D1 = {Delta > 0} and D2 = {Delta < 0} (App. B.4, App. D.4).
+
+    Parameters
+    ----------
+    delta : array_like, shape (n,)
+        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+
+    Returns
+    -------
+    DisagreementRegions
+
+    Examples
+    --------
+    >>> regions = disagreement_regions([0.3, -0.1, 0.1, 0.2])
+    >>> round(regions.mean_gap_1, 6), round(regions.mean_gap_2, 6)
+    (0.2, 0.1)
+    """
     delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     w = _validate_weights(weights, delta.shape[0])
     pos, neg = delta > 0, delta < 0
@@ -1063,6 +1198,29 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
     agent 2", which violates the capacities, and it is then only an upper
     bound on the optimal gain.  A ``ValueError`` is raised there unless
     ``allow_outside=True``, in which case the (upper-bound) formula is returned.
+
+    Parameters
+    ----------
+    delta : array_like, shape (n,)
+        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
+    alpha : float
+        Agent 1's share, in [0, 1].
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+    allow_outside : bool
+        Return the formula also for alpha outside [p1, 1 - p2].
+
+    Returns
+    -------
+    float
+        The gain mu^{phi*} - mu^rand (an upper bound on it outside the range).
+
+    Examples
+    --------
+    >>> round(disagreement_gain([0.3, -0.1, 0.1, 0.2], 0.75), 6)
+    0.05625
+    >>> round(disagreement_gain([0.3, -0.1, 0.1, 0.2], 0.5, allow_outside=True), 6)
+    0.0875
     """
     alpha = _validate_share(alpha, "alpha")
     allow_outside = _validate_bool(allow_outside, "allow_outside")
@@ -1221,6 +1379,12 @@ class HindsightOptimum:
         The count bounds the assignment had to meet.
     capacities : ndarray, shape (A,)
         The capacities alpha_a, NaN for free agents.
+
+    Examples
+    --------
+    >>> best = hindsight_optimum([[1, 0], [0, 1], [1, 1], [1, 0]], [0.5, 0.5])
+    >>> best.error, best.shares.tolist()
+    (0.0, [0.5, 0.5])
     """
 
     assignment: np.ndarray
@@ -1282,6 +1446,15 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     HindsightOptimum
         ``.error`` (the floor), ``.reward``, ``.assignment``, ``.counts``.
         When several assignments are optimal, one of them is returned.
+
+    Examples
+    --------
+    Agent 0 must take two of the four tasks; giving it the first and the last
+    leaves no task on which the assigned agent errs:
+
+    >>> best = hindsight_optimum([[1, 0], [0, 1], [1, 1], [1, 0]], [0.5, 0.5])
+    >>> best.assignment.tolist(), best.counts.tolist(), best.error
+    ([0, 1, 1, 0], [2, 2], 0.0)
     """
     R = _validate_rewards(R, "R", min_rows=1)
     T, A = R.shape
