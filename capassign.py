@@ -1655,6 +1655,13 @@ class ModelSettings:
     that successive refits of a tree share their weights instead of being
     resampled independently.  The two engines agree in distribution within
     the tolerance of the equivalence tests (tests/test_engine.py).
+
+    Examples
+    --------
+    >>> PAPER_SETTINGS == ModelSettings()
+    True
+    >>> ModelSettings(n_trees=5).n_trees
+    5
     """
 
     gamma: float = 1.0
@@ -1719,6 +1726,22 @@ class LaplaceLogistic:
     inf; an update then leaves theta and Sigma as they are, which is what the
     fast engine's Sherman-Morrison step gives (its step size is w / inf = 0),
     instead of filling them with NaN.  The sigmoid never overflows.
+
+    Parameters
+    ----------
+    n_features : int
+        Context dimension d (the intercept is added).
+    settings : ModelSettings
+        ``gamma``, ``kappa``, ``w_min`` and ``w_max`` are used.
+
+    Examples
+    --------
+    >>> model = LaplaceLogistic(1)
+    >>> model.predict([0.5])
+    0.5
+    >>> _ = model.update([0.5], 1.0)          # returns the model
+    >>> round(model.predict([0.5]), 4), np.round(model.theta, 4).tolist()
+    (0.6168, [0.381, 0.1905])
     """
 
     def __init__(self, n_features, settings=PAPER_SETTINGS):
@@ -1805,6 +1828,23 @@ class BootstrapTrees:
     grows the same trees on quantile-binned contexts with an online Poisson
     bootstrap instead of fresh resamples (see :class:`ModelSettings`, Notes,
     and :func:`_online_refit_nb`).
+
+    Parameters
+    ----------
+    settings : ModelSettings
+        ``n_trees``, ``max_depth``, ``min_samples_leaf`` and ``refit_every``
+        are used.
+
+    Examples
+    --------
+    >>> trees = BootstrapTrees(ModelSettings(n_trees=3, min_samples_leaf=2))
+    >>> trees.predict([0.0])
+    0.5
+    >>> rng = np.random.default_rng(0)
+    >>> for i in range(20):                 # correct exactly when x >= 0.5
+    ...     _ = trees.update([i / 20], float(i >= 10), rng)
+    >>> trees.n_observations, trees.predict([0.9]), trees.predict([0.1])
+    (20, 1.0, 0.0)
     """
 
     def __init__(self, settings=PAPER_SETTINGS):
@@ -1879,6 +1919,16 @@ class MarginalAccuracy:
 
     Used by the learned non-contextual ``marginal`` policy.  Before the agent
     has any observation the estimate is 0.5, like the tree models' prior.
+
+    Examples
+    --------
+    >>> model = MarginalAccuracy()
+    >>> model.predict()
+    0.5
+    >>> for r in (1.0, 0.0, 1.0):
+    ...     _ = model.update(None, r)
+    >>> round(model.predict(), 4)
+    0.6667
     """
 
     def __init__(self):
@@ -2566,6 +2616,23 @@ class VirtualQueues:
     and the assignment rule is ``argmax_a mu_a(x_t) - eta Q_{t,a}`` (Eq. 2),
     the queues acting as running estimates of the shadow prices.  A free agent
     (capacity ``None``, App. H.4) has no queue: its ``Q`` stays 0.
+
+    Parameters
+    ----------
+    capacities : sequence
+        One share alpha_a per agent, ``None`` for a free agent.
+
+    Examples
+    --------
+    Agent 0 is better, but after one task it is half a task ahead of its
+    share, and with eta = 0.5 that tips the next choice:
+
+    >>> queues = VirtualQueues([0.5, 0.5])
+    >>> queues.select([0.9, 0.8], eta=0.5)
+    0
+    >>> _ = queues.update(0)
+    >>> queues.Q.tolist(), queues.select([0.9, 0.8], eta=0.5)
+    ([0.5, 0.0], 1)
     """
 
     def __init__(self, capacities):
@@ -2776,6 +2843,17 @@ def batch_counts(B, alpha, Q, constrained=None):
     -------
     ndarray of int, shape (A,)
         N_{t,a} >= 0, summing to B.
+
+    Examples
+    --------
+    App. H.5's example: B = 11 tasks, equal shares; the rounding is carried
+    by the queue to the next batch.
+
+    >>> N = batch_counts(11, [0.5, 0.5], [0.0, 0.0])
+    >>> N.tolist()
+    [6, 5]
+    >>> batch_counts(11, [0.5, 0.5], batch_queue_update([0.0, 0.0], N, [0.5, 0.5], 11)).tolist()
+    [5, 6]
     """
     B = _validate_int(B, "B", lo=1)
     alpha, constrained = _batch_capacities(alpha, constrained)
@@ -2836,6 +2914,29 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
     The batch form of Eq. 1 (the paper, App. H.5): ``N`` are the tasks each agent
     received in the batch of ``B`` (summing to B).  Free agents
     (``constrained[a]`` False, App. H.4) keep a zero queue.
+
+    Parameters
+    ----------
+    Q : array_like, shape (A,)
+        Queues Q_{t,a} >= 0 before the batch.
+    N : array_like of int, shape (A,)
+        Tasks each agent received in the batch.
+    alpha : array_like, shape (A,)
+        Capacities.
+    B : int
+        Batch size, >= 1.
+    constrained : array_like of bool, shape (A,), optional
+        False for free agents; all agents are constrained by default.
+
+    Returns
+    -------
+    ndarray, shape (A,)
+        The queues Q_{t+B,a}.
+
+    Examples
+    --------
+    >>> batch_queue_update([0.0, 0.0], [6, 5], [0.5, 0.5], 11).tolist()
+    [0.5, 0.0]
     """
     B = _validate_int(B, "B", lo=1)
     alpha, constrained = _batch_capacities(alpha, constrained)
@@ -2884,6 +2985,13 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
     -------
     ndarray of int, shape (B,)
         The agent index of each task.
+
+    Examples
+    --------
+    Agent 0 may take one task: the first, where it is furthest ahead.
+
+    >>> batch_assign([[0.9, 0.1], [0.8, 0.7], [0.2, 0.6]], [1, 2]).tolist()
+    [0, 1, 1]
     """
     S = _validate_matrix(scores, "scores")
     B, A = S.shape
@@ -3205,6 +3313,13 @@ class SimulationResult:
         every task of a batch sees the queues of the batch's start.
     batch_size : int or None
         The mini-batch size B, ``None`` for the online rule.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=500, d=2, seed=0)
+    >>> res = simulate(X, R, [0.5, 0.5], "random", runs=2, return_traces=True)
+    >>> np.round(res.errors, 4).tolist(), res.orders.shape, res.queues.shape
+    ([0.426, 0.432], (2, 500), (2, 500, 2))
     """
 
     policy: str
@@ -3261,12 +3376,29 @@ def synthetic_stream(T=5000, d=12, n_agents=2, *, seed=0):
     random direction, so every agent is better than the others somewhere.
     Rewards are ``R[t, a] ~ Bernoulli(mu_a(x_t))``, drawn independently.
 
+    Parameters
+    ----------
+    T : int
+        Number of tasks.
+    d : int
+        Context dimension.
+    n_agents : int
+        Number of agents, at least 2.
+    seed : int
+        Seed of the contexts, directions and rewards.
+
     Returns
     -------
     X : ndarray, shape (T, d)
     R : ndarray of uint8, shape (T, n_agents), values in {0, 1}
     mu : ndarray, shape (T, n_agents)
         The true accuracies mu_a(x_t).
+
+    Examples
+    --------
+    >>> X, R, mu = synthetic_stream(T=3, d=2, seed=0)
+    >>> X.shape, R.tolist(), np.round(mu, 3).tolist()
+    ((3, 2), [[0, 1], [1, 1], [0, 1]], [[0.685, 0.691], [0.869, 0.487], [0.297, 0.366]])
     """
     for name, v, lo in (("T", T, 1), ("d", d, 1), ("n_agents", n_agents, 2), ("seed", seed, 0)):
         _validate_int(v, name, lo)
@@ -3441,6 +3573,13 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     Returns
     -------
     SimulationResult
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=500, d=2, seed=0)
+    >>> res = simulate(X, R, [0.5, 0.5], "logistic-greedy", runs=2)
+    >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
+    ([0.35, 0.38], [[0.498, 0.502], [0.5, 0.5]])
     """
     X, R, alpha, constrained, eta, runs, seed, caps, batch_size = _validate_simulation(
         X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
@@ -4155,6 +4294,33 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     ``capacities`` and ``shares`` (mean realised share of every agent), so
     that :func:`error_table` and :func:`plot_error_vs_capacity` apply.  Run k
     of every row sees the same task order, so rows can be compared run by run.
+
+    Parameters
+    ----------
+    X, R : array_like
+        The task stream, as in :func:`simulate`.
+    policies : sequence of str
+        Among :data:`POLICIES`.
+    capacities : sequence of sequences
+        Capacity vectors, one per grid point.
+    x : sequence of float, optional
+        Where each capacity vector is plotted (default: its first entry).
+    label : str, optional
+        The ``task`` column.
+    **kwargs
+        Passed to :func:`simulate`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per policy and capacity vector.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=500, d=2, seed=0)
+    >>> df = simulate_grid(X, R, ["random", "marginal"], [[0.3, 0.7], [0.7, 0.3]], runs=2)
+    >>> df[["policy", "alpha1", "error"]].round(4).values.tolist()
+    [['random', 0.3, 0.412], ['random', 0.7, 0.429], ['marginal', 0.3, 0.415], ['marginal', 0.7, 0.439]]
     """
     import pandas as pd
 
@@ -4352,7 +4518,40 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     and the printed total is scaled to 100 runs (runs are independent, so
     time is linear in runs); the output says so.
 
-    Returns a dict with the per-policy figures and the grid times.
+    Parameters
+    ----------
+    T, d : int
+        Length and context dimension of the synthetic stream.
+    fast_runs, reference_runs : int
+        Runs timed on each engine.
+    reference_T : int, optional
+        Time the reference engine on the first ``reference_T`` tasks only.
+    policies : sequence of str
+        The online policies to time.
+    seed : int
+        Seed of the stream and the runs.
+    grid : bool
+        Also time the paper's largest grid.
+    grid_T, grid_d, grid_runs : int
+        Shape of the grid's stream and runs per grid point.
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    dict
+        The settings, per-policy microseconds per decision and speed-ups
+        under ``"policies"``, and the grid times when timed.
+
+    Examples
+    --------
+    >>> lines = []
+    >>> res = benchmark_engines(T=200, d=2, fast_runs=2, policies=("random",), grid=False,
+    ...                         out=lines.append)
+    >>> lines[0]
+    'capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta=0.5, d=2; ...'
+    >>> sorted(res["policies"]["random"])
+    ['fast_cpu_us', 'fast_us', 'reference_cpu_us', 'reference_us', 'speedup', 'speedup_cpu']
     """
     import time
 
@@ -5799,7 +5998,26 @@ def benchmark_startup(*, repeats=3, out=print):
     ``NUMBA_CACHE_DIR`` set to a new empty folder: *cold* compiles the kernels
     it needs (and stores them there), *warm* then loads them from that cache -
     what a user sees on the very first run and on every later one.  The
-    project's own cache is not touched.  Returns the rows as a list of dicts.
+    project's own cache is not touched.
+
+    Parameters
+    ----------
+    repeats : int
+        Fresh interpreters timed for the import.
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    list of dict
+        One row per measurement.
+
+    Examples
+    --------
+    The cold calls compile every kernel, which takes minutes, so this is not
+    run here:
+
+    >>> rows = benchmark_startup(repeats=1)   # doctest: +SKIP
     """
     import subprocess
     import tempfile
@@ -5847,8 +6065,7 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     machine) and the error (share of wrong answers) of the tasks routed.
     The tree policies are given the whole stream as ``X_reference``; they run
     a second time without it (rows ``tree-*, stream bins``), their bin edges
-    then cut from the stream itself (see :class:`Router`).  Returns a dict
-    policy (or ``"<policy>, stream bins"``) -> wall-clock microseconds per task.
+    then cut from the stream itself (see :class:`Router`).
 
     Measured once (T = 20000, d = 12, on a machine shared with other work, so
     the figures move by a few us from run to run): with bins from the stream
@@ -5862,6 +6079,30 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     the cutting: a router given only the first 16384 contexts as
     ``X_reference`` was also slower, per stretch of 4000 tasks, than one given
     all 20000 (23-39 against 21-23 us).
+
+    Parameters
+    ----------
+    policies : sequence of str
+        Among :data:`ROUTER_POLICIES`.
+    T, d : int
+        Length and context dimension of the synthetic stream.
+    seed : int
+        Seed of the stream and the routers.
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    dict
+        Policy (or ``"<policy>, stream bins"``) -> wall-clock microseconds per task.
+
+    Examples
+    --------
+    >>> lines = []
+    >>> sorted(benchmark_router(policies=("random",), T=200, d=2, out=lines.append))
+    ['random']
+    >>> lines[0]
+    'capassign bench --router: Router.assign + Router.update, A=2 agents, ...'
     """
     import time
 
