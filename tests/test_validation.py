@@ -199,6 +199,149 @@ def test_integers_of_every_numpy_kind_are_accepted():
         ca._validate_int(4, "x", 1, 3)
 
 
+# --- capacity vectors, arrays and lists of names ------------------------------------
+
+# every entry point that takes one capacity vector for two agents
+CAPACITY_ENTRY_POINTS = {
+    "simulate": lambda v: ca.simulate(X, R, v, "random", runs=1),
+    "simulate_known_mu": lambda v: ca.simulate_known_mu(MU, R, v, runs=1),
+    "Router": lambda v: ca.Router(2, v, "random"),
+    "VirtualQueues": lambda v: ca.VirtualQueues(v),
+    "optimal_assignment": lambda v: ca.optimal_assignment(MU[:2], v),
+    "random_assignment_value": lambda v: ca.random_assignment_value(MU[:2], v),
+    "hindsight_optimum": lambda v: ca.hindsight_optimum(R, v),
+}
+
+CAPACITY_CASES = [
+    ([1.5, -0.5], ValueError, "capacities[0] must be a finite number in [0, 1], got 1.5"),
+    ([0.5, math.nan], ValueError, "capacities[1] must be a finite number in [0, 1], got nan"),
+    (["0.5", 0.5], TypeError, "capacities[0] must be a finite number in [0, 1], got '0.5'"),
+    ([True, 0.0], TypeError, "capacities[0] must be a finite number in [0, 1], got True"),
+    ("0.5,0.5", TypeError,
+     "capacities must be a sequence of numbers (or None for a free agent), got str"),
+    (None, TypeError,
+     "capacities must be a sequence of numbers (or None for a free agent), got NoneType"),
+    ([None, None], ValueError, "capacities: at least one agent must be capacity-constrained"),
+]
+
+
+@pytest.mark.parametrize("entry", CAPACITY_ENTRY_POINTS)
+@pytest.mark.parametrize("value, err, message", CAPACITY_CASES,
+                         ids=[repr(c[0]) for c in CAPACITY_CASES])
+def test_same_capacity_mistake_same_error_everywhere(no_work, entry, value, err, message):
+    with pytest.raises(err) as info:
+        CAPACITY_ENTRY_POINTS[entry](value)
+    assert type(info.value) is err
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("value, message", [
+    ([0.6, 0.6], "capacities sum to 1.2; they must sum to 1 (within 1e-09) when every agent "),
+    ([1.0], "capacities has 1 entries but there are 2 agents; give one capacity per agent"),
+])
+def test_capacities_of_wrong_sum_or_length_same_error_everywhere(no_work, value, message):
+    for entry, call in CAPACITY_ENTRY_POINTS.items():
+        if entry == "VirtualQueues":     # no agent count to compare the length with
+            continue
+        with pytest.raises(ValueError) as info:
+            call(value)
+        assert str(info.value).startswith(message), entry
+    with pytest.raises(ValueError, match=r"^capacities must list at least two agents, got 1$"):
+        ca.VirtualQueues([1.0])
+
+
+EMPTY_2D = np.zeros((0, 2))
+
+# (entry point, argument, message) for an array with too few rows
+EMPTY_ARRAY_CASES = [
+    (lambda: ca.optimal_assignment(EMPTY_2D, [0.5, 0.5]), "mu", "one row", (0, 2)),
+    (lambda: ca.random_assignment_value(EMPTY_2D, [0.5, 0.5]), "mu", "one row", (0, 2)),
+    (lambda: ca.hindsight_optimum(EMPTY_2D, [0.5, 0.5]), "R", "one row", (0, 2)),
+    (lambda: ca.two_agent_threshold([], 0.5), "delta", "one entry", (0,)),
+    (lambda: ca.disagreement_regions([]), "delta", "one entry", (0,)),
+    (lambda: ca.disagreement_gain([], 0.5), "delta", "one entry", (0,)),
+    (lambda: ca.first_pc([[0.0, 1.0]]), "E", "two rows", (1, 2)),
+]
+
+
+@pytest.mark.parametrize("call, name, rows, shape", EMPTY_ARRAY_CASES,
+                         ids=[f"{c[1]}-{i}" for i, c in enumerate(EMPTY_ARRAY_CASES)])
+def test_too_few_rows_one_wording(call, name, rows, shape):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == f"{name} must have at least {rows}, got shape {shape}"
+
+
+@pytest.mark.parametrize("call", [
+    lambda v: ca.optimal_assignment(v, [0.5, 0.5]),
+    lambda v: ca.random_assignment_value(v, [0.5, 0.5]),
+    lambda v: ca.shadow_price_policy(v, [0.0, 0.0], [0.5, 0.5]),
+])
+def test_bad_mu_same_error_everywhere(call):
+    with pytest.raises(ValueError, match=r"^mu contains NaN or infinite values$"):
+        call([[0.1, math.nan]])
+    with pytest.raises(ValueError, match=r"^mu must be a 2-d array, got shape \(2,\)$"):
+        call([0.1, 0.2])
+    with pytest.raises(TypeError, match=r"^mu must be a numeric array$"):
+        call([["a", "b"]])
+
+
+def test_lists_of_names_one_wording():
+    subjects = ", ".join(repr(s) for s in ca.MMLU_SUBJECTS)
+    cases = [
+        (lambda: ca.mmlu_questions(splits="val"), TypeError,
+         "splits must be a list of names, got 'val'"),
+        (lambda: ca.mmlu_questions(splits=["val", "train"]), ValueError,
+         "splits[1] must be one of 'val', 'test', got 'train'"),
+        (lambda: ca.mmlu_questions(subjects=["nope"]), ValueError,
+         f"subjects[0] must be one of {subjects}, got 'nope'"),
+        (lambda: ca.mmlu_models(subjects=["nope"]), ValueError,
+         f"subjects[0] must be one of {subjects}, got 'nope'"),
+        (lambda: ca.mmlu_questions(subjects=[]), ValueError,
+         "subjects must be a non-empty list of names, got []"),
+        (lambda: ca.tabular_agent_accuracies("bank", range(1), agents=["gpt"]), ValueError,
+         "agents[0] must be one of 'ordinal', 'onehot', 'xgboost', got 'gpt'"),
+        (lambda: ca.tabular_agent_accuracies("bank", range(1), agents="xgboost"), TypeError,
+         "agents must be a list of names, got 'xgboost'"),
+    ]
+    for call, err, message in cases:
+        with pytest.raises(err) as info:
+            call()
+        assert type(info.value) is err
+        assert str(info.value) == message
+
+
+def test_validate_names():
+    assert ca._validate_names(("a", "b"), "abc", "x") == ["a", "b"]
+    assert ca._validate_names([], "abc", "x", min_count=0) == []
+    with pytest.raises(ValueError, match=r"^x must be a list of at least 2 names, got \['a'\]$"):
+        ca._validate_names(["a"], "abc", "x", min_count=2)
+    with pytest.raises(ValueError, match=r"^x must not name anything twice, got \['a', 'a'\]$"):
+        ca._validate_names(["a", "a"], "abc", "x", unique=True)
+    with pytest.raises(TypeError, match=r"^x\[0\] must be one of 'a', 'b', got 1$"):
+        ca._validate_names([1], "ab", "x")
+    with pytest.raises(TypeError, match=r"^x must be a non-empty list of names, got 3$"):
+        ca._validate_names(3, "ab", "x")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bench", "--T", "0"], "--T must be an integer >= 1, got 0"),
+    (["bench", "--fast-runs", "-1"], "--fast-runs must be an integer >= 1, got -1"),
+    (["bench", "--policies", "offline-tree"],
+     "--policies[0] must be one of " + ", ".join(repr(p) for p in ca.ONLINE_POLICIES)
+     + ", got 'offline-tree'"),
+    (["validate-engines", "--tasks", "bank,nope", "--out", "unused"],
+     "--tasks[1] must be one of " + ", ".join(repr(t) for t in ca.TABULAR_TASKS)
+     + ", got 'nope'"),
+    (["validate-engines", "--pilot", "1", "--out", "unused"], "--pilot must be an integer >= 2, got 1"),
+])
+def test_command_line_uses_the_same_wording(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        ca.main(argv)
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.rstrip("\n").endswith(message)
+
+
 # --- the declared public API -----------------------------------------------------
 
 
