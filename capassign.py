@@ -3454,7 +3454,6 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
     T = order.shape[0]
     A = R.shape[1]
     Q = np.zeros(A)
-    mu = np.empty(A)
     n = np.zeros(A)
     s = np.zeros(A)
     share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
@@ -3473,40 +3472,31 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
             if sole >= 0:
                 return total + _forced_tail(R, order, t, sole, Q, assign, queues, counts,
                                             trace)
-        if batch == 0:
-            nb = 1
-            if learned:
+        nb = 1 if batch == 0 else min(batch, T - t)
+        if learned:
+            for j in range(nb):
                 for a in range(A):
-                    mu[a] = s[a] / n[a] if n[a] > 0 else 0.5
-                agent[0] = _select_nb(mu, Q, eta)
-            else:
-                u = _uniform(rng)
-                agent[0] = last
-                for b in range(A):
-                    if u < cum[b] and share[b] > 0.0:
-                        agent[0] = b
-                        break
+                    S[j, a] = s[a] / n[a] if n[a] > 0 else 0.5
+            _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
+        elif batch == 0:
+            u = _uniform(rng)
+            agent[0] = last
+            for b in range(A):
+                if u < cum[b] and share[b] > 0.0:
+                    agent[0] = b
+                    break
         else:
-            nb = min(batch, T - t)
             _batch_counts_nb(nb, alpha, Q, constrained, N)
-            if learned:
-                for a in range(A):
-                    mu[a] = s[a] / n[a] if n[a] > 0 else 0.5
-                for j in range(nb):
-                    for a in range(A):
-                        S[j, a] = mu[a] - eta * Q[a]
-                _batch_assign_nb(S, nb, N, constrained, agent, upper)
-            else:
-                j = 0
-                for a in range(A):
-                    for _ in range(N[a]):
-                        agent[j] = a
-                        j += 1
-                for j in range(nb - 1, 0, -1):  # Fisher-Yates shuffle
-                    k = _randint(rng, j + 1)
-                    tmp = agent[j]
-                    agent[j] = agent[k]
-                    agent[k] = tmp
+            j = 0
+            for a in range(A):
+                for _ in range(N[a]):
+                    agent[j] = a
+                    j += 1
+            for j in range(nb - 1, 0, -1):  # Fisher-Yates shuffle
+                k = _randint(rng, j + 1)
+                tmp = agent[j]
+                agent[j] = agent[k]
+                agent[k] = tmp
         Nb[:] = 0
         for j in range(nb):
             i = order[t + j]
