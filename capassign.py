@@ -3357,6 +3357,15 @@ def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B)
 _EARLY_EXIT = True
 
 
+#: The capacity rule of a run: shares ``alpha``, the mask of ``constrained``
+#: agents (Eq. 1), the penalty ``eta`` (Eq. 2), the mini-batch size ``batch``
+#: (0: online) and whether the ``early`` exit of forced runs is on.
+_Rule = namedtuple("_Rule", "alpha constrained eta batch early")
+#: What one run writes: the agent and the queues at every step (empty arrays
+#: when not traced) and the tasks per agent.
+_RunOut = namedtuple("_RunOut", "assign queues counts")
+
+
 @njit(cache=True)
 def _forced_tail(R, order, t, a, Q, assign, queues, counts, trace):
     """Steps t.. of a run in which agent ``a`` is the only possible choice."""
@@ -3473,14 +3482,16 @@ def _record_nb(R, i, a, t, Q, counts, Nb, trace, assign, queues):
 
 
 @njit(cache=True)
-def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early, rng,
-                       assign, queues, counts, trace):
+def _noncontextual_run(R, order, rule, learned, rng, out):
     """One run of ``random`` (learned=False) or ``marginal`` (learned=True).
 
     In batch mode the random policy hands the batch's counts to its tasks in
     a uniformly random order; the marginal policy scores every task of the
     batch with the running means.
     """
+    alpha, constrained, eta, batch, early = rule
+    assign, queues, counts = out
+    trace = assign.shape[0] > 0
     T = order.shape[0]
     A = R.shape[1]
     Q = np.zeros(A)
@@ -3545,8 +3556,7 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
 
 
 @njit(cache=True)
-def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
-                  w_min, w_max, batch, early, rng, assign, queues, counts, trace):
+def _logistic_run(Xd, R, order, rule, thompson, kappa, gamma, w_min, w_max, rng, out):
     """One run of ``logistic-greedy`` / ``logistic-ts`` (App. E.1).
 
     Thompson sampling draws the scalar theta~^T z ~ N(theta_hat^T z,
@@ -3555,6 +3565,9 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
     factorising Sigma.  In batch mode every task of the batch is scored (one
     draw per task and agent) before any of its rewards is seen.
     """
+    alpha, constrained, eta, batch, early = rule
+    assign, queues, counts = out
+    trace = assign.shape[0] > 0
     T = order.shape[0]
     A = R.shape[1]
     p = Xd.shape[1]
@@ -3618,9 +3631,7 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
 
 
 @njit(cache=True)
-def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
-              n_trees, max_depth, min_leaf, refit_every, batch, early, rng, assign, queues,
-              counts, trace, stats):
+def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
     """One run of ``tree-greedy`` / ``tree-ts`` (App. E.2) on binned contexts.
 
     Each agent's forest is an online Poisson-bootstrap forest (see the notes
@@ -3634,6 +3645,10 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
     ``stats`` accumulates the refit counters of :func:`_online_refit_nb` over
     agents.
     """
+    alpha, constrained, eta, batch, early = rule
+    n_bins, max_bins, n_trees, max_depth, min_leaf, refit_every = cfg
+    assign, queues, counts = out
+    trace = assign.shape[0] > 0
     T = order.shape[0]
     A = R.shape[1]
     d = Xb.shape[1]
@@ -3718,46 +3733,36 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
 
 
 @njit(parallel=True, cache=True)
-def _noncontextual_runs(R, orders, alpha, constrained, eta, learned, batch, early, states,
-                        assign, queues):
+def _noncontextual_runs(R, orders, rule, learned, states, assign, queues):
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    trace = assign.shape[1] > 0
     for k in prange(runs):
-        rewards[k] = _noncontextual_run(R, orders[k], alpha, constrained, eta, learned, batch,
-                                        early, states[k], assign[k], queues[k], counts[k],
-                                        trace)
+        rewards[k] = _noncontextual_run(R, orders[k], rule, learned, states[k],
+                                        _RunOut(assign[k], queues[k], counts[k]))
     return rewards, counts
 
 
 @njit(parallel=True, cache=True)
-def _logistic_runs(Xd, R, orders, alpha, constrained, eta, thompson, kappa, gamma,
-                   w_min, w_max, batch, early, states, assign, queues):
+def _logistic_runs(Xd, R, orders, rule, thompson, kappa, gamma, w_min, w_max, states, assign,
+                   queues):
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    trace = assign.shape[1] > 0
     for k in prange(runs):
-        rewards[k] = _logistic_run(Xd, R, orders[k], alpha, constrained, eta, thompson,
-                                   kappa, gamma, w_min, w_max, batch, early, states[k],
-                                   assign[k], queues[k], counts[k], trace)
+        rewards[k] = _logistic_run(Xd, R, orders[k], rule, thompson, kappa, gamma, w_min,
+                                   w_max, states[k], _RunOut(assign[k], queues[k], counts[k]))
     return rewards, counts
 
 
 @njit(parallel=True, cache=True)
-def _tree_runs(Xb, n_bins, max_bins, R, orders, alpha, constrained, eta, thompson,
-               n_trees, max_depth, min_leaf, refit_every, batch, early, states, assign,
-               queues, stats):
+def _tree_runs(Xb, R, orders, rule, cfg, thompson, states, assign, queues, stats):
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    trace = assign.shape[1] > 0
     for k in prange(runs):
-        rewards[k] = _tree_run(Xb, n_bins, max_bins, R, orders[k], alpha, constrained, eta,
-                               thompson, n_trees, max_depth, min_leaf, refit_every, batch,
-                               early, states[k], assign[k], queues[k], counts[k], trace,
-                               stats[k])
+        rewards[k] = _tree_run(Xb, R, orders[k], rule, cfg, thompson, states[k],
+                               _RunOut(assign[k], queues[k], counts[k]), stats[k])
     return rewards, counts
 
 
@@ -3779,23 +3784,22 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
             else "logistic" if policy.startswith("logistic") else "tree")
     started = _first_use(f"{kind} simulation", (f"_{kind}_runs",),
                          _FIRST_USE_TIME["simulation", kind])
+    rule = _Rule(alpha, constrained, float(eta), batch, early)
     if policy in ("random", "marginal"):
-        rewards, counts = _noncontextual_runs(R, orders, alpha, constrained, eta,
-                                              policy == "marginal", batch, early, states,
+        rewards, counts = _noncontextual_runs(R, orders, rule, policy == "marginal", states,
                                               assign, queues)
     elif policy.startswith("logistic"):
         Xd = np.ascontiguousarray(np.column_stack([np.ones(T), X]))
-        rewards, counts = _logistic_runs(Xd, R, orders, alpha, constrained, eta,
-                                         policy.endswith("-ts"), float(s.kappa),
-                                         float(s.gamma), float(s.w_min), float(s.w_max),
-                                         batch, early, states, assign, queues)
+        rewards, counts = _logistic_runs(Xd, R, orders, rule, policy.endswith("-ts"),
+                                         float(s.kappa), float(s.gamma), float(s.w_min),
+                                         float(s.w_max), states, assign, queues)
     else:
         Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
         max_bins = int(n_bins.max()) if len(n_bins) else 1
         stats = np.zeros((runs, 3 * s.max_depth), dtype=np.int64)
-        rewards, counts = _tree_runs(Xb, n_bins, max_bins, R, orders, alpha, constrained,
-                                     eta, policy.endswith("-ts"), s.n_trees, s.max_depth,
-                                     s.min_samples_leaf, s.refit_every, batch, early, states,
+        cfg = _TreeConfig(n_bins, max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
+                          s.refit_every)
+        rewards, counts = _tree_runs(Xb, R, orders, rule, cfg, policy.endswith("-ts"), states,
                                      assign, queues, stats)
     _first_use_done(started)
     if not traces:
@@ -4241,9 +4245,14 @@ def _router_tree_rebuild_nb(a, n, cfg, F, r):
             _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
 
 
+#: The Laplace-logistic models of all agents (App. E.1): ``theta[a]``,
+#: ``Sigma[a]``, and the spare normal draw ``gauss = [has_spare, spare]``.
+_Logistic = namedtuple("_Logistic", "theta Sigma gauss")
+
+
 @njit(cache=True)
-def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
-                           step, Q, alpha, constrained, eta):
+def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, constrained,
+                           eta):
     """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
 
     Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
@@ -4253,6 +4262,7 @@ def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
     """
     if not _all_finite_nb(X):
         return -2
+    theta, Sigma, gauss = L
     A = theta.shape[0]
     p = theta.shape[1]
     for i in range(X.shape[0]):
@@ -4276,12 +4286,12 @@ def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
 
 
 @njit(cache=True)
-def _router_logistic_update_nb(a, x, y, xd, theta, Sigma, w_min, w_max, Sx):
+def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
     """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
     xd[0] = 1.0
     for j in range(x.shape[0]):
         xd[j + 1] = x[j]
-    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
+    _laplace_update_nb(L.theta[a], L.Sigma[a], xd, y, w_min, w_max, Sx)
 
 
 @njit(cache=True)
@@ -4862,9 +4872,9 @@ class Router:
                                    self._thompson, self._rng, mu, step, self._Q, self._alpha,
                                    self._constrained, self.eta)
         elif kind == 1:
-            a = _router_logistic_mu_nb(X, self._xd, self._theta, self._Sigma, self._thompson,
-                                       self._kappa, self._gauss, self._rng, mu,
-                                       step, self._Q, self._alpha, self._constrained, self.eta)
+            a = _router_logistic_mu_nb(X, self._xd, self._logistic(), self._thompson,
+                                       self._kappa, self._rng, mu, step, self._Q, self._alpha,
+                                       self._constrained, self.eta)
         else:
             a = _router_noncontextual_mu_nb(X, self._learned, self._n, self._s,
                                             self._cum, self._rng, mu, step, self._Q,
@@ -5068,8 +5078,8 @@ class Router:
             _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges,
                                    self._tree_config(), self._rng, self._forests())
         elif kind == 1:
-            _router_logistic_update_nb(a, x, r, self._xd, self._theta, self._Sigma,
-                                       self._w_min, self._w_max, self._Sx)
+            _router_logistic_update_nb(a, x, r, self._xd, self._logistic(), self._w_min,
+                                       self._w_max, self._Sx)
         else:
             self._n[a] += 1.0
             self._s[a] += r
@@ -5327,6 +5337,10 @@ class Router:
     def _replay(self, a, kernel=_router_tree_replay_nb):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
         kernel(a, int(self._nobs[a]), self._tree_config(), self._forests(), self._refit)
+
+    def _logistic(self):
+        """The logistic model's state as the kernels take it (:data:`_Logistic`)."""
+        return _Logistic(self._theta, self._Sigma, self._gauss)
 
     def _forests(self):
         """The tree model's state as the kernels take it (:data:`_Forests`)."""
