@@ -1872,6 +1872,9 @@ _Forests = namedtuple("_Forests", _Forest._fields + ("Xa", "ya", "nobs", "fitted
 #: Scratch of a refit (per tree b): ``stale[u, b]`` (histogram to rebuild), the
 #: split search buffers of :func:`_split_node_nb` and the refit counters ``stats``.
 _Refit = namedtuple("_Refit", "stale can cl sl best bpos tot_c tot_s nfeat nthr stats")
+#: The Laplace-logistic models of all agents (App. E.1): ``theta[a]``,
+#: ``Sigma[a]``, and the spare normal draw ``gauss = [has_spare, spare]``.
+_Logistic = namedtuple("_Logistic", "theta Sigma gauss")
 #: Settings of the tree models as the kernels read them (:class:`ModelSettings`
 #: and the bins of :func:`_bin_contexts`).
 _TreeConfig = namedtuple("_TreeConfig",
@@ -2289,6 +2292,64 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
     _online_refit_nb(Xb, y, n, n_bins, max_bins, max_depth, min_leaf, f,
                      _new_refit(n_trees, max_depth, np.zeros(3 * max_depth, np.int64)))
     return f.feat, f.thr, f.val
+
+
+@njit(cache=True, inline="always")
+def _tree_mu_nb(F, a, xb, thompson, rng):
+    """Agent a's estimate for the binned context ``xb`` (App. E.2), as both
+    the simulation and the router score: before the first refit 0.5 (greedy)
+    or a U[0, 1] draw (Thompson); then the mean of the B trees (greedy) or
+    one tree drawn uniformly (Thompson)."""
+    n_trees = F.feat.shape[1]
+    if not F.fitted[a]:
+        return _uniform(rng) if thompson else 0.5
+    if thompson:
+        b = _randint(rng, n_trees)
+        return _tree_predict_nb(F.feat[a, b], F.thr[a, b], F.val[a, b], xb)
+    acc = 0.0
+    for b in range(n_trees):
+        acc += _tree_predict_nb(F.feat[a, b], F.thr[a, b], F.val[a, b], xb)
+    return acc / n_trees
+
+
+@njit(cache=True)
+def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
+    """Agent a observed reward y for the binned context ``xb`` (App. E.2).
+
+    The row is stored, given its Poisson weights and added to the forest
+    (:func:`_online_observe_nb`); every ``cfg.refit_every`` rewards of the
+    agent the forest is refit (:func:`_online_refit_nb`, scratch ``r``).
+    The caller keeps the row arrays of ``F`` large enough.
+    """
+    k = F.nobs[a]
+    for j in range(xb.shape[0]):
+        F.Xa[a, k, j] = xb[j]
+    F.ya[a, k] = y
+    fa = _agent_forest(F, a)
+    _online_observe_nb(xb, y, k, cfg.max_depth, cfg.max_bins, rng, fa)
+    F.nobs[a] = k + 1
+    if F.nobs[a] % cfg.refit_every == 0:
+        _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
+                         cfg.min_leaf, fa, r)
+        F.fitted[a] = True
+
+
+@njit(cache=True, inline="always")
+def _logistic_mu_nb(L, a, z, thompson, kappa, rng):
+    """Agent a's estimate for the design vector ``z`` (App. E.1), as both the
+    simulation and the router score: sigma(theta_hat^T z) (greedy) or sigma
+    of a draw of theta~^T z (Thompson), the normal draws taken in pairs (the
+    unused second one kept in ``L.gauss = [has_spare, spare]``)."""
+    g = 0.0
+    if thompson:
+        if L.gauss[0] != 0.0:
+            g = L.gauss[1]
+            L.gauss[0] = 0.0
+        else:
+            g, spare = _normal_pair(rng)
+            L.gauss[0] = 1.0
+            L.gauss[1] = spare
+    return _logistic_score_nb(L.theta[a], L.Sigma[a], z, thompson, kappa, g)
 
 
 # =============================================================================
@@ -3576,13 +3637,12 @@ def _logistic_run(Xd, R, order, rule, thompson, kappa, gamma, w_min, w_max, rng,
     for a in range(A):
         for j in range(p):
             Sigma[a, j, j] = 1.0 / gamma
+    L = _Logistic(theta, Sigma, np.zeros(2))
     Q = np.zeros(A)
     Sx = np.empty(p)
     dead = _initial_dead(alpha, constrained, batch, False)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
-    spare = 0.0
-    has_spare = False
     t = 0
     while t < T:
         if early:
@@ -3594,15 +3654,7 @@ def _logistic_run(Xd, R, order, rule, thompson, kappa, gamma, w_min, w_max, rng,
         for jj in range(nb):
             x = Xd[order[t + jj]]
             for a in range(A):
-                g = 0.0
-                if thompson:
-                    if has_spare:
-                        g = spare
-                        has_spare = False
-                    else:
-                        g, spare = _normal_pair(rng)
-                        has_spare = True
-                S[jj, a] = _logistic_score_nb(theta[a], Sigma[a], x, thompson, kappa, g)
+                S[jj, a] = _logistic_mu_nb(L, a, x, thompson, kappa, rng)
         _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         Nb[:] = 0
         for jj in range(nb):
@@ -3646,7 +3698,7 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
     agents.
     """
     alpha, constrained, eta, batch, early = rule
-    n_bins, max_bins, n_trees, max_depth, min_leaf, refit_every = cfg
+    max_bins, n_trees, max_depth = cfg.max_bins, cfg.n_trees, cfg.max_depth
     assign, queues, counts = out
     trace = assign.shape[0] > 0
     T = order.shape[0]
@@ -3668,7 +3720,7 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
                  np.empty((A, d, T), dtype=np.int32),
                  np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=np.uint8),
                  np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
-    feat, thr, val, Xa, ya, nobs, fitted = F.feat, F.thr, F.val, F.Xa, F.ya, F.nobs, F.fitted
+    val, fitted = F.val, F.fitted
     r_scratch = _new_refit(n_trees, max_depth, stats)
     Q = np.zeros(A)
     dead = _initial_dead(alpha, constrained, batch, False)
@@ -3685,16 +3737,7 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
         for jj in range(nb):
             xb = Xb[order[t + jj]]
             for a in range(A):
-                if not fitted[a]:
-                    S[jj, a] = _uniform(rng) if thompson else 0.5
-                elif thompson:
-                    b = _randint(rng, n_trees)
-                    S[jj, a] = _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-                else:
-                    acc = 0.0
-                    for b in range(n_trees):
-                        acc += _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-                    S[jj, a] = acc / n_trees
+                S[jj, a] = _tree_mu_nb(F, a, xb, thompson, rng)
         _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         Nb[:] = 0
         for jj in range(nb):
@@ -3703,17 +3746,7 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
             a = agent[jj]
             r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
             total += r
-            k = nobs[a]
-            for j in range(d):
-                Xa[a, k, j] = xb[j]
-            ya[a, k] = r
-            fa = _agent_forest(F, a)
-            _online_observe_nb(xb, r, k, max_depth, max_bins, rng, fa)
-            nobs[a] = k + 1
-            if nobs[a] % refit_every == 0:
-                _online_refit_nb(Xa[a], ya[a], nobs[a], n_bins, max_bins, max_depth, min_leaf,
-                                 fa, r_scratch)
-                fitted[a] = True
+            _tree_learn_nb(F, a, xb, r, cfg, rng, r_scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         if batch == 0:
             a = agent[0]
@@ -4155,53 +4188,23 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
     """
     if not _all_finite_nb(X):
         return -2
-    feat, thr, val, fitted = F.feat, F.thr, F.val, F.fitted
-    A = feat.shape[0]
-    B = feat.shape[1]
     xb = np.empty(X.shape[1], dtype=np.uint8)
     for i in range(X.shape[0]):
         _bin_row_nb(X[i], edges, n_edges, xb)
-        for a in range(A):
-            if not fitted[a]:
-                mu[i, a] = _uniform(rng) if thompson else 0.5
-            elif thompson:
-                b = _randint(rng, B)
-                mu[i, a] = _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-            else:
-                acc = 0.0
-                for b in range(B):
-                    acc += _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-                mu[i, a] = acc / B
+        for a in range(F.feat.shape[0]):
+            mu[i, a] = _tree_mu_nb(F, a, xb, thompson, rng)
     if not step:
         return -1
     return _online_step_nb(mu[0], Q, eta, alpha, constrained)
 
 
 @njit(cache=True)
-def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F):
-    """Agent a observed reward y for context x: one step of its online forest.
-
-    As in :func:`_tree_run`: the row is stored, given its Poisson weights and
-    added to the forest (:func:`_online_observe_nb`), and every
-    ``refit_every`` rewards of the agent the forest is refit
-    (:func:`_online_refit_nb`).  ``cfg`` is the :data:`_TreeConfig`, ``F``
-    the :data:`_Forests`; the caller keeps the row arrays large enough.
-    Scratch arrays are allocated here, only when a refit needs them.
-    """
+def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
+    """Agent a observed reward y for context x: the row is binned and learnt
+    as in :func:`_tree_run` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
-    k = F.nobs[a]
-    for j in range(xb.shape[0]):
-        F.Xa[a, k, j] = xb[j]
-    F.ya[a, k] = y
-    fa = _agent_forest(F, a)
-    _online_observe_nb(xb, y, k, cfg.max_depth, cfg.max_bins, rng, fa)
-    F.nobs[a] = k + 1
-    if F.nobs[a] % cfg.refit_every == 0:
-        r = _new_refit(cfg.n_trees, cfg.max_depth, np.zeros(3 * cfg.max_depth, np.int64))
-        _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                         cfg.min_leaf, fa, r)
-        F.fitted[a] = True
+    _tree_learn_nb(F, a, xb, y, cfg, rng, r)
 
 
 @njit(cache=True)
@@ -4245,11 +4248,6 @@ def _router_tree_rebuild_nb(a, n, cfg, F, r):
             _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
 
 
-#: The Laplace-logistic models of all agents (App. E.1): ``theta[a]``,
-#: ``Sigma[a]``, and the spare normal draw ``gauss = [has_spare, spare]``.
-_Logistic = namedtuple("_Logistic", "theta Sigma gauss")
-
-
 @njit(cache=True)
 def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, constrained,
                            eta):
@@ -4262,24 +4260,13 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
     """
     if not _all_finite_nb(X):
         return -2
-    theta, Sigma, gauss = L
-    A = theta.shape[0]
-    p = theta.shape[1]
+    A, p = L.theta.shape
     for i in range(X.shape[0]):
         xd[0] = 1.0
         for j in range(p - 1):
             xd[j + 1] = X[i, j]
         for a in range(A):
-            g = 0.0
-            if thompson:
-                if gauss[0] != 0.0:
-                    g = gauss[1]
-                    gauss[0] = 0.0
-                else:
-                    g, spare = _normal_pair(rng)
-                    gauss[0] = 1.0
-                    gauss[1] = spare
-            mu[i, a] = _logistic_score_nb(theta[a], Sigma[a], xd, thompson, kappa, g)
+            mu[i, a] = _logistic_mu_nb(L, a, xd, thompson, kappa, rng)
     if not step:
         return -1
     return _online_step_nb(mu[0], Q, eta, alpha, constrained)
@@ -5076,7 +5063,7 @@ class Router:
             if self._raw is not None:
                 self._raw[a].append(x)
             _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges,
-                                   self._tree_config(), self._rng, self._forests())
+                                   self._tree_config(), self._rng, self._forests(), self._refit)
         elif kind == 1:
             _router_logistic_update_nb(a, x, r, self._xd, self._logistic(), self._w_min,
                                        self._w_max, self._Sx)
