@@ -36,7 +36,7 @@ import json
 import math
 import os
 import sys
-from collections import deque
+from collections import deque, namedtuple
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -2096,6 +2096,46 @@ def _bin_contexts(X, max_bins):
     return np.ascontiguousarray(Xb), n_bins, edges
 
 
+#: One agent's online forest of B trees (App. E.2; see the notes above
+#: :func:`_poisson1_nb`): ``W[b, k]`` the weight of the agent's row k in tree b,
+#: ``H[u, j * max_bins + bin, b]`` / ``HS`` the (weight, reward sum) histograms of
+#: internal node u per feature bin, ``node_c[u, b]`` / ``node_s[u, b]`` the node
+#: totals, ``feat[b, u]`` (-1 for a leaf), ``thr[b, u]``, ``val[b, u]`` the trees
+#: in heap order, and ``head[j, bin]`` / ``nxt[j, k]`` the rows filed by bin.
+_Forest = namedtuple("_Forest", "W H HS node_c node_s feat thr val head nxt")
+#: The forests of all A agents (every field of :data:`_Forest` with a leading
+#: agent axis), with each agent's rows ``Xa[a, k]`` (bins), ``ya[a, k]``
+#: (reward), their number ``nobs[a]`` and whether the agent was ever refit.
+_Forests = namedtuple("_Forests", _Forest._fields + ("Xa", "ya", "nobs", "fitted"))
+#: Scratch of a refit (per tree b): ``stale[u, b]`` (histogram to rebuild), the
+#: split search buffers of :func:`_split_node_nb` and the refit counters ``stats``.
+_Refit = namedtuple("_Refit", "stale can cl sl best bpos tot_c tot_s nfeat nthr stats")
+#: The Laplace-logistic models of all agents (App. E.1): ``theta[a]``,
+#: ``Sigma[a]``, and the spare normal draw ``gauss = [has_spare, spare]``.
+_Logistic = namedtuple("_Logistic", "theta Sigma gauss")
+#: Settings of the tree models as the kernels read them (:class:`ModelSettings`
+#: and the bins of :func:`_bin_contexts`).
+_TreeConfig = namedtuple("_TreeConfig",
+                         "n_bins max_bins n_trees max_depth min_leaf refit_every")
+
+
+@njit(cache=True)
+def _new_refit(B, max_depth, stats):
+    """Scratch of a refit of B trees of depth ``max_depth`` (:data:`_Refit`),
+    adding its counters to ``stats``."""
+    return _Refit(np.zeros((2 ** max_depth - 1, B), dtype=np.bool_),
+                  np.empty(B, dtype=np.bool_), np.empty(B), np.empty(B), np.empty(B),
+                  np.empty(B), np.empty(B), np.empty(B), np.empty(B, dtype=np.int64),
+                  np.empty(B, dtype=np.int64), stats)
+
+
+@njit(cache=True, inline="always")
+def _agent_forest(F, a):
+    """Agent a's :data:`_Forest` out of the :data:`_Forests` ``F``."""
+    return _Forest(F.W[a], F.H[a], F.HS[a], F.node_c[a], F.node_s[a], F.feat[a], F.thr[a],
+                   F.val[a], F.head[a], F.nxt[a])
+
+
 @njit(cache=True)
 def _tree_predict_nb(feat, thr, val, xb):
     k = 0
@@ -2109,9 +2149,11 @@ def _tree_predict_nb(feat, thr, val, xb):
 
 
 @njit(cache=True, inline="always")
-def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, cl, sl, best, bpos, tot_c, tot_s, B):
+def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, r, B):
     """Score every threshold of feature j at node u in trees 0..B-1 (see
-    :func:`_split_node_nb`), updating their best score and position."""
+    :func:`_split_node_nb`), updating their best score and position in the
+    :data:`_Refit` scratch ``r``."""
+    cl, sl, best, bpos, tot_c, tot_s = r.cl, r.sl, r.best, r.bpos, r.tot_c, r.tot_s
     for b in range(B):
         cl[b] = 0.0
         sl[b] = 0.0
@@ -2138,9 +2180,8 @@ def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, cl, sl, best, bpos, tot_c, t
 
 
 @njit(cache=True)
-def _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
-                   can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr):
-    """Best split of heap node ``u`` in every tree of a forest, side by side.
+def _split_node_nb(f, u, n_bins, max_bins, min_leaf, r):
+    """Best split of heap node ``u`` in every tree of the forest ``f``, side by side.
 
     ``H[u, j * max_bins + bin, b]`` and ``HS`` hold node u's histogram of
     (weighted count, weighted reward sum) per feature bin in tree b, and
@@ -2149,11 +2190,14 @@ def _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
     threshold maximising ``S_L^2/n_L + S_R^2/n_R`` with at least ``min_leaf``
     weight per side (scikit-learn's squared-error criterion, evaluated as
     ``(S_L^2 n_R + S_R^2 n_L) / (n_L n_R)``), the first (lowest feature, then
-    lowest bin) on ties.  Writes ``nfeat[b]`` (-1 for a
-    leaf) and ``nthr[b]``, and the children's totals (0 under a leaf).  The
-    result for tree b depends on tree b's histogram alone, so equal histograms
-    give identical trees.
+    lowest bin) on ties.  Writes ``r.nfeat[b]`` (-1 for a leaf) and
+    ``r.nthr[b]`` of the :data:`_Refit` scratch ``r``, and the children's
+    totals (0 under a leaf).  The result for tree b depends on tree b's
+    histogram alone, so equal histograms give identical trees.
     """
+    H, HS, node_c, node_s = f.H, f.HS, f.node_c, f.node_s
+    can, best, bpos, tot_c, tot_s, nfeat, nthr = (r.can, r.best, r.bpos, r.tot_c, r.tot_s,
+                                                  r.nfeat, r.nthr)
     B = can.shape[0]
     d = n_bins.shape[0]
     any_can = False
@@ -2173,11 +2217,9 @@ def _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
         for j in range(d):
             if B == 20:
                 # the paper's B: a constant trip count vectorises fully
-                _scan_feature_nb(H, HS, u, j, n_bins[j], max_bins, ml, cl, sl, best, bpos,
-                                 tot_c, tot_s, 20)
+                _scan_feature_nb(H, HS, u, j, n_bins[j], max_bins, ml, r, 20)
             else:
-                _scan_feature_nb(H, HS, u, j, n_bins[j], max_bins, ml, cl, sl, best, bpos,
-                                 tot_c, tot_s, B)
+                _scan_feature_nb(H, HS, u, j, n_bins[j], max_bins, ml, r, B)
     for b in range(B):
         if bpos[b] >= 0.0:
             pos = int(bpos[b])
@@ -2268,23 +2310,20 @@ def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
 
 
 @njit(cache=True)
-def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, W, H, HS, node_c, node_s,
-                       feat, thr, head, nxt):
-    """Add row k (bins ``xb``, reward ``y``) to one agent's online forest.
+def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, f):
+    """Add row k (bins ``xb``, reward ``y``) to one agent's online forest ``f``.
 
-    Draws its Poisson(1) weight ``W[b, k]`` in every tree b, then adds the row
-    with :func:`_online_add_row_nb`.
+    Draws its Poisson(1) weight ``f.W[b, k]`` in every tree b, then adds the
+    row with :func:`_online_add_row_nb`.
     """
-    for b in range(W.shape[0]):
-        W[b, k] = _poisson1_nb(rng)
-    _online_add_row_nb(xb, y, k, max_depth, max_bins, W, H, HS, node_c, node_s, feat, thr,
-                       head, nxt)
+    for b in range(f.W.shape[0]):
+        f.W[b, k] = _poisson1_nb(rng)
+    _online_add_row_nb(xb, y, k, max_depth, max_bins, f)
 
 
 @njit(cache=True)
-def _online_add_row_nb(xb, y, k, max_depth, max_bins, W, H, HS, node_c, node_s, feat, thr,
-                       head, nxt):
-    """Add row k, with its weights ``W[:, k]`` already drawn, to an online forest.
+def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
+    """Add row k, with its weights ``f.W[:, k]`` already drawn, to an online forest.
 
     Adds each tree's weight to the root totals and to the histograms of the
     internal nodes on the row's path through the current tree.  Also files
@@ -2292,6 +2331,8 @@ def _online_add_row_nb(xb, y, k, max_depth, max_bins, W, H, HS, node_c, node_s, 
     (linked lists of the agent's rows by bin) that let a refit find the rows
     of a bin range.
     """
+    W, H, HS, node_c, node_s, feat, thr, head, nxt = (f.W, f.H, f.HS, f.node_c, f.node_s,
+                                                      f.feat, f.thr, f.head, f.nxt)
     B = W.shape[0]
     d = xb.shape[0]
     n_int = 2 ** max_depth - 1
@@ -2309,8 +2350,7 @@ def _online_add_row_nb(xb, y, k, max_depth, max_bins, W, H, HS, node_c, node_s, 
 
 
 @njit(cache=True)
-def _shift_split_nb(Xa, ya, W, b, u, level, j, lo, hi, to_left, n_int, max_bins,
-                    head, nxt, H, HS, feat, thr):
+def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins):
     """Node u of tree b moved its threshold on feature j across bins lo+1..hi.
 
     The rows of node u in those bins change sides (to the left child if
@@ -2319,6 +2359,7 @@ def _shift_split_nb(Xa, ya, W, b, u, level, j, lo, hi, to_left, n_int, max_bins,
     refit) splits of the descendants, so that the histograms of u's whole
     subtree are again exact for u's new split.
     """
+    W, H, HS, feat, thr, head, nxt = f.W, f.H, f.HS, f.feat, f.thr, f.head, f.nxt
     for q in range(lo + 1, hi + 1):
         k = head[j, q]
         while k >= 0:
@@ -2337,24 +2378,24 @@ def _shift_split_nb(Xa, ya, W, b, u, level, j, lo, hi, to_left, n_int, max_bins,
 
 
 @njit(cache=True)
-def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
-                     node_c, node_s, feat, thr, val, head, nxt, stale,
-                     can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr, stats):
-    """Refit one agent's online forest on its first n rows, incrementally.
+def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r):
+    """Refit one agent's online ``forest`` on its first n rows, incrementally.
 
-    ``Xa[k]``, ``ya[k]``: bins and reward of the agent's k-th row; ``W[b, k]``
-    its weight in tree b.  On return every tree equals the fit from scratch
+    ``Xa[k]``, ``ya[k]``: bins and reward of the agent's k-th row;
+    ``forest.W[b, k]`` its weight in tree b.  On return every tree equals the fit from scratch
     (one refit of an empty forest) on the same weighted rows (tested tree by
     tree); on an empty forest it grows every tree level by level from the
     rows.
-    ``head``/``nxt`` are the bin lists of :func:`_online_observe_nb`.
-    ``stale`` (nodes whose histogram must be rebuilt) is scratch.  Adds to
-    ``stats[level]`` the number of (tree, node) pairs of that level whose
+    ``forest.head``/``nxt`` are the bin lists of :func:`_online_observe_nb`.
+    ``r`` is the :data:`_Refit` scratch; ``r.stale`` marks the nodes whose
+    histogram must be rebuilt.  Adds to ``r.stats[level]`` the number of (tree, node) pairs of that level whose
     histograms were rebuilt from the rows, to
     ``stats[max_depth + level]`` the number of nodes of that level whose split
     changed, and to ``stats[2 max_depth + level]`` the number of those whose
     subtree was updated by moving only the rows that crossed the threshold.
     """
+    W, H, HS, node_c, node_s, feat, thr, val, head, nxt = forest
+    stale, nfeat, nthr, stats = r.stale, r.nfeat, r.nthr, r.stats
     B = W.shape[0]
     d = Xa.shape[1]
     n_nodes = feat.shape[1]
@@ -2417,8 +2458,7 @@ def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
                         H[o, c, b] = H[par, c, b] - acc[c]
                         HS[o, c, b] = HS[par, c, b] - accs[c]
         for u in range(first, last):
-            _split_node_nb(H, HS, u, n_bins, max_bins, min_leaf, node_c, node_s,
-                           can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr)
+            _split_node_nb(forest, u, n_bins, max_bins, min_leaf, r)
             for b in range(B):
                 C = node_c[u, b]
                 val[b, u] = node_s[u, b] / C if C > 0 else 0.0
@@ -2438,11 +2478,11 @@ def _online_refit_nb(Xa, ya, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS,
                     if shift:
                         stats[2 * max_depth + level] += 1
                         if q > q_old:
-                            _shift_split_nb(Xa, ya, W, b, u, level, f, q_old, q, True, n_int,
-                                            max_bins, head, nxt, H, HS, feat, thr)
+                            _shift_split_nb(Xa, ya, forest, b, u, level, f, q_old, q, True,
+                                            n_int, max_bins)
                         else:
-                            _shift_split_nb(Xa, ya, W, b, u, level, f, q, q_old, False, n_int,
-                                            max_bins, head, nxt, H, HS, feat, thr)
+                            _shift_split_nb(Xa, ya, forest, b, u, level, f, q, q_old, False,
+                                            n_int, max_bins)
                     rebuild = f >= 0 and (moved or stale[u, b]) and not shift
                     stale[2 * u + 1, b] = rebuild
                     stale[2 * u + 2, b] = rebuild
@@ -2478,25 +2518,76 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
     d = Xb.shape[1]
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
-    feat = np.full((n_trees, n_nodes), -1, dtype=np.int32)
-    thr = np.zeros((n_trees, n_nodes), dtype=np.int32)
-    val = np.zeros((n_trees, n_nodes))
-    H = np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32)
-    HS = np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32)
-    node_c = np.zeros((n_nodes, n_trees), dtype=np.int64)
-    node_s = np.zeros((n_nodes, n_trees), dtype=np.int64)
-    head = np.full((d, max_bins), -1, dtype=np.int32)
-    nxt = np.empty((d, n), dtype=np.int32)
+    f = _Forest(W, np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32),
+                np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32),
+                np.zeros((n_nodes, n_trees), dtype=np.int64),
+                np.zeros((n_nodes, n_trees), dtype=np.int64),
+                np.full((n_trees, n_nodes), -1, dtype=np.int32),
+                np.zeros((n_trees, n_nodes), dtype=np.int32), np.zeros((n_trees, n_nodes)),
+                np.full((d, max_bins), -1, dtype=np.int32), np.empty((d, n), dtype=np.int32))
     for k in range(n):
-        _online_add_row_nb(Xb[k], y[k], k, max_depth, max_bins, W, H, HS, node_c, node_s,
-                           feat, thr, head, nxt)
-    _online_refit_nb(Xb, y, W, n, n_bins, max_bins, max_depth, min_leaf, H, HS, node_c,
-                     node_s, feat, thr, val, head, nxt, np.zeros((n_int, n_trees), np.bool_),
-                     np.empty(n_trees, np.bool_), np.empty(n_trees), np.empty(n_trees),
-                     np.empty(n_trees), np.empty(n_trees), np.empty(n_trees),
-                     np.empty(n_trees), np.empty(n_trees, np.int64),
-                     np.empty(n_trees, np.int64), np.zeros(3 * max_depth, np.int64))
-    return feat, thr, val
+        _online_add_row_nb(Xb[k], y[k], k, max_depth, max_bins, f)
+    _online_refit_nb(Xb, y, n, n_bins, max_bins, max_depth, min_leaf, f,
+                     _new_refit(n_trees, max_depth, np.zeros(3 * max_depth, np.int64)))
+    return f.feat, f.thr, f.val
+
+
+@njit(cache=True, inline="always")
+def _tree_mu_nb(F, a, xb, thompson, rng):
+    """Agent a's estimate for the binned context ``xb`` (App. E.2), as both
+    the simulation and the router score: before the first refit 0.5 (greedy)
+    or a U[0, 1] draw (Thompson); then the mean of the B trees (greedy) or
+    one tree drawn uniformly (Thompson)."""
+    n_trees = F.feat.shape[1]
+    if not F.fitted[a]:
+        return _uniform(rng) if thompson else 0.5
+    if thompson:
+        b = _randint(rng, n_trees)
+        return _tree_predict_nb(F.feat[a, b], F.thr[a, b], F.val[a, b], xb)
+    acc = 0.0
+    for b in range(n_trees):
+        acc += _tree_predict_nb(F.feat[a, b], F.thr[a, b], F.val[a, b], xb)
+    return acc / n_trees
+
+
+@njit(cache=True)
+def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
+    """Agent a observed reward y for the binned context ``xb`` (App. E.2).
+
+    The row is stored, given its Poisson weights and added to the forest
+    (:func:`_online_observe_nb`); every ``cfg.refit_every`` rewards of the
+    agent the forest is refit (:func:`_online_refit_nb`, scratch ``r``).
+    The caller keeps the row arrays of ``F`` large enough.
+    """
+    k = F.nobs[a]
+    for j in range(xb.shape[0]):
+        F.Xa[a, k, j] = xb[j]
+    F.ya[a, k] = y
+    fa = _agent_forest(F, a)
+    _online_observe_nb(xb, y, k, cfg.max_depth, cfg.max_bins, rng, fa)
+    F.nobs[a] = k + 1
+    if F.nobs[a] % cfg.refit_every == 0:
+        _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
+                         cfg.min_leaf, fa, r)
+        F.fitted[a] = True
+
+
+@njit(cache=True, inline="always")
+def _logistic_mu_nb(L, a, z, thompson, kappa, rng):
+    """Agent a's estimate for the design vector ``z`` (App. E.1), as both the
+    simulation and the router score: sigma(theta_hat^T z) (greedy) or sigma
+    of a draw of theta~^T z (Thompson), the normal draws taken in pairs (the
+    unused second one kept in ``L.gauss = [has_spare, spare]``)."""
+    g = 0.0
+    if thompson:
+        if L.gauss[0] != 0.0:
+            g = L.gauss[1]
+            L.gauss[0] = 0.0
+        else:
+            g, spare = _normal_pair(rng)
+            L.gauss[0] = 1.0
+            L.gauss[1] = spare
+    return _logistic_score_nb(L.theta[a], L.Sigma[a], z, thompson, kappa, g)
 
 
 # =============================================================================
@@ -3654,6 +3745,15 @@ def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B)
 _EARLY_EXIT = True
 
 
+#: The capacity rule of a run: shares ``alpha``, the mask of ``constrained``
+#: agents (Eq. 1), the penalty ``eta`` (Eq. 2), the mini-batch size ``batch``
+#: (0: online) and whether the ``early`` exit of forced runs is on.
+_Rule = namedtuple("_Rule", "alpha constrained eta batch early")
+#: What one run writes: the agent and the queues at every step (empty arrays
+#: when not traced) and the tasks per agent.
+_RunOut = namedtuple("_RunOut", "assign queues counts")
+
+
 @njit(cache=True)
 def _forced_tail(R, order, t, a, Q, assign, queues, counts, trace):
     """Steps t.. of a run in which agent ``a`` is the only possible choice."""
@@ -3770,18 +3870,19 @@ def _record_nb(R, i, a, t, Q, counts, Nb, trace, assign, queues):
 
 
 @njit(cache=True)
-def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early, rng,
-                       assign, queues, counts, trace):
+def _noncontextual_run(R, order, rule, learned, rng, out):
     """One run of ``random`` (learned=False) or ``marginal`` (learned=True).
 
     In batch mode the random policy hands the batch's counts to its tasks in
     a uniformly random order; the marginal policy scores every task of the
     batch with the running means.
     """
+    alpha, constrained, eta, batch, early = rule
+    assign, queues, counts = out
+    trace = assign.shape[0] > 0
     T = order.shape[0]
     A = R.shape[1]
     Q = np.zeros(A)
-    mu = np.empty(A)
     n = np.zeros(A)
     s = np.zeros(A)
     share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
@@ -3800,40 +3901,31 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
             if sole >= 0:
                 return total + _forced_tail(R, order, t, sole, Q, assign, queues, counts,
                                             trace)
-        if batch == 0:
-            nb = 1
-            if learned:
+        nb = 1 if batch == 0 else min(batch, T - t)
+        if learned:
+            for j in range(nb):
                 for a in range(A):
-                    mu[a] = s[a] / n[a] if n[a] > 0 else 0.5
-                agent[0] = _select_nb(mu, Q, eta)
-            else:
-                u = _uniform(rng)
-                agent[0] = last
-                for b in range(A):
-                    if u < cum[b] and share[b] > 0.0:
-                        agent[0] = b
-                        break
+                    S[j, a] = s[a] / n[a] if n[a] > 0 else 0.5
+            _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
+        elif batch == 0:
+            u = _uniform(rng)
+            agent[0] = last
+            for b in range(A):
+                if u < cum[b] and share[b] > 0.0:
+                    agent[0] = b
+                    break
         else:
-            nb = min(batch, T - t)
             _batch_counts_nb(nb, alpha, Q, constrained, N)
-            if learned:
-                for a in range(A):
-                    mu[a] = s[a] / n[a] if n[a] > 0 else 0.5
-                for j in range(nb):
-                    for a in range(A):
-                        S[j, a] = mu[a] - eta * Q[a]
-                _batch_assign_nb(S, nb, N, constrained, agent, upper)
-            else:
-                j = 0
-                for a in range(A):
-                    for _ in range(N[a]):
-                        agent[j] = a
-                        j += 1
-                for j in range(nb - 1, 0, -1):  # Fisher-Yates shuffle
-                    k = _randint(rng, j + 1)
-                    tmp = agent[j]
-                    agent[j] = agent[k]
-                    agent[k] = tmp
+            j = 0
+            for a in range(A):
+                for _ in range(N[a]):
+                    agent[j] = a
+                    j += 1
+            for j in range(nb - 1, 0, -1):  # Fisher-Yates shuffle
+                k = _randint(rng, j + 1)
+                tmp = agent[j]
+                agent[j] = agent[k]
+                agent[k] = tmp
         Nb[:] = 0
         for j in range(nb):
             i = order[t + j]
@@ -3852,8 +3944,7 @@ def _noncontextual_run(R, order, alpha, constrained, eta, learned, batch, early,
 
 
 @njit(cache=True)
-def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
-                  w_min, w_max, batch, early, rng, assign, queues, counts, trace):
+def _logistic_run(Xd, R, order, rule, thompson, kappa, gamma, w_min, w_max, rng, out):
     """One run of ``logistic-greedy`` / ``logistic-ts`` (App. E.1).
 
     Thompson sampling draws the scalar theta~^T z ~ N(theta_hat^T z,
@@ -3862,6 +3953,9 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
     factorising Sigma.  In batch mode every task of the batch is scored (one
     draw per task and agent) before any of its rewards is seen.
     """
+    alpha, constrained, eta, batch, early = rule
+    assign, queues, counts = out
+    trace = assign.shape[0] > 0
     T = order.shape[0]
     A = R.shape[1]
     p = Xd.shape[1]
@@ -3870,13 +3964,12 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
     for a in range(A):
         for j in range(p):
             Sigma[a, j, j] = 1.0 / gamma
+    L = _Logistic(theta, Sigma, np.zeros(2))
     Q = np.zeros(A)
     Sx = np.empty(p)
     dead = _initial_dead(alpha, constrained, batch, False)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
-    spare = 0.0
-    has_spare = False
     t = 0
     while t < T:
         if early:
@@ -3888,15 +3981,7 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
         for jj in range(nb):
             x = Xd[order[t + jj]]
             for a in range(A):
-                g = 0.0
-                if thompson:
-                    if has_spare:
-                        g = spare
-                        has_spare = False
-                    else:
-                        g, spare = _normal_pair(rng)
-                        has_spare = True
-                S[jj, a] = _logistic_score_nb(theta[a], Sigma[a], x, thompson, kappa, g)
+                S[jj, a] = _logistic_mu_nb(L, a, x, thompson, kappa, rng)
         _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         Nb[:] = 0
         for jj in range(nb):
@@ -3925,9 +4010,7 @@ def _logistic_run(Xd, R, order, alpha, constrained, eta, thompson, kappa, gamma,
 
 
 @njit(cache=True)
-def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
-              n_trees, max_depth, min_leaf, refit_every, batch, early, rng, assign, queues,
-              counts, trace, stats):
+def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
     """One run of ``tree-greedy`` / ``tree-ts`` (App. E.2) on binned contexts.
 
     Each agent's forest is an online Poisson-bootstrap forest (see the notes
@@ -3941,37 +4024,31 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
     ``stats`` accumulates the refit counters of :func:`_online_refit_nb` over
     agents.
     """
+    alpha, constrained, eta, batch, early = rule
+    max_bins, n_trees, max_depth = cfg.max_bins, cfg.n_trees, cfg.max_depth
+    assign, queues, counts = out
+    trace = assign.shape[0] > 0
     T = order.shape[0]
     A = R.shape[1]
     d = Xb.shape[1]
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
     n_cols = d * max_bins
-    feat = np.full((A, n_trees, n_nodes), -1, dtype=np.int32)
-    thr = np.zeros((A, n_trees, n_nodes), dtype=np.int32)
-    val = np.zeros((A, n_trees, n_nodes))
-    fitted = np.zeros(A, dtype=np.bool_)
-    nobs = np.zeros(A, dtype=np.int64)
-    # each agent's rows (bins, reward) and their Poisson weights per tree
-    Xa = np.empty((A, T, d), dtype=np.uint8)
-    ya = np.empty((A, T), dtype=np.uint8)
-    W = np.empty((A, n_trees, T), dtype=np.uint8)
-    H = np.zeros((A, n_int, n_cols, n_trees), dtype=np.int32)
-    HS = np.zeros((A, n_int, n_cols, n_trees), dtype=np.int32)
-    node_c = np.zeros((A, n_nodes, n_trees), dtype=np.int64)
-    node_s = np.zeros((A, n_nodes, n_trees), dtype=np.int64)
-    head = np.full((A, d, max_bins), -1, dtype=np.int32)
-    nxt = np.empty((A, d, T), dtype=np.int32)
-    stale = np.zeros((n_int, n_trees), dtype=np.bool_)
-    can = np.empty(n_trees, dtype=np.bool_)
-    cl = np.empty(n_trees)
-    sl = np.empty(n_trees)
-    best = np.empty(n_trees)
-    bpos = np.empty(n_trees)
-    tot_c = np.empty(n_trees)
-    tot_s = np.empty(n_trees)
-    nfeat = np.empty(n_trees, dtype=np.int64)
-    nthr = np.empty(n_trees, dtype=np.int64)
+    # each agent's forest, its rows (bins, reward) and their Poisson weights per tree
+    F = _Forests(np.empty((A, n_trees, T), dtype=np.uint8),
+                 np.zeros((A, n_int, n_cols, n_trees), dtype=np.int32),
+                 np.zeros((A, n_int, n_cols, n_trees), dtype=np.int32),
+                 np.zeros((A, n_nodes, n_trees), dtype=np.int64),
+                 np.zeros((A, n_nodes, n_trees), dtype=np.int64),
+                 np.full((A, n_trees, n_nodes), -1, dtype=np.int32),
+                 np.zeros((A, n_trees, n_nodes), dtype=np.int32),
+                 np.zeros((A, n_trees, n_nodes)),
+                 np.full((A, d, max_bins), -1, dtype=np.int32),
+                 np.empty((A, d, T), dtype=np.int32),
+                 np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=np.uint8),
+                 np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
+    val, fitted = F.val, F.fitted
+    r_scratch = _new_refit(n_trees, max_depth, stats)
     Q = np.zeros(A)
     dead = _initial_dead(alpha, constrained, batch, False)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
@@ -3987,16 +4064,7 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
         for jj in range(nb):
             xb = Xb[order[t + jj]]
             for a in range(A):
-                if not fitted[a]:
-                    S[jj, a] = _uniform(rng) if thompson else 0.5
-                elif thompson:
-                    b = _randint(rng, n_trees)
-                    S[jj, a] = _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-                else:
-                    acc = 0.0
-                    for b in range(n_trees):
-                        acc += _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-                    S[jj, a] = acc / n_trees
+                S[jj, a] = _tree_mu_nb(F, a, xb, thompson, rng)
         _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         Nb[:] = 0
         for jj in range(nb):
@@ -4005,19 +4073,7 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
             a = agent[jj]
             r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
             total += r
-            k = nobs[a]
-            for j in range(d):
-                Xa[a, k, j] = xb[j]
-            ya[a, k] = r
-            _online_observe_nb(xb, r, k, max_depth, max_bins, rng, W[a], H[a], HS[a],
-                               node_c[a], node_s[a], feat[a], thr[a], head[a], nxt[a])
-            nobs[a] = k + 1
-            if nobs[a] % refit_every == 0:
-                _online_refit_nb(Xa[a], ya[a], W[a], nobs[a], n_bins, max_bins, max_depth,
-                                 min_leaf, H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a],
-                                 val[a], head[a], nxt[a], stale, can, cl, sl, best, bpos,
-                                 tot_c, tot_s, nfeat, nthr, stats)
-                fitted[a] = True
+            _tree_learn_nb(F, a, xb, r, cfg, rng, r_scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         if batch == 0:
             a = agent[0]
@@ -4037,46 +4093,36 @@ def _tree_run(Xb, n_bins, max_bins, R, order, alpha, constrained, eta, thompson,
 
 
 @njit(parallel=True, cache=True)
-def _noncontextual_runs(R, orders, alpha, constrained, eta, learned, batch, early, states,
-                        assign, queues):
+def _noncontextual_runs(R, orders, rule, learned, states, assign, queues):
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    trace = assign.shape[1] > 0
     for k in prange(runs):
-        rewards[k] = _noncontextual_run(R, orders[k], alpha, constrained, eta, learned, batch,
-                                        early, states[k], assign[k], queues[k], counts[k],
-                                        trace)
+        rewards[k] = _noncontextual_run(R, orders[k], rule, learned, states[k],
+                                        _RunOut(assign[k], queues[k], counts[k]))
     return rewards, counts
 
 
 @njit(parallel=True, cache=True)
-def _logistic_runs(Xd, R, orders, alpha, constrained, eta, thompson, kappa, gamma,
-                   w_min, w_max, batch, early, states, assign, queues):
+def _logistic_runs(Xd, R, orders, rule, thompson, kappa, gamma, w_min, w_max, states, assign,
+                   queues):
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    trace = assign.shape[1] > 0
     for k in prange(runs):
-        rewards[k] = _logistic_run(Xd, R, orders[k], alpha, constrained, eta, thompson,
-                                   kappa, gamma, w_min, w_max, batch, early, states[k],
-                                   assign[k], queues[k], counts[k], trace)
+        rewards[k] = _logistic_run(Xd, R, orders[k], rule, thompson, kappa, gamma, w_min,
+                                   w_max, states[k], _RunOut(assign[k], queues[k], counts[k]))
     return rewards, counts
 
 
 @njit(parallel=True, cache=True)
-def _tree_runs(Xb, n_bins, max_bins, R, orders, alpha, constrained, eta, thompson,
-               n_trees, max_depth, min_leaf, refit_every, batch, early, states, assign,
-               queues, stats):
+def _tree_runs(Xb, R, orders, rule, cfg, thompson, states, assign, queues, stats):
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    trace = assign.shape[1] > 0
     for k in prange(runs):
-        rewards[k] = _tree_run(Xb, n_bins, max_bins, R, orders[k], alpha, constrained, eta,
-                               thompson, n_trees, max_depth, min_leaf, refit_every, batch,
-                               early, states[k], assign[k], queues[k], counts[k], trace,
-                               stats[k])
+        rewards[k] = _tree_run(Xb, R, orders[k], rule, cfg, thompson, states[k],
+                               _RunOut(assign[k], queues[k], counts[k]), stats[k])
     return rewards, counts
 
 
@@ -4098,23 +4144,22 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
             else "logistic" if policy.startswith("logistic") else "tree")
     started = _first_use(f"{kind} simulation", (f"_{kind}_runs",),
                          _FIRST_USE_TIME["simulation", kind])
+    rule = _Rule(alpha, constrained, float(eta), batch, early)
     if policy in ("random", "marginal"):
-        rewards, counts = _noncontextual_runs(R, orders, alpha, constrained, eta,
-                                              policy == "marginal", batch, early, states,
+        rewards, counts = _noncontextual_runs(R, orders, rule, policy == "marginal", states,
                                               assign, queues)
     elif policy.startswith("logistic"):
         Xd = np.ascontiguousarray(np.column_stack([np.ones(T), X]))
-        rewards, counts = _logistic_runs(Xd, R, orders, alpha, constrained, eta,
-                                         policy.endswith("-ts"), float(s.kappa),
-                                         float(s.gamma), float(s.w_min), float(s.w_max),
-                                         batch, early, states, assign, queues)
+        rewards, counts = _logistic_runs(Xd, R, orders, rule, policy.endswith("-ts"),
+                                         float(s.kappa), float(s.gamma), float(s.w_min),
+                                         float(s.w_max), states, assign, queues)
     else:
         Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
         max_bins = int(n_bins.max()) if len(n_bins) else 1
         stats = np.zeros((runs, 3 * s.max_depth), dtype=np.int64)
-        rewards, counts = _tree_runs(Xb, n_bins, max_bins, R, orders, alpha, constrained,
-                                     eta, policy.endswith("-ts"), s.n_trees, s.max_depth,
-                                     s.min_samples_leaf, s.refit_every, batch, early, states,
+        cfg = _TreeConfig(n_bins, max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
+                          s.refit_every)
+        rewards, counts = _tree_runs(Xb, R, orders, rule, cfg, policy.endswith("-ts"), states,
                                      assign, queues, stats)
     _first_use_done(started)
     if not traces:
@@ -4538,8 +4583,8 @@ def _all_finite_nb(X):
 
 
 @njit(cache=True)
-def _router_tree_mu_nb(X, edges, n_edges, feat, thr, val, fitted, thompson, rng, mu,
-                       step, Q, alpha, constrained, eta):
+def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, constrained,
+                       eta):
     """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
 
     The draws are those of :func:`_tree_run` at one decision.  With ``step``
@@ -4549,89 +4594,44 @@ def _router_tree_mu_nb(X, edges, n_edges, feat, thr, val, fitted, thompson, rng,
     """
     if not _all_finite_nb(X):
         return -2
-    A = feat.shape[0]
-    B = feat.shape[1]
     xb = np.empty(X.shape[1], dtype=np.uint8)
     for i in range(X.shape[0]):
         _bin_row_nb(X[i], edges, n_edges, xb)
-        for a in range(A):
-            if not fitted[a]:
-                mu[i, a] = _uniform(rng) if thompson else 0.5
-            elif thompson:
-                b = _randint(rng, B)
-                mu[i, a] = _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-            else:
-                acc = 0.0
-                for b in range(B):
-                    acc += _tree_predict_nb(feat[a, b], thr[a, b], val[a, b], xb)
-                mu[i, a] = acc / B
+        for a in range(F.feat.shape[0]):
+            mu[i, a] = _tree_mu_nb(F, a, xb, thompson, rng)
     if not step:
         return -1
     return _online_step_nb(mu[0], Q, eta, alpha, constrained)
 
 
 @njit(cache=True)
-def _router_tree_update_nb(a, x, y, edges, n_edges, max_bins, max_depth, min_leaf,
-                           refit_every, rng, Xa, ya, W, H, HS, node_c, node_s, feat, thr, val,
-                           head, nxt, nobs, fitted):
-    """Agent a observed reward y for context x: one step of its online forest.
-
-    As in :func:`_tree_run`: the row is stored, given its Poisson weights and
-    added to the forest (:func:`_online_observe_nb`), and every
-    ``refit_every`` rewards of the agent the forest is refit
-    (:func:`_online_refit_nb`).  The caller keeps the row arrays large enough.
-    Scratch arrays are allocated here, only when a refit needs them.
-    """
+def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
+    """Agent a observed reward y for context x: the row is binned and learnt
+    as in :func:`_tree_run` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
-    k = nobs[a]
-    for j in range(xb.shape[0]):
-        Xa[a, k, j] = xb[j]
-    ya[a, k] = y
-    _online_observe_nb(xb, y, k, max_depth, max_bins, rng, W[a], H[a], HS[a], node_c[a],
-                       node_s[a], feat[a], thr[a], head[a], nxt[a])
-    nobs[a] = k + 1
-    if nobs[a] % refit_every == 0:
-        B = W.shape[1]
-        n_bins = n_edges + 1
-        stale = np.zeros((H.shape[1], B), dtype=np.bool_)
-        can = np.empty(B, dtype=np.bool_)
-        sc = np.empty((6, B))
-        nfeat = np.empty(B, dtype=np.int64)
-        nthr = np.empty(B, dtype=np.int64)
-        stats = np.zeros(3 * max_depth, dtype=np.int64)
-        _online_refit_nb(Xa[a], ya[a], W[a], nobs[a], n_bins, max_bins, max_depth, min_leaf,
-                         H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a], head[a],
-                         nxt[a], stale, can, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5],
-                         nfeat, nthr, stats)
-        fitted[a] = True
+    _tree_learn_nb(F, a, xb, y, cfg, rng, r)
 
 
 @njit(cache=True)
-def _router_tree_replay_nb(a, n, n_bins, max_bins, max_depth, min_leaf, refit_every, Xa, ya,
-                           W, H, HS, node_c, node_s, feat, thr, val, head, nxt, fitted, stale,
-                           can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr, stats):
+def _router_tree_replay_nb(a, n, cfg, F, r):
     """Rebuild agent a's forest from its first n stored rows and their weights.
 
     Repeats what :func:`_online_observe_nb` did for each row, with the stored
     Poisson weights instead of fresh draws, and refits at the same counts, so
     the rebuilt forest (trees and histograms) is the one the live router had.
     """
+    fa = _agent_forest(F, a)
     for k in range(n):
-        _online_add_row_nb(Xa[a, k], ya[a, k], k, max_depth, max_bins, W[a], H[a], HS[a],
-                           node_c[a], node_s[a], feat[a], thr[a], head[a], nxt[a])
-        if (k + 1) % refit_every == 0:
-            _online_refit_nb(Xa[a], ya[a], W[a], k + 1, n_bins, max_bins, max_depth, min_leaf,
-                             H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a],
-                             head[a], nxt[a], stale, can, cl, sl, best, bpos, tot_c,
-                             tot_s, nfeat, nthr, stats)
-            fitted[a] = True
+        _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
+        if (k + 1) % cfg.refit_every == 0:
+            _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_bins, cfg.max_depth,
+                             cfg.min_leaf, fa, r)
+            F.fitted[a] = True
 
 
 @njit(cache=True)
-def _router_tree_rebuild_nb(a, n, n_bins, max_bins, max_depth, min_leaf, refit_every, Xa, ya,
-                            W, H, HS, node_c, node_s, feat, thr, val, head, nxt, fitted, stale,
-                            can, cl, sl, best, bpos, tot_c, tot_s, nfeat, nthr, stats):
+def _router_tree_rebuild_nb(a, n, cfg, F, r):
     """Agent a's forest after its first n stored rows, with one refit only.
 
     Each refit makes every tree the exact histogram CART fit on the rows seen
@@ -4643,22 +4643,20 @@ def _router_tree_rebuild_nb(a, n, n_bins, max_bins, max_depth, min_leaf, refit_e
     same trees and histograms as :func:`_router_tree_replay_nb`, without the
     intermediate refits.
     """
-    m = (n // refit_every) * refit_every
+    fa = _agent_forest(F, a)
+    m = (n // cfg.refit_every) * cfg.refit_every
     for k in range(n + 1):          # k == n: after the last row (the refit when m == n)
         if k == m and m > 0:
-            _online_refit_nb(Xa[a], ya[a], W[a], m, n_bins, max_bins, max_depth, min_leaf,
-                             H[a], HS[a], node_c[a], node_s[a], feat[a], thr[a], val[a],
-                             head[a], nxt[a], stale, can, cl, sl, best, bpos, tot_c,
-                             tot_s, nfeat, nthr, stats)
-            fitted[a] = True
+            _online_refit_nb(F.Xa[a], F.ya[a], m, cfg.n_bins, cfg.max_bins, cfg.max_depth,
+                             cfg.min_leaf, fa, r)
+            F.fitted[a] = True
         if k < n:
-            _online_add_row_nb(Xa[a, k], ya[a, k], k, max_depth, max_bins, W[a], H[a], HS[a],
-                               node_c[a], node_s[a], feat[a], thr[a], head[a], nxt[a])
+            _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
 
 
 @njit(cache=True)
-def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
-                           step, Q, alpha, constrained, eta):
+def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, constrained,
+                           eta):
     """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
 
     Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
@@ -4668,35 +4666,25 @@ def _router_logistic_mu_nb(X, xd, theta, Sigma, thompson, kappa, gauss, rng, mu,
     """
     if not _all_finite_nb(X):
         return -2
-    A = theta.shape[0]
-    p = theta.shape[1]
+    A, p = L.theta.shape
     for i in range(X.shape[0]):
         xd[0] = 1.0
         for j in range(p - 1):
             xd[j + 1] = X[i, j]
         for a in range(A):
-            g = 0.0
-            if thompson:
-                if gauss[0] != 0.0:
-                    g = gauss[1]
-                    gauss[0] = 0.0
-                else:
-                    g, spare = _normal_pair(rng)
-                    gauss[0] = 1.0
-                    gauss[1] = spare
-            mu[i, a] = _logistic_score_nb(theta[a], Sigma[a], xd, thompson, kappa, g)
+            mu[i, a] = _logistic_mu_nb(L, a, xd, thompson, kappa, rng)
     if not step:
         return -1
     return _online_step_nb(mu[0], Q, eta, alpha, constrained)
 
 
 @njit(cache=True)
-def _router_logistic_update_nb(a, x, y, xd, theta, Sigma, w_min, w_max, Sx):
+def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
     """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
     xd[0] = 1.0
     for j in range(x.shape[0]):
         xd[j + 1] = x[j]
-    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
+    _laplace_update_nb(L.theta[a], L.Sigma[a], xd, y, w_min, w_max, Sx)
 
 
 @njit(cache=True)
@@ -5164,10 +5152,10 @@ class Router:
             self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
             self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
             self._head = np.full((A, d, self._max_bins), -1, dtype=np.int32)
-            self._stale = np.zeros((n_int, B), dtype=np.bool_)
-            self._scratch = (np.empty(B, dtype=np.bool_),) + tuple(np.empty(B) for _ in range(6)) \
-                + (np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64))
-            self._stats = np.zeros(3 * s.max_depth, dtype=np.int64)
+            self._refit = _Refit(np.zeros((n_int, B), dtype=np.bool_),
+                                 np.empty(B, dtype=np.bool_), *(np.empty(B) for _ in range(6)),
+                                 np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64),
+                                 np.zeros(3 * s.max_depth, dtype=np.int64))
             self._alloc_rows(256)
 
     def _alloc_rows(self, cap):
@@ -5273,13 +5261,13 @@ class Router:
         if _ROUTER_COLD[kind]:
             _router_first_use(kind)
         if kind == 2:
-            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._feat, self._thr,
-                                   self._val, self._fitted, self._thompson, self._rng, mu, step,
-                                   self._Q, self._alpha, self._constrained, self.eta)
+            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._forests(),
+                                   self._thompson, self._rng, mu, step, self._Q, self._alpha,
+                                   self._constrained, self.eta)
         elif kind == 1:
-            a = _router_logistic_mu_nb(X, self._xd, self._theta, self._Sigma, self._thompson,
-                                       self._kappa, self._gauss, self._rng, mu,
-                                       step, self._Q, self._alpha, self._constrained, self.eta)
+            a = _router_logistic_mu_nb(X, self._xd, self._logistic(), self._thompson,
+                                       self._kappa, self._rng, mu, step, self._Q, self._alpha,
+                                       self._constrained, self.eta)
         else:
             a = _router_noncontextual_mu_nb(X, self._learned, self._n, self._s,
                                             self._cum, self._rng, mu, step, self._Q,
@@ -5480,15 +5468,11 @@ class Router:
                 self._alloc_rows(2 * self._cap)
             if self._raw is not None:
                 self._raw[a].append(x)
-            s = self.settings
-            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, self._max_bins,
-                                   s.max_depth, s.min_samples_leaf, s.refit_every, self._rng,
-                                   self._Xa, self._ya, self._W, self._H, self._HS, self._node_c,
-                                   self._node_s, self._feat, self._thr, self._val, self._head,
-                                   self._nxt, self._nobs, self._fitted)
+            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges,
+                                   self._tree_config(), self._rng, self._forests(), self._refit)
         elif kind == 1:
-            _router_logistic_update_nb(a, x, r, self._xd, self._theta, self._Sigma,
-                                       self._w_min, self._w_max, self._Sx)
+            _router_logistic_update_nb(a, x, r, self._xd, self._logistic(), self._w_min,
+                                       self._w_max, self._Sx)
         else:
             self._n[a] += 1.0
             self._s[a] += r
@@ -5745,13 +5729,22 @@ class Router:
 
     def _replay(self, a, kernel=_router_tree_replay_nb):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
-        s, sc = self.settings, self._scratch
-        kernel(a, int(self._nobs[a]), self._n_bins, self._max_bins, s.max_depth,
-                               s.min_samples_leaf, s.refit_every, self._Xa, self._ya, self._W,
-                               self._H, self._HS, self._node_c, self._node_s, self._feat,
-                               self._thr, self._val, self._head, self._nxt, self._fitted,
-                               self._stale, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6],
-                               sc[7], sc[8], self._stats)
+        kernel(a, int(self._nobs[a]), self._tree_config(), self._forests(), self._refit)
+
+    def _logistic(self):
+        """The logistic model's state as the kernels take it (:data:`_Logistic`)."""
+        return _Logistic(self._theta, self._Sigma, self._gauss)
+
+    def _forests(self):
+        """The tree model's state as the kernels take it (:data:`_Forests`)."""
+        return _Forests(self._W, self._H, self._HS, self._node_c, self._node_s, self._feat,
+                        self._thr, self._val, self._head, self._nxt, self._Xa, self._ya,
+                        self._nobs, self._fitted)
+
+    def _tree_config(self):
+        s = self.settings
+        return _TreeConfig(self._n_bins, self._max_bins, s.n_trees, s.max_depth,
+                           s.min_samples_leaf, s.refit_every)
 
     # --- bin edges from the stream (tree policies without X_reference) -------------
 
@@ -5784,8 +5777,8 @@ class Router:
         self._install_edges(edges)
         for arr, v in ((self._feat, -1), (self._thr, 0), (self._val, 0.0), (self._H, 0),
                        (self._HS, 0), (self._node_c, 0), (self._node_s, 0), (self._head, -1),
-                       (self._nxt, 0), (self._fitted, False), (self._stale, False),
-                       (self._stats, 0)):
+                       (self._nxt, 0), (self._fitted, False), (self._refit.stale, False),
+                       (self._refit.stats, 0)):
             arr.fill(v)
         for a in range(self._A):
             n = int(self._nobs[a])

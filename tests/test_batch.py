@@ -324,11 +324,12 @@ def test_early_exit_fires_and_when_it_may():
     refits = {}
     for early in (False, True):
         stats = np.zeros((2, 3 * s.max_depth), dtype=np.int64)
+        rule = ca._Rule(np.array([1.0, 0.0]), np.ones(2, dtype=bool), 0.5, 0, early)
+        cfg = ca._TreeConfig(n_bins, int(n_bins.max()), s.n_trees, s.max_depth,
+                             s.min_samples_leaf, s.refit_every)
         rewards, counts = ca._tree_runs(
-            Xb, n_bins, int(n_bins.max()), R, orders, np.array([1.0, 0.0]),
-            np.ones(2, dtype=bool), 0.5, False, s.n_trees, s.max_depth, s.min_samples_leaf,
-            s.refit_every, 0, early, ca._rng_states(seeds), np.zeros((2, 0), dtype=np.int32),
-            np.zeros((2, 0, 2)), stats)
+            Xb, R, orders, rule, cfg, False, ca._rng_states(seeds),
+            np.zeros((2, 0), dtype=np.int32), np.zeros((2, 0, 2)), stats)
         refits[early] = (stats.sum(), rewards.tolist(), counts.tolist())
     assert refits[True][1:] == refits[False][1:]
     assert refits[True][0] < 0.05 * refits[False][0]

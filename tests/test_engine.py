@@ -166,20 +166,16 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
     feat, thr = np.full((B, n_nodes), -1, np.int32), np.zeros((B, n_nodes), np.int32)
     val = np.zeros((B, n_nodes))
     head, nxt = np.full((d, mb), -1, np.int32), np.zeros((d, T), np.int32)
-    stale = np.zeros((n_int, B), np.bool_)
-    f64 = lambda: np.empty(B)
-    i64 = lambda *shape: np.empty(shape or (B,), np.int64)
-    scratch = (np.empty(B, np.bool_), f64(), f64(), f64(), f64(), f64(), f64(), i64(), i64())
+    forest = ca._Forest(W, H, HS, nc, ns, feat, thr, val, head, nxt)
     stats = np.zeros(3 * depth, np.int64)
+    refit = ca._new_refit(B, depth, stats)
     checked = 0
     for k in range(n_rows):
-        ca._online_observe_nb(Xb[k], y[k], k, depth, mb, rng, W, H, HS, nc, ns, feat, thr,
-                              head, nxt)
+        ca._online_observe_nb(Xb[k], y[k], k, depth, mb, rng, forest)
         if (k + 1) % every:
             continue
         n = k + 1
-        ca._online_refit_nb(Xb, y, W, n, n_bins, mb, depth, min_leaf, H, HS, nc, ns, feat,
-                            thr, val, head, nxt, stale, *scratch, stats)
+        ca._online_refit_nb(Xb, y, n, n_bins, mb, depth, min_leaf, forest, refit)
         sfeat, sthr, sval = ca._fit_forest_nb(Xb, y, np.ascontiguousarray(W[:, :n], np.int32),
                                               n_bins, mb, depth, min_leaf)
         np.testing.assert_array_equal(feat, sfeat, err_msg=f"features after {n} rows")
