@@ -8237,6 +8237,68 @@ def _validation_run(task, policy, a1, r, prefix, seed, eta):
     return out
 
 
+def _validation_stored(path, part, name, head, collect, say):
+    """The cells of one task that :func:`validate_engines` stored so far: its
+    partial file ``part`` when made with the same settings and data, else
+    (unless ``collect``) that task's cells of the complete file ``path``."""
+    done = []
+    if part.exists():
+        old, _ = _read_json_file(part)
+        if old is not None and old.get("head") == json.loads(_canonical_json(head)):
+            done = old["cells"]
+            say(f"{name}: resuming, {len(done)} cells stored")
+        else:
+            say(f"{name}: ignoring {part.name} (other settings or data)")
+    elif path.exists() and not collect:
+        old, _ = _read_json_file(path)
+        if old is not None and old.get("settings") == json.loads(_canonical_json(head["settings"])) \
+                and old.get("tasks", {}).get(name) == json.loads(_canonical_json(head["task"])):
+            done = [{k: v for k, v in c.items() if k != "task"}
+                    for c in old["cells"] if c["task"] == name]
+            say(f"{name}: {len(done)} cells taken from {path.name}")
+    return done
+
+
+def _validation_add_runs(task, cell, n, st):
+    """Paired runs ``cell["runs"]`` .. n - 1 of a cell on both engines
+    (deterministic in the run index); ``st`` are the validation's settings."""
+    for r in range(cell["runs"], n):
+        x = _validation_run(task, cell["policy"], cell["alpha1"], r, st["prefix"], st["seed"],
+                            st["eta"])
+        for e in ENGINES:
+            cell[e]["errors"].append(x[e][0])
+            cell[e]["share1"].append(x[e][1])
+            cell[e]["cpu_seconds"] = round(cell[e]["cpu_seconds"] + x[e][2], 2)
+    cell["runs"] = max(cell["runs"], n)
+
+
+def _validation_sd(cell, k=None):
+    """Sd (ddof 1) of a cell's paired differences fast - reference (its first k runs)."""
+    d = np.subtract(cell["fast"]["errors"][:k], cell["reference"]["errors"][:k])
+    return float(np.std(d, ddof=1))
+
+
+def _validation_grow(task, cell, policy, a1, st):
+    """One cell of :func:`validate_engines` grown by the sample-size rule.
+
+    A new cell (``cell`` None) gets ``pilot`` paired runs and then the runs
+    the rule asks for given the pilot's sd; the rule is then applied again
+    with the sd of every run so far, until it asks for no more.
+    """
+    def rule(sd, n):
+        return _runs_for_power(sd, st["diff"], st["power"], st["level"], n, st["max_runs"])
+
+    if cell is None:
+        cell = {"policy": policy, "alpha1": a1, "runs": 0}
+        cell.update({e: {"errors": [], "share1": [], "cpu_seconds": 0.0} for e in ENGINES})
+        _validation_add_runs(task, cell, st["pilot"], st)
+        cell["pilot_sd"] = _validation_sd(cell, st["pilot"])
+        _validation_add_runs(task, cell, rule(cell["pilot_sd"], st["pilot"]), st)
+    while (n := rule(_validation_sd(cell), cell["runs"])) > cell["runs"]:
+        _validation_add_runs(task, cell, n, st)
+    return cell
+
+
 def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES,
                      alphas=(0.2, 0.5, 0.8), prefix=2000, pilot=10, max_runs=60, diff=0.005,
                      power=0.8, level=0.05, eta=DEFAULT_ETA, seed=0, collect=False, out=print):
@@ -8323,37 +8385,8 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
         task_info[name] = info
         part = path.with_name(f"{path.name}.{name}.partial")
         head = {"settings": settings, "task": info}
-        done = []
-        if part.exists():
-            old, why = _read_json_file(part)
-            if old is not None and old.get("head") == json.loads(_canonical_json(head)):
-                done = old["cells"]
-                say(f"{name}: resuming, {len(done)} cells stored")
-            else:
-                say(f"{name}: ignoring {part.name} (other settings or data)")
-        elif path.exists() and not collect:
-            old, why = _read_json_file(path)
-            if old is not None and old.get("settings") == json.loads(_canonical_json(settings)) \
-                    and old.get("tasks", {}).get(name) == json.loads(_canonical_json(info)):
-                done = [{k: v for k, v in c.items() if k != "task"}
-                        for c in old["cells"] if c["task"] == name]
-                say(f"{name}: {len(done)} cells taken from {path.name}")
-        stored = {(c["policy"], c["alpha1"]): c for c in done}
-
-        def add_runs(cell, n):
-            """Runs len(cell) .. n-1 of the cell on both engines (deterministic in r)."""
-            for r in range(cell["runs"], n):
-                x = _validation_run(task, cell["policy"], cell["alpha1"], r, prefix, seed, eta)
-                for e in ENGINES:
-                    cell[e]["errors"].append(x[e][0])
-                    cell[e]["share1"].append(x[e][1])
-                    cell[e]["cpu_seconds"] = round(cell[e]["cpu_seconds"] + x[e][2], 2)
-            cell["runs"] = max(cell["runs"], n)
-
-        def sd_of(cell, k=None):
-            d = np.subtract(cell["fast"]["errors"][:k], cell["reference"]["errors"][:k])
-            return float(np.std(d, ddof=1))
-
+        stored = {(c["policy"], c["alpha1"]): c
+                  for c in _validation_stored(path, part, name, head, collect, say)}
         for policy in policies:
             for a1 in alphas:
                 cell = stored.get((policy, a1))
@@ -8361,25 +8394,13 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
                     missing.append([name, policy, a1])
                     continue
                 before = None if cell is None else cell["runs"]
-                if cell is None:
-                    cell = {"policy": policy, "alpha1": a1, "runs": 0}
-                    cell.update({e: {"errors": [], "share1": [], "cpu_seconds": 0.0}
-                                 for e in ENGINES})
-                    add_runs(cell, pilot)
-                    cell["pilot_sd"] = sd_of(cell, pilot)
-                    add_runs(cell, _runs_for_power(cell["pilot_sd"], diff, power, level, pilot,
-                                                   max_runs))
-                while not collect:      # the rule again, with every run so far
-                    n = _runs_for_power(sd_of(cell), diff, power, level, cell["runs"], max_runs)
-                    if n <= cell["runs"]:
-                        break
-                    add_runs(cell, n)
+                if not collect:
+                    cell = _validation_grow(task, cell, policy, a1, settings)
                 cells.append(dict(cell, task=name))
                 if before == cell["runs"]:
                     continue
                 stored[(policy, a1)] = cell
-                done = [stored[k] for k in stored]
-                _write_json_atomic(part, {"head": head, "cells": done})
+                _write_json_atomic(part, {"head": head, "cells": list(stored.values())})
                 say(f"{name} {policy} alpha1={a1}: {cell['runs']} runs"
                     + (f" (was {before})" if before else "") + ", mean diff "
                     f"{np.mean(cell['fast']['errors']) - np.mean(cell['reference']['errors']):+.4f}, "
@@ -8702,6 +8723,101 @@ def _sweep_cell(spec, data, eta, seed, engine, settings, threads):
     return spec, [float(v) for v in errors], [[float(v) for v in row] for row in assigned]
 
 
+def _sweep_task_items(tasks):
+    """A sweep's tasks as ``(name, (X, R))`` pairs (``(name, None)`` for a task
+    of :func:`load_task`), checked before any work."""
+    if isinstance(tasks, dict):
+        task_items = []
+        for name, pair in tasks.items():
+            _validate_task_name(name, "tasks (keys)")
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"tasks[{name!r}] must be a pair (X, R) of arrays")
+            task_items.append((name, (np.asarray(pair[0], dtype=float),
+                                      np.asarray(pair[1], dtype=float))))
+    else:
+        if isinstance(tasks, str) or not hasattr(tasks, "__iter__"):
+            raise TypeError("tasks must be a list of task names or a dict name -> (X, R)")
+        task_items = []
+        for i, name in enumerate(tasks):
+            task_items.append((_validate_choice(name, TASK_NAMES, f"tasks[{i}]"), None))
+    if not task_items:
+        raise ValueError("tasks must name at least one task")
+    if len({n for n, _ in task_items}) != len(task_items):
+        raise ValueError("tasks: names must be unique")
+    return task_items
+
+
+def _sweep_capacity_list(capacities):
+    """A sweep's capacity vectors as tuples; a number alpha_1 is the two-agent
+    vector (alpha_1, 1 - alpha_1).  Checked against the tasks later."""
+    if isinstance(capacities, (str, bytes)) or not hasattr(capacities, "__iter__"):
+        raise TypeError("capacities must be a list of capacity vectors or of alpha_1 values")
+    cap_list = []
+    for c in capacities:
+        if isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool):
+            c = two_agent_capacities(_validate_share(c, "capacities[i] (alpha_1)"))
+        cap_list.append(tuple(None if v is None else float(v) for v in c)
+                        if hasattr(c, "__iter__") and not isinstance(c, (str, bytes)) else c)
+    if not cap_list:
+        raise ValueError("capacities must hold at least one capacity vector")
+    return cap_list
+
+
+def _sweep_backend(backend, client, scheduler, n_jobs):
+    """The sweep's joblib backend (``"dask"`` when a client is given), checked
+    with the Dask addresses and ``n_jobs``."""
+    if client is not None:
+        backend = "dask"
+    _validate_choice(backend, SWEEP_BACKENDS, "backend")
+    if backend == "dask" and client is None and scheduler is None:
+        raise ValueError("backend 'dask' needs client (a distributed.Client) or scheduler "
+                         "(an address such as 'tcp://host:8786')")
+    if _validate_int(n_jobs, "n_jobs", lo=None) == 0:
+        raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
+    return backend
+
+
+def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, sim):
+    """A sweep's manifest, its cells ``(task, policy, capacities, run_start,
+    run_stop)`` with their keys, and the tasks' shapes.
+
+    Every task's data is loaded, checked and hashed here, and every capacity
+    vector checked against its number of agents; ``sim`` holds the checked
+    ``eta``, ``seed``, ``task_seed``, ``engine`` and ``settings``.
+    """
+    eta, seed, task_seed, engine, settings = (sim[k] for k in ("eta", "seed", "task_seed",
+                                                               "engine", "settings"))
+    shapes, hashes = {}, {}
+    for name, pair in task_items:
+        X, R = pair if pair is not None else _sweep_task_data(name, task_seed)
+        _validate_simulation(X, R, [1.0] + [0.0] * (np.shape(R)[1] - 1), "random", eta, 1,
+                             seed, engine, settings)
+        shapes[name] = np.shape(R)
+        hashes[name] = _task_digest(np.asarray(X, dtype=float), np.asarray(R, dtype=float))
+        for caps in cap_list:
+            _validate_capacities(caps, shapes[name][1])
+    model_settings = {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}
+    manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
+                "task_data": "arrays" if from_arrays else "load_task",
+                "task_shapes": {n: list(s) for n, s in shapes.items()},
+                "task_hashes": hashes,
+                "policies": policies, "capacities": [list(c) for c in cap_list],
+                "runs": runs, "block": block, "eta": eta, "seed": seed, "task_seed": task_seed,
+                "engine": engine, "settings": model_settings}
+    manifest = json.loads(json.dumps(manifest))
+    # every setting that changes a cell's numbers, hashed into each cell's key
+    settings_hash = _json_digest({"eta": eta, "seed": seed, "task_seed": task_seed,
+                                  "engine": engine, "settings": model_settings})
+    specs = [(name, p, caps, k0, min(k0 + block, runs))
+             for name, _ in task_items for p in policies for caps in cap_list
+             for k0 in range(0, runs, block)]
+    keys = {spec: json.loads(json.dumps(
+        {"task": spec[0], "policy": spec[1], "capacities": list(spec[2]), "run_start": spec[3],
+         "run_stop": spec[4], "data": hashes[spec[0]], "settings": settings_hash}))
+        for spec in specs}
+    return manifest, specs, keys, shapes
+
+
 def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
           eta=DEFAULT_ETA, seed=0, task_seed=0, engine="fast", settings=PAPER_SETTINGS,
           n_jobs=-1, backend="loky", client=None, scheduler=None, progress=None, out=None):
@@ -8792,35 +8908,9 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     (1, 3)
     """
     # --- check everything before any work --------------------------------------
-    if isinstance(tasks, dict):
-        task_items = []
-        for name, pair in tasks.items():
-            _validate_task_name(name, "tasks (keys)")
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise TypeError(f"tasks[{name!r}] must be a pair (X, R) of arrays")
-            task_items.append((name, (np.asarray(pair[0], dtype=float),
-                                      np.asarray(pair[1], dtype=float))))
-    else:
-        if isinstance(tasks, str) or not hasattr(tasks, "__iter__"):
-            raise TypeError("tasks must be a list of task names or a dict name -> (X, R)")
-        task_items = []
-        for i, name in enumerate(tasks):
-            task_items.append((_validate_choice(name, TASK_NAMES, f"tasks[{i}]"), None))
-    if not task_items:
-        raise ValueError("tasks must name at least one task")
-    if len({n for n, _ in task_items}) != len(task_items):
-        raise ValueError("tasks: names must be unique")
+    task_items = _sweep_task_items(tasks)
     policies = _validate_policies(policies)
-    if isinstance(capacities, (str, bytes)) or not hasattr(capacities, "__iter__"):
-        raise TypeError("capacities must be a list of capacity vectors or of alpha_1 values")
-    cap_list = []
-    for c in capacities:
-        if isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool):
-            c = two_agent_capacities(_validate_share(c, "capacities[i] (alpha_1)"))
-        cap_list.append(tuple(None if v is None else float(v) for v in c)
-                        if hasattr(c, "__iter__") and not isinstance(c, (str, bytes)) else c)
-    if not cap_list:
-        raise ValueError("capacities must hold at least one capacity vector")
+    cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
     block = runs if block is None else _validate_int(block, "block", lo=1)
     eta = _validate_eta(eta)
@@ -8829,42 +8919,10 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     _validate_choice(engine, ENGINES, "engine")
     if not isinstance(settings, ModelSettings):
         raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
-    if client is not None:
-        backend = "dask"
-    _validate_choice(backend, SWEEP_BACKENDS, "backend")
-    if backend == "dask" and client is None and scheduler is None:
-        raise ValueError("backend 'dask' needs client (a distributed.Client) or scheduler "
-                         "(an address such as 'tcp://host:8786')")
-    if _validate_int(n_jobs, "n_jobs", lo=None) == 0:
-        raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
-    shapes, hashes = {}, {}
-    for name, pair in task_items:
-        X, R = pair if pair is not None else _sweep_task_data(name, task_seed)
-        _validate_simulation(X, R, [1.0] + [0.0] * (np.shape(R)[1] - 1), "random", eta, 1,
-                             seed, engine, settings)
-        shapes[name] = np.shape(R)
-        hashes[name] = _task_digest(np.asarray(X, dtype=float), np.asarray(R, dtype=float))
-        for caps in cap_list:
-            _validate_capacities(caps, shapes[name][1])
-    model_settings = {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}
-    manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
-                "task_data": "arrays" if isinstance(tasks, dict) else "load_task",
-                "task_shapes": {n: list(s) for n, s in shapes.items()},
-                "task_hashes": hashes,
-                "policies": policies, "capacities": [list(c) for c in cap_list],
-                "runs": runs, "block": block, "eta": eta, "seed": seed, "task_seed": task_seed,
-                "engine": engine, "settings": model_settings}
-    manifest = json.loads(json.dumps(manifest))
-    # every setting that changes a cell's numbers, hashed into each cell's key
-    settings_hash = _json_digest({"eta": eta, "seed": seed, "task_seed": task_seed,
-                                  "engine": engine, "settings": model_settings})
-    specs = [(name, p, caps, k0, min(k0 + block, runs))
-             for name, _ in task_items for p in policies for caps in cap_list
-             for k0 in range(0, runs, block)]
-    keys = {spec: json.loads(json.dumps(
-        {"task": spec[0], "policy": spec[1], "capacities": list(spec[2]), "run_start": spec[3],
-         "run_stop": spec[4], "data": hashes[spec[0]], "settings": settings_hash}))
-        for spec in specs}
+    backend = _sweep_backend(backend, client, scheduler, n_jobs)
+    manifest, specs, keys, shapes = _sweep_plan(
+        task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
+        dict(eta=eta, seed=seed, task_seed=task_seed, engine=engine, settings=settings))
 
     out_dir = Path(out_dir)
     cells = out_dir / "cells"
