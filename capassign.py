@@ -9058,10 +9058,7 @@ def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
     with markers and a shaded 95% band across runs; offline benchmarks, which
     ignore capacities, as dotted horizontal lines.
     """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    ax = _axes(ax)
     for policy, g in df.groupby("policy", sort=False):
         g = g.sort_values("alpha1")
         style = dict(POLICY_STYLE.get(policy, dict(label=policy)))
@@ -9069,11 +9066,27 @@ def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
         if bands and not policy.startswith("offline") and policy != "hindsight":
             ax.fill_between(g["alpha1"], g["ci_low"], g["ci_high"],
                             color=style.get("color"), alpha=0.15, lw=0)
-    ax.set_xlabel(r"capacity of agent 1, $\alpha_1$")
-    ax.set_ylabel("error rate")
+    return _finish_axes(ax, r"capacity of agent 1, $\alpha_1$", "error rate", title, legend)
+
+
+def _axes(ax):
+    """``ax``, or the axes of a new 5.2 x 3.6 inch figure (the plots of this section)."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    return ax
+
+
+def _finish_axes(ax, xlabel, ylabel, title, legend, which="major"):
+    """Label a plot of this section, grid it (``which`` ticks) and add its legend
+    (with ``legend``) after everything is drawn; returns ``ax``."""
+    ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which=which)
     if legend:
         ax.legend(fontsize=7, frameon=False)
     return ax
@@ -9108,14 +9121,7 @@ def _loglog_lines(ax, series, points, lw, ylabel, title, legend):
         ax.plot(t[keep], v[keep], lw=lw, **style)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("tasks assigned, $t$")
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3, which="both")
-    if legend:
-        ax.legend(fontsize=7, frameon=False)
-    return ax
+    return _finish_axes(ax, "tasks assigned, $t$", ylabel, title, legend, which="both")
 
 
 def plot_regret(curves, ax=None, *, kind="lagrangian", points=200, title=None, legend=True):
@@ -9127,10 +9133,7 @@ def plot_regret(curves, ax=None, *, kind="lagrangian", points=200, title=None, l
     left out (a log axis cannot show them).  A straight line of slope b means
     growth like t^b: b = 1 is linear regret.
     """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    ax = _axes(ax)
     for c in curves:
         if not isinstance(c, RegretCurves):
             raise TypeError(f"curves must hold RegretCurves, got {type(c).__name__}")
@@ -9147,10 +9150,7 @@ def plot_price_tracking(trackings, ax=None, *, agent=None, points=200, title=Non
     runs for the first one) and a horizontal line at the shadow-price
     difference.  ``agent`` defaults to the first agent other than the reference.
     """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    ax = _axes(ax)
     for i, p in enumerate(trackings):
         if not isinstance(p, PriceTracking):
             raise TypeError(f"trackings must hold PriceTracking objects, got "
@@ -9170,13 +9170,7 @@ def plot_price_tracking(trackings, ax=None, *, agent=None, points=200, title=Non
                    label=rf"$\lambda_{a + 1} - \lambda_{p.reference + 1}$ (oracle)")
         ax.set_ylabel(rf"$\eta\,(Q_{{t,{a + 1}}} - Q_{{t,{p.reference + 1}}})$")
     ax.set_xscale("log")
-    ax.set_xlabel("tasks assigned, $t$")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3, which="both")
-    if legend:
-        ax.legend(fontsize=7, frameon=False)
-    return ax
+    return _finish_axes(ax, "tasks assigned, $t$", None, title, legend, which="both")
 
 
 def plot_capacity_adherence(adherences, ax=None, *, points=200, title=None, legend=True):
@@ -9186,10 +9180,7 @@ def plot_capacity_adherence(adherences, ax=None, *, points=200, title=None, lege
     policies fall like 1/t (bounded queues, Eq. 1); random assignment like
     1/sqrt(t); a policy that ignores the capacities levels off.
     """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    ax = _axes(ax)
     for ad in adherences:
         if not isinstance(ad, CapacityAdherence):
             raise TypeError(f"adherences must hold CapacityAdherence objects, got "
@@ -9206,11 +9197,8 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
     the x-axis so that the bars do not overlap.  Below the zero line the
     policy errs less than the baseline.
     """
-    import matplotlib.pyplot as plt
-
     _check_frame(tests, ("policy", "alpha1", "diff", "ci_low", "ci_high"), name="tests")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    ax = _axes(ax)
     groups = list(tests.groupby("policy", sort=False))
     for i, (policy, g) in enumerate(groups):
         g = g.sort_values("alpha1")
@@ -9220,14 +9208,8 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
         style = _style(policy)
         ax.errorbar(x, y, yerr=err, lw=1.2, ms=4, capsize=2, **style)
     ax.axhline(0.0, color="0.3", lw=0.8)
-    ax.set_xlabel(r"capacity of agent 1, $\alpha_1$")
-    ax.set_ylabel("error difference to baseline")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if legend:
-        ax.legend(fontsize=7, frameon=False)
-    return ax
+    return _finish_axes(ax, r"capacity of agent 1, $\alpha_1$", "error difference to baseline",
+                        title, legend)
 
 
 # --- presentation: one figure style, tables beside the paper -----------------
