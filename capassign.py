@@ -4198,29 +4198,31 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     Parameters
     ----------
     X, R : array_like
-        The task stream, as in :func:`simulate`.
+        The task stream: features (T x d) and 0/1 rewards (T x A).
     policies : sequence of str
-        Among :data:`POLICIES`.
+        Names from :data:`POLICIES`.
     capacities : sequence of sequences
-        Capacity vectors, one per grid point.
+        Capacity vectors, ``None`` for a free agent.
     x : sequence of float, optional
-        Where each capacity vector is plotted (default: its first entry).
+        The ``alpha1`` column, one value per capacity vector.
     label : str, optional
         The ``task`` column.
     **kwargs
-        Passed to :func:`simulate`.
+        Arguments of :func:`simulate`.
 
     Returns
     -------
     pandas.DataFrame
-        One row per policy and capacity vector.
+        One row per (policy, capacity vector).
 
     Examples
     --------
-    >>> X, R, _ = synthetic_stream(T=500, d=2, seed=0)
-    >>> df = simulate_grid(X, R, ["random", "marginal"], [[0.3, 0.7], [0.7, 0.3]], runs=2)
-    >>> df[["policy", "alpha1", "error"]].round(4).values.tolist()
-    [['random', 0.3, 0.412], ['random', 0.7, 0.429], ['marginal', 0.3, 0.415], ['marginal', 0.7, 0.439]]
+    >>> X, R, _ = synthetic_stream(T=200, d=2, n_agents=3, seed=1)
+    >>> df = simulate_grid(X, R, ["random"], [(0.2, 0.3, 0.5), (0.3, None, 0.4)], runs=2)
+    >>> df[["policy", "alpha1", "capacities"]].assign(error=df.error.round(3))
+       policy  alpha1        capacities  error
+    0  random     0.2   (0.2, 0.3, 0.5)   0.45
+    1  random     0.3  (0.3, None, 0.4)   0.46
     """
     import pandas as pd
 
@@ -7468,6 +7470,21 @@ def paper_accuracies(name):
     For the tabular tasks Table 3 lists the XGBoost agent's accuracy first,
     although the text numbers the logistic agent first (as
     :func:`load_task` does); the values are swapped back here.
+
+    Parameters
+    ----------
+    name : str
+        A task of Table 3 (:data:`PAPER_TABLE3`).
+
+    Returns
+    -------
+    tuple of float
+        The accuracies of agent 1 and agent 2.
+
+    Examples
+    --------
+    >>> paper_accuracies("bank")
+    (0.53, 0.91)
     """
     acc = PAPER_TABLE3[name]["acc"]
     return tuple(acc[::-1]) if name in TABULAR_TASKS else tuple(acc)
@@ -7503,6 +7520,11 @@ def paper_logistic_targets(name):
     -------
     ndarray, shape (5,)
         Implied logistic accuracy for the paper's construction seeds 0-4.
+
+    Examples
+    --------
+    >>> paper_logistic_targets("bank").round(3).tolist()
+    [0.834, 0.818, 0.534, 0.57, 0.842]
     """
     _validate_choice(name, TABULAR_TASKS, "name")
     acc_xgb = paper_accuracies(name)[1]
@@ -7531,6 +7553,16 @@ def write_tabular_agent_search(path=None, seeds=AGENT_SEED_SEARCH, names=None):
     -------
     Path
         The file written.
+
+    Examples
+    --------
+    One seed of one task (about a second):
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     out = write_tabular_agent_search(f"{d}/search.json", seeds=range(1), names=["coupon"])
+    ...     sorted(tabular_agent_search("coupon", out).columns)
+    ['onehot', 'ordinal', 'seed', 'xgboost']
     """
     path = Path(path) if path is not None else TABULAR_AGENTS_PATH
     if not isinstance(seeds, range) or seeds.step != 1 or len(seeds) == 0 or seeds.start < 0:
@@ -7603,6 +7635,12 @@ def tabular_agent_search(name, path=None):
     pandas.DataFrame
         One row per seed: ``seed``, ``ordinal`` and ``onehot`` (logistic
         agent's accuracy under each coding) and ``xgboost``.
+
+    Examples
+    --------
+    >>> df = tabular_agent_search("bank")
+    >>> df.columns.tolist(), len(df)
+    (['seed', 'ordinal', 'onehot', 'xgboost'], 100)
     """
     import pandas as pd
 
@@ -7637,6 +7675,12 @@ def encoding_evidence(path=None, *, tol=ENCODING_TOL):
         logistic accuracy over seeds, ``within_s0`` ... ``within_s4`` (share
         of seeds within ``tol`` of the value implied by Table 4's row s),
         ``mean_within`` and ``chosen``.
+
+    Examples
+    --------
+    >>> ev = encoding_evidence()
+    >>> ev[ev.chosen].set_index("task").encoding.to_dict()
+    {'bank': 'onehot', 'credit': 'onehot', 'coupon': 'onehot', 'cardio': 'ordinal'}
     """
     import pandas as pd
 
@@ -7701,6 +7745,25 @@ def mean_ci(errors, level=0.95):
 
     Returns ``(mean, low, high)``; with a single run the interval is the point.
     The interval is SciPy's (``scipy.stats.ttest_1samp(...).confidence_interval``).
+
+    Parameters
+    ----------
+    errors : array_like
+        Per-run error rates.
+    level : float
+        Confidence level of the interval.
+
+    Returns
+    -------
+    tuple of float
+        ``(mean, low, high)``.
+
+    Examples
+    --------
+    >>> [round(v, 4) for v in mean_ci([0.20, 0.30, 0.25])]
+    [0.25, 0.1258, 0.3742]
+    >>> mean_ci([0.2])
+    (0.2, 0.2, 0.2)
     """
     e = np.asarray(errors, dtype=float).ravel()
     m = float(e.mean())
@@ -7732,7 +7795,24 @@ def _t_interval(kind, *samples, level):
 
 
 def two_agent_capacities(alpha1):
-    """The capacity vector (alpha_1, 1 - alpha_1) of the two-agent figures."""
+    """The capacity vector (alpha_1, 1 - alpha_1) of the two-agent figures.
+
+    Parameters
+    ----------
+    alpha1 : float
+        Capacity of agent 1.
+
+    Returns
+    -------
+    tuple of float
+        ``(alpha_1, 1 - alpha_1)``, the second rounded to 12 decimals so that
+        e.g. 0.7 is not 0.7000000000000001.
+
+    Examples
+    --------
+    >>> two_agent_capacities(0.3)
+    (0.3, 0.7)
+    """
     a = float(alpha1)
     return (a, round(1.0 - a, 12))
 
@@ -7754,6 +7834,37 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     error floor of :func:`hindsight_optimum`: the best capacity-feasible
     assignment of the realised stream, which no online policy can beat
     (up to the rounding of alpha_1 T to whole tasks).
+
+    Parameters
+    ----------
+    X, R : array_like
+        The task stream: features (T x d) and 0/1 rewards (T x 2).
+    policies : sequence of str
+        Names from :data:`POLICIES`.
+    alphas : sequence of float
+        Capacities of agent 1 (default: the paper's grid).
+    runs, eta, seed, engine
+        As in :func:`simulate`.
+    label : str, optional
+        The ``task`` column.
+    hindsight : bool
+        Add the hindsight floor per alpha.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (policy, alpha_1), and per alpha_1 for the floor.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
+    >>> df = error_vs_capacity(X, R, ["random"], (0.0, 0.5), runs=3, hindsight=True)
+    >>> df[["policy", "alpha1", "runs"]].assign(error=df.error.round(3))
+          policy  alpha1  runs  error
+    0     random     0.0     3  0.420
+    1     random     0.5     3  0.432
+    2  hindsight     0.0     1  0.420
+    3  hindsight     0.5     1  0.200
     """
     import pandas as pd
 
@@ -7787,6 +7898,26 @@ def paper_claims(df):
     returned as rows ``claim``, ``holds`` (bool) and ``detail`` (the numbers
     behind the verdict).  Claim (3) holds when the largest greedy-vs-TS gap is
     at most :data:`SIMILAR_TOL`.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A table from :func:`error_vs_capacity` (``policy``, ``alpha1``,
+        ``error``) of one task.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per claim that ``df`` has the policies to judge.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> err = {"random": 0.30, "logistic-greedy": 0.22, "logistic-ts": 0.225,
+    ...        "tree-greedy": 0.20, "tree-ts": 0.205}
+    >>> df = pd.DataFrame({"policy": list(err), "alpha1": 0.5, "error": list(err.values())})
+    >>> paper_claims(df).holds.tolist()
+    [True, True, True]
     """
     import pandas as pd
 
@@ -7823,6 +7954,33 @@ def error_table(df, value="error", digits=3, *, text=True):
     :func:`hindsight_gaps` or ``"diff"`` of :func:`paired_tests`; missing
     values print as ``n/a``.  With ``text=False`` the pivot keeps its numbers
     (for :func:`show_table`).
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A tidy table with ``policy``, ``alpha1`` and the column ``value``.
+    value : str
+        The column shown.
+    digits : int
+        Decimals of the text.
+    text : bool
+        Strings (``True``) or the numbers.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Policies (rows, in their first order) x alpha_1 (columns).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"policy": ["random", "random", "tree-ts"], "alpha1": [0.2, 0.5, 0.5],
+    ...                    "error": [0.31, 0.3, 0.2]})
+    >>> print(error_table(df))
+    alpha1     0.2    0.5
+    policy
+    random   0.310  0.300
+    tree-ts    n/a  0.200
     """
     t = df.pivot_table(index="policy", columns="alpha1", values=value, sort=False,
                        dropna=False)
@@ -7856,6 +8014,10 @@ def glue(name, value, *, digits=10):
     with other BLAS kernels); outside a notebook it stores nothing:
 
     >>> glue("da_fig1_split", 0.29442960928840245)
+
+    Returns
+    -------
+    None
     """
     from myst_nb import glue as _glue
 
@@ -7917,6 +8079,29 @@ def difference_ci(errors, baseline_errors, *, paired=True, level=0.95):
     (``scipy.stats.ttest_rel`` / ``ttest_ind(equal_var=False)``
     ``.confidence_interval``).  The paper reports no intervals (Sec. 4);
     this is the uncertainty behind its claim "contextual beats random".
+
+    Parameters
+    ----------
+    errors, baseline_errors : array_like
+        Per-run error rates of the policy and of the baseline (at least 2 runs
+        each; as many for ``paired``).
+    paired : bool
+        Paired (Student-t) or independent samples (Welch).
+    level : float
+        Confidence level of the interval.
+
+    Returns
+    -------
+    tuple of float
+        ``(mean, low, high)``.
+
+    Examples
+    --------
+    >>> e, b = [0.20, 0.22, 0.25], [0.30, 0.31, 0.36]
+    >>> [round(v, 4) for v in difference_ci(e, b)]
+    [-0.1, -0.1248, -0.0752]
+    >>> [round(v, 4) for v in difference_ci(e, b, paired=False)]
+    [-0.1, -0.167, -0.033]
     """
     paired = _validate_bool(paired, "paired")
     a = _errors_vector(errors, "errors")
@@ -7945,6 +8130,25 @@ def runs_needed(errors, baseline_errors, *, paired=True, level=0.95, max_runs=1_
 
     Returns an ``int``, or ``None`` when no n up to ``max_runs`` suffices
     (e.g. a zero mean difference).
+
+    Parameters
+    ----------
+    errors, baseline_errors : array_like
+        Per-run error rates of the pilot runs (at least 2 each).
+    paired, level
+        As in :func:`difference_ci`.
+    max_runs : int
+        The largest n tried.
+
+    Returns
+    -------
+    int or None
+
+    Examples
+    --------
+    >>> e, b = [0.20, 0.22, 0.25], [0.30, 0.31, 0.36]
+    >>> runs_needed(e, b), runs_needed(e, b, paired=False)
+    (2, 3)
     """
     from scipy import stats
 
@@ -8002,17 +8206,23 @@ def _holm(p):
     return out
 
 
-def _paired_pvalues(d):
-    """Two-sided p-values of the paired t-test and the Wilcoxon signed-rank test."""
-    import warnings
+def _paired_t_pvalue(d):
+    """Two-sided p-value of the paired t-test of the differences ``d``."""
     from scipy import stats
 
     n = d.size
     m, s = float(d.mean()), float(d.std(ddof=1))
     if s == 0.0:
-        p_t = 1.0 if m == 0.0 else 0.0
-    else:
-        p_t = float(2 * stats.t.sf(abs(m) / (s / math.sqrt(n)), n - 1))
+        return 1.0 if m == 0.0 else 0.0
+    return float(2 * stats.t.sf(abs(m) / (s / math.sqrt(n)), n - 1))
+
+
+def _paired_pvalues(d):
+    """Two-sided p-values of the paired t-test and the Wilcoxon signed-rank test."""
+    import warnings
+    from scipy import stats
+
+    p_t = _paired_t_pvalue(d)
     if not np.any(d != 0):
         p_w = 1.0
     else:
@@ -8043,6 +8253,31 @@ def paired_tests(df, baseline="random", *, level=0.95):
     one agent (alpha1 = 0 or 1) every difference is 0 and the p-values are 1.
     The ``hindsight`` rows (one deterministic value) are skipped; every other
     policy must have as many runs as the baseline.  At least 2 runs are needed.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A table from :func:`error_vs_capacity` (several tasks may be
+        concatenated).
+    baseline : str
+        The policy every other one is compared with.
+    level : float
+        Confidence level of the intervals.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (task, policy, alpha1), the columns above.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> df = pd.DataFrame({"task": "toy", "policy": ["random", "tree-ts"], "alpha1": 0.5,
+    ...                    "errors": [np.array([0.30, 0.32, 0.31]), np.array([0.20, 0.23, 0.21])]})
+    >>> t = paired_tests(df)
+    >>> t[["policy", "runs", "won", "lost"]].assign(diff=t["diff"].round(4))
+        policy  runs  won  lost  diff
+    0  tree-ts     3    3     0 -0.0967
     """
     import pandas as pd
 
@@ -8095,7 +8330,29 @@ def _fmt_p(p):
 
 
 def paired_table(tests, digits=4):
-    """:func:`paired_tests` as fixed-width strings, one row per (task, policy, alpha1)."""
+    """:func:`paired_tests` as fixed-width strings, one row per (task, policy, alpha1).
+
+    Parameters
+    ----------
+    tests : pandas.DataFrame
+        A table from :func:`paired_tests`.
+    digits : int
+        Decimals of the difference and its interval.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Text columns ``task``, ``policy``, ``alpha1``, ``diff``, ``95% CI``,
+        ``p (t)``, ``p (Wilcoxon)``, ``p (Holm)`` and ``won/lost``.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> df = pd.DataFrame({"task": "toy", "policy": ["random", "tree-ts"], "alpha1": 0.5,
+    ...                    "errors": [np.array([0.30, 0.32, 0.31]), np.array([0.20, 0.23, 0.21])]})
+    >>> paired_table(paired_tests(df)).iloc[0].tolist()
+    ['toy', 'tree-ts', '0.5', '-0.0967', '[-0.1110, -0.0823]', '0.0012', '0.2500', '0.0012', '3/0 of 3']
+    """
     import pandas as pd
 
     _check_frame(tests, ("task", "policy", "alpha1", "diff", "ci_low", "ci_high", "p_t",
@@ -8131,6 +8388,29 @@ def hindsight_gaps(df, *, baseline="random"):
     Online policies meet the capacities only in the long run (the paper,
     Eq. 1, App. F), and the offline benchmarks ignore them, so a gap may be
     slightly negative; the floor binds policies that meet the rounded counts.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A table from :func:`error_vs_capacity` with hindsight rows.
+    baseline : str
+        The policy whose gap ``closed`` is measured against.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (task, policy, alpha1) of the simulated policies.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"task": "toy", "policy": ["random", "tree-ts", "hindsight"],
+    ...                    "alpha1": 0.5, "error": [0.30, 0.22, 0.20],
+    ...                    "ci_low": [0.29, 0.21, 0.20], "ci_high": [0.31, 0.23, 0.20]})
+    >>> hindsight_gaps(df)[["policy", "gap", "closed"]].round(3)
+        policy   gap  closed
+    0   random  0.10     0.0
+    1  tree-ts  0.02     0.8
     """
     import pandas as pd
 
@@ -8203,6 +8483,14 @@ class ExperimentAnalysis:
     paired : dict of pandas.DataFrame
         :func:`paired_tests` of the contextual policies against random
         assignment, per task.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
+    >>> df = error_vs_capacity(X, R, ["random", "marginal"], (0.0, 0.5, 1.0), runs=3)
+    >>> out = analyse_experiment({"toy": df})
+    >>> isinstance(out, ExperimentAnalysis), list(out.errors)
+    (True, ['toy'])
     """
 
     results: dict
@@ -8352,6 +8640,14 @@ class CapacityAdherence:
         Mean over runs of max_a |N_{t,a}/t - alpha_a| at t = 1..T.
     burn_in : int
         Decisions ignored by the two maxima.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
+    >>> res = simulate(X, R, (0.3, 0.7), "marginal", runs=2, return_traces=True)
+    >>> ad = capacity_adherence(res)
+    >>> isinstance(ad, CapacityAdherence), ad.shares.round(3).tolist()
+    (True, [[0.3, 0.7], [0.305, 0.695]])
     """
 
     policy: str
@@ -8394,6 +8690,26 @@ def capacity_adherence(result, *, burn_in=0, label=None):
 
     ``result`` must come from ``simulate(..., return_traces=True)``; offline
     policies, which ignore capacities, are measured the same way.
+
+    Parameters
+    ----------
+    result : SimulationResult
+        A simulation with traces.
+    burn_in : int
+        Decisions left out of the maxima.
+    label : str, optional
+        A free label (e.g. the task).
+
+    Returns
+    -------
+    CapacityAdherence
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
+    >>> res = simulate(X, R, (0.3, 0.7), "marginal", runs=2, return_traces=True)
+    >>> capacity_adherence(res).max_count_deviation.round(3).tolist()   # tasks off, per run
+    [1.1, 1.0]
     """
     _traced(result)
     runs, T = result.assignments.shape
@@ -8430,6 +8746,25 @@ def adherence_table(adherences, digits=4):
     ``max dev (worst)`` (the per-run maximum running deviation, averaged over
     runs and at its worst run) and ``max tasks off (worst)`` (the same in
     tasks, worst run).
+
+    Parameters
+    ----------
+    adherences : sequence of CapacityAdherence
+        The rows.
+    digits : int
+        Decimals of the shares and deviations.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Text cells.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
+    >>> res = simulate(X, R, (0.3, 0.7), "marginal", runs=2, return_traces=True)
+    >>> adherence_table([capacity_adherence(res, label="toy")]).iloc[0].tolist()
+    ['toy', 'marginal', '(0.3, 0.7)', '(0.3025, 0.6975)', '0.7000', '0.7000', '1.1']
     """
     import pandas as pd
 
@@ -8465,6 +8800,26 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     ``mu`` and ``R`` are T x A (true expected rewards and realised 0/1
     rewards).  Returns a :class:`SimulationResult` with ``policy="known-mu"``
     and all traces.
+
+    Parameters
+    ----------
+    mu, R : array_like, shape (T, A)
+        True expected rewards and realised 0/1 rewards of the stream.
+    capacities : sequence
+        As in :func:`simulate` (``None`` for a free agent).
+    eta, runs, seed
+        As in :func:`simulate`.
+
+    Returns
+    -------
+    SimulationResult
+
+    Examples
+    --------
+    >>> task = synthetic_task(T=300, n_agents=2, seed=3)
+    >>> res = simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2)
+    >>> res.policy, round(res.error, 3), res.assigned.mean(axis=0).round(3).tolist()
+    ('known-mu', 0.255, [0.307, 0.693])
     """
     mu = _validate_matrix(mu, "mu")
     R = _validate_matrix(R, "R")
@@ -8505,6 +8860,23 @@ class RegretCurves:
 
     Every array has shape (runs, T); entry [k, t-1] sums steps 1..t of run k.
     ``modified`` is ``None`` for policies without queues.
+
+    Attributes
+    ----------
+    policy : str
+        The simulated policy.
+    lagrangian, reward : ndarray, shape (runs, T)
+        Cumulative regrets of :func:`regret_curve`.
+    modified : ndarray, shape (runs, T), or None
+        The paper's modified regret.
+
+    Examples
+    --------
+    >>> task = synthetic_task(T=300, n_agents=2, seed=3)
+    >>> lam = optimal_assignment(task.mu, (0.3, 0.7)).shadow_prices
+    >>> rc = regret_curve(simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2), task.mu, lam)
+    >>> isinstance(rc, RegretCurves), rc.lagrangian.shape
+    (True, (2, 300))
     """
 
     policy: str
@@ -8554,6 +8926,28 @@ def regret_curve(result, mu, shadow_prices):
         faces the same queues.  ``None`` without queues (offline policies).
 
     Ties in phi* go to the lowest agent index.  Returns :class:`RegretCurves`.
+
+    Parameters
+    ----------
+    result : SimulationResult
+        A simulation with traces on the stream of ``mu``.
+    mu : array_like, shape (T, A)
+        True expected rewards of the stream's tasks.
+    shadow_prices : array_like, shape (A,)
+        lambda of the optimal constrained policy.
+
+    Returns
+    -------
+    RegretCurves
+
+    Examples
+    --------
+    >>> task = synthetic_task(T=300, n_agents=2, seed=3)
+    >>> lam = optimal_assignment(task.mu, (0.3, 0.7)).shadow_prices
+    >>> res = simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2)
+    >>> rc = regret_curve(res, task.mu, lam)
+    >>> round(float(rc.mean("lagrangian")[-1]), 3), round(float(rc.mean("reward")[-1]), 3)
+    (13.257, 12.802)
     """
     _traced(result)
     runs, T = result.assignments.shape
@@ -8591,6 +8985,26 @@ def loglog_slope(y, *, t_min=None, t_max=None, points=50):
     so that every decade weighs the same.  A slope below 1 is sublinear
     growth; App. G of the paper bounds the modified regret of Thompson
     sampling by O(sqrt(T)), slope 1/2.
+
+    Parameters
+    ----------
+    y : array_like, shape (T,)
+        The curve at t = 1..T.
+    t_min, t_max : float, optional
+        The range of t fitted.
+    points : int
+        Times of the fit.
+
+    Returns
+    -------
+    float
+        The slope b.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> round(loglog_slope(np.sqrt(np.arange(1, 1001))), 3)
+    0.5
     """
     y = _validate_matrix(y, "y", ndim=1)
     T = y.shape[0]
@@ -8617,6 +9031,27 @@ class PriceTracking:
     lambda_a - lambda_ref; ``tail_mean`` / ``tail_sd`` the mean and standard
     deviation of eta (Q_{t,a} - Q_{t,ref}) over the last ``tail`` share of
     the steps and all runs.
+
+    Attributes
+    ----------
+    policy : str
+        The simulated policy.
+    reference : int
+        The reference agent.
+    tracked, low, high : ndarray, shape (T, A)
+        Mean and 10%/90% quantiles over runs.
+    shadow_prices : ndarray, shape (A,)
+        lambda_a - lambda_ref.
+    tail_mean, tail_sd : ndarray, shape (A,)
+        Over the last ``tail`` share of the steps and all runs.
+
+    Examples
+    --------
+    >>> task = synthetic_task(T=300, n_agents=2, seed=3)
+    >>> lam = optimal_assignment(task.mu, (0.3, 0.7)).shadow_prices
+    >>> pt = price_tracking(simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2), lam)
+    >>> isinstance(pt, PriceTracking), pt.tracked.shape
+    (True, (300, 2))
     """
 
     policy: str
@@ -8644,6 +9079,29 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
 
     ``result`` must come from ``simulate(..., return_traces=True)`` (or
     :func:`simulate_known_mu`) with queues.  Returns :class:`PriceTracking`.
+
+    Parameters
+    ----------
+    result : SimulationResult
+        A simulation with queue traces.
+    shadow_prices : array_like, shape (A,)
+        lambda of the optimal constrained policy.
+    reference : int, optional
+        The reference agent (default: the smallest lambda).
+    tail : float
+        Share of the last steps that ``tail_mean`` / ``tail_sd`` cover.
+
+    Returns
+    -------
+    PriceTracking
+
+    Examples
+    --------
+    >>> task = synthetic_task(T=300, n_agents=2, seed=3)
+    >>> lam = optimal_assignment(task.mu, (0.3, 0.7)).shadow_prices
+    >>> pt = price_tracking(simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2), lam)
+    >>> pt.reference, pt.shadow_prices.round(3).tolist()
+    (1, [0.454, 0.0])
     """
     _traced(result, need_queues=True)
     lam = _validate_matrix(shadow_prices, "shadow_prices", ndim=1)
@@ -8726,6 +9184,90 @@ def _validation_run(task, policy, a1, r, prefix, seed, eta):
     return out
 
 
+def _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power, level, eta,
+                         seed):
+    """The checked settings of :func:`validate_engines`, as stored in its file."""
+    from dataclasses import asdict
+
+    policies = list(policies)
+    for i, p in enumerate(policies):
+        _validate_choice(p, ONLINE_POLICIES, f"policies[{i}]")
+    alphas = [float(_validate_real(a, "alphas", 0.0, 1.0, lo_open=True, hi_open=True))
+              for a in alphas]
+    prefix = _validate_int(prefix, "prefix", lo=10)
+    pilot = _validate_int(pilot, "pilot", lo=2)
+    max_runs = _validate_int(max_runs, "max_runs", lo=pilot)
+    diff = _validate_real(diff, "diff", lo=0.0, lo_open=True)
+    power = _validate_real(power, "power", 0.0, 1.0, lo_open=True, hi_open=True)
+    level = _validate_real(level, "level", 0.0, 1.0, lo_open=True, hi_open=True)
+    return {"policies": policies, "alphas": alphas, "prefix": prefix, "pilot": pilot,
+            "max_runs": max_runs, "diff": diff, "power": power, "level": level,
+            "eta": _validate_eta(eta), "seed": _validate_int(seed, "seed", lo=0),
+            "model_settings": asdict(PAPER_SETTINGS)}
+
+
+def _validation_stored(path, part, name, head, collect, say):
+    """The cells of one task that :func:`validate_engines` stored so far: its
+    partial file ``part`` when made with the same settings and data, else
+    (unless ``collect``) that task's cells of the complete file ``path``."""
+    done = []
+    if part.exists():
+        old, _ = _read_json_file(part)
+        if old is not None and old.get("head") == json.loads(_canonical_json(head)):
+            done = old["cells"]
+            say(f"{name}: resuming, {len(done)} cells stored")
+        else:
+            say(f"{name}: ignoring {part.name} (other settings or data)")
+    elif path.exists() and not collect:
+        old, _ = _read_json_file(path)
+        if old is not None and old.get("settings") == json.loads(_canonical_json(head["settings"])) \
+                and old.get("tasks", {}).get(name) == json.loads(_canonical_json(head["task"])):
+            done = [{k: v for k, v in c.items() if k != "task"}
+                    for c in old["cells"] if c["task"] == name]
+            say(f"{name}: {len(done)} cells taken from {path.name}")
+    return done
+
+
+def _validation_add_runs(task, cell, n, st):
+    """Paired runs ``cell["runs"]`` .. n - 1 of a cell on both engines
+    (deterministic in the run index); ``st`` are the validation's settings."""
+    for r in range(cell["runs"], n):
+        x = _validation_run(task, cell["policy"], cell["alpha1"], r, st["prefix"], st["seed"],
+                            st["eta"])
+        for e in ENGINES:
+            cell[e]["errors"].append(x[e][0])
+            cell[e]["share1"].append(x[e][1])
+            cell[e]["cpu_seconds"] = round(cell[e]["cpu_seconds"] + x[e][2], 2)
+    cell["runs"] = max(cell["runs"], n)
+
+
+def _validation_sd(cell, k=None):
+    """Sd (ddof 1) of a cell's paired differences fast - reference (its first k runs)."""
+    d = np.subtract(cell["fast"]["errors"][:k], cell["reference"]["errors"][:k])
+    return float(np.std(d, ddof=1))
+
+
+def _validation_grow(task, cell, policy, a1, st):
+    """One cell of :func:`validate_engines` grown by the sample-size rule.
+
+    A new cell (``cell`` None) gets ``pilot`` paired runs and then the runs
+    the rule asks for given the pilot's sd; the rule is then applied again
+    with the sd of every run so far, until it asks for no more.
+    """
+    def rule(sd, n):
+        return _runs_for_power(sd, st["diff"], st["power"], st["level"], n, st["max_runs"])
+
+    if cell is None:
+        cell = {"policy": policy, "alpha1": a1, "runs": 0}
+        cell.update({e: {"errors": [], "share1": [], "cpu_seconds": 0.0} for e in ENGINES})
+        _validation_add_runs(task, cell, st["pilot"], st)
+        cell["pilot_sd"] = _validation_sd(cell, st["pilot"])
+        _validation_add_runs(task, cell, rule(cell["pilot_sd"], st["pilot"]), st)
+    while (n := rule(_validation_sd(cell), cell["runs"])) > cell["runs"]:
+        _validation_add_runs(task, cell, n, st)
+    return cell
+
+
 def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES,
                      alphas=(0.2, 0.5, 0.8), prefix=2000, pilot=10, max_runs=60, diff=0.005,
                      power=0.8, level=0.05, eta=DEFAULT_ETA, seed=0, collect=False, out=print):
@@ -8780,30 +9322,24 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
     Path or None
         The file written, or ``None`` when only some tasks were asked for
         (their partial files are then complete).
-    """
-    from dataclasses import asdict
 
+    Examples
+    --------
+    The argument checks come before any work:
+
+    >>> validate_engines(pilot=10, max_runs=5)
+    Traceback (most recent call last):
+        ...
+    ValueError: max_runs must be an integer >= 10, got 5
+    """
     tasks = [_validate_choice(t, TABULAR_TASKS, "tasks") for t in tasks]
-    policies = list(policies)
-    for i, p in enumerate(policies):
-        _validate_choice(p, ONLINE_POLICIES, f"policies[{i}]")
-    alphas = [float(_validate_real(a, "alphas", 0.0, 1.0, lo_open=True, hi_open=True))
-              for a in alphas]
-    prefix = _validate_int(prefix, "prefix", lo=10)
-    pilot = _validate_int(pilot, "pilot", lo=2)
-    max_runs = _validate_int(max_runs, "max_runs", lo=pilot)
-    diff = _validate_real(diff, "diff", lo=0.0, lo_open=True)
-    power = _validate_real(power, "power", 0.0, 1.0, lo_open=True, hi_open=True)
-    level = _validate_real(level, "level", 0.0, 1.0, lo_open=True, hi_open=True)
-    eta = _validate_eta(eta)
-    seed = _validate_int(seed, "seed", lo=0)
+    settings = _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power,
+                                    level, eta, seed)
+    policies, alphas = settings["policies"], settings["alphas"]
     collect = _validate_bool(collect, "collect")
     path = Path(path) if path is not None else ENGINE_VALIDATION_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
     say = out or (lambda *a: None)
-    settings = {"policies": policies, "alphas": alphas, "prefix": prefix, "pilot": pilot,
-                "max_runs": max_runs, "diff": diff, "power": power, "level": level,
-                "eta": eta, "seed": seed, "model_settings": asdict(PAPER_SETTINGS)}
     task_info, cells, missing = {}, [], []
     for name in tasks:
         task = load_task(name)
@@ -8812,37 +9348,8 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
         task_info[name] = info
         part = path.with_name(f"{path.name}.{name}.partial")
         head = {"settings": settings, "task": info}
-        done = []
-        if part.exists():
-            old, why = _read_json_file(part)
-            if old is not None and old.get("head") == json.loads(_canonical_json(head)):
-                done = old["cells"]
-                say(f"{name}: resuming, {len(done)} cells stored")
-            else:
-                say(f"{name}: ignoring {part.name} (other settings or data)")
-        elif path.exists() and not collect:
-            old, why = _read_json_file(path)
-            if old is not None and old.get("settings") == json.loads(_canonical_json(settings)) \
-                    and old.get("tasks", {}).get(name) == json.loads(_canonical_json(info)):
-                done = [{k: v for k, v in c.items() if k != "task"}
-                        for c in old["cells"] if c["task"] == name]
-                say(f"{name}: {len(done)} cells taken from {path.name}")
-        stored = {(c["policy"], c["alpha1"]): c for c in done}
-
-        def add_runs(cell, n):
-            """Runs len(cell) .. n-1 of the cell on both engines (deterministic in r)."""
-            for r in range(cell["runs"], n):
-                x = _validation_run(task, cell["policy"], cell["alpha1"], r, prefix, seed, eta)
-                for e in ENGINES:
-                    cell[e]["errors"].append(x[e][0])
-                    cell[e]["share1"].append(x[e][1])
-                    cell[e]["cpu_seconds"] = round(cell[e]["cpu_seconds"] + x[e][2], 2)
-            cell["runs"] = max(cell["runs"], n)
-
-        def sd_of(cell, k=None):
-            d = np.subtract(cell["fast"]["errors"][:k], cell["reference"]["errors"][:k])
-            return float(np.std(d, ddof=1))
-
+        stored = {(c["policy"], c["alpha1"]): c
+                  for c in _validation_stored(path, part, name, head, collect, say)}
         for policy in policies:
             for a1 in alphas:
                 cell = stored.get((policy, a1))
@@ -8850,25 +9357,13 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
                     missing.append([name, policy, a1])
                     continue
                 before = None if cell is None else cell["runs"]
-                if cell is None:
-                    cell = {"policy": policy, "alpha1": a1, "runs": 0}
-                    cell.update({e: {"errors": [], "share1": [], "cpu_seconds": 0.0}
-                                 for e in ENGINES})
-                    add_runs(cell, pilot)
-                    cell["pilot_sd"] = sd_of(cell, pilot)
-                    add_runs(cell, _runs_for_power(cell["pilot_sd"], diff, power, level, pilot,
-                                                   max_runs))
-                while not collect:      # the rule again, with every run so far
-                    n = _runs_for_power(sd_of(cell), diff, power, level, cell["runs"], max_runs)
-                    if n <= cell["runs"]:
-                        break
-                    add_runs(cell, n)
+                if not collect:
+                    cell = _validation_grow(task, cell, policy, a1, settings)
                 cells.append(dict(cell, task=name))
                 if before == cell["runs"]:
                     continue
                 stored[(policy, a1)] = cell
-                done = [stored[k] for k in stored]
-                _write_json_atomic(part, {"head": head, "cells": done})
+                _write_json_atomic(part, {"head": head, "cells": list(stored.values())})
                 say(f"{name} {policy} alpha1={a1}: {cell['runs']} runs"
                     + (f" (was {before})" if before else "") + ", mean diff "
                     f"{np.mean(cell['fast']['errors']) - np.mean(cell['reference']['errors']):+.4f}, "
@@ -8895,6 +9390,23 @@ def read_engine_validation(path=None, *, check_data=True):
     T, d, agent seed), ``cells`` (per-run errors and agent-1 shares of both
     engines) and ``missing`` (cells not computed yet, empty when complete);
     raises ``ValueError`` on any mismatch.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        The file (default :data:`ENGINE_VALIDATION_PATH`).
+    check_data : bool
+        Also compare the data hashes with the tasks (needs the data).
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> obj = read_engine_validation(check_data=False)
+    >>> len(obj["cells"]), obj["missing"]
+    (72, [])
     """
     path = Path(path) if path is not None else ENGINE_VALIDATION_PATH
     obj, why = _read_json_file(path)
@@ -8924,6 +9436,23 @@ def engine_validation(path=None, *, check_data=True):
     against its ``diff``, given the observed sd), ``sd`` of the paired
     differences, and agent 1's mean share on each engine (``share_fast``,
     ``share_reference``).
+
+    Parameters
+    ----------
+    path, check_data
+        As in :func:`read_engine_validation`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per cell, with ``task``, ``policy``, ``alpha1`` and the columns
+        above.
+
+    Examples
+    --------
+    >>> tab = engine_validation(check_data=False)
+    >>> len(tab), int((tab.holm < 0.05).sum())
+    (72, 0)
     """
     import pandas as pd
 
@@ -8936,7 +9465,7 @@ def engine_validation(path=None, *, check_data=True):
         m, lo, hi = difference_ci(f, r, paired=True)
         rows.append({"task": c["task"], "policy": c["policy"], "alpha1": c["alpha1"],
                      "runs": c["runs"], "fast": f.mean(), "reference": r.mean(), "diff": m,
-                     "ci_low": lo, "ci_high": hi, "p": _paired_pvalues(d)[0],
+                     "ci_low": lo, "ci_high": hi, "p": _paired_t_pvalue(d),
                      "power": _paired_power(float(d.std(ddof=1)), d.size, st["diff"],
                                             st["level"]),
                      "sd": float(d.std(ddof=1)),
@@ -9191,6 +9720,101 @@ def _sweep_cell(spec, data, eta, seed, engine, settings, threads):
     return spec, [float(v) for v in errors], [[float(v) for v in row] for row in assigned]
 
 
+def _sweep_task_items(tasks):
+    """A sweep's tasks as ``(name, (X, R))`` pairs (``(name, None)`` for a task
+    of :func:`load_task`), checked before any work."""
+    if isinstance(tasks, dict):
+        task_items = []
+        for name, pair in tasks.items():
+            _validate_task_name(name, "tasks (keys)")
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"tasks[{name!r}] must be a pair (X, R) of arrays")
+            task_items.append((name, (np.asarray(pair[0], dtype=float),
+                                      np.asarray(pair[1], dtype=float))))
+    else:
+        if isinstance(tasks, str) or not hasattr(tasks, "__iter__"):
+            raise TypeError("tasks must be a list of task names or a dict name -> (X, R)")
+        task_items = []
+        for i, name in enumerate(tasks):
+            task_items.append((_validate_choice(name, TASK_NAMES, f"tasks[{i}]"), None))
+    if not task_items:
+        raise ValueError("tasks must name at least one task")
+    if len({n for n, _ in task_items}) != len(task_items):
+        raise ValueError("tasks: names must be unique")
+    return task_items
+
+
+def _sweep_capacity_list(capacities):
+    """A sweep's capacity vectors as tuples; a number alpha_1 is the two-agent
+    vector (alpha_1, 1 - alpha_1).  Checked against the tasks later."""
+    if isinstance(capacities, (str, bytes)) or not hasattr(capacities, "__iter__"):
+        raise TypeError("capacities must be a list of capacity vectors or of alpha_1 values")
+    cap_list = []
+    for c in capacities:
+        if isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool):
+            c = two_agent_capacities(_validate_share(c, "capacities[i] (alpha_1)"))
+        cap_list.append(tuple(None if v is None else float(v) for v in c)
+                        if hasattr(c, "__iter__") and not isinstance(c, (str, bytes)) else c)
+    if not cap_list:
+        raise ValueError("capacities must hold at least one capacity vector")
+    return cap_list
+
+
+def _sweep_backend(backend, client, scheduler, n_jobs):
+    """The sweep's joblib backend (``"dask"`` when a client is given), checked
+    with the Dask addresses and ``n_jobs``."""
+    if client is not None:
+        backend = "dask"
+    _validate_choice(backend, SWEEP_BACKENDS, "backend")
+    if backend == "dask" and client is None and scheduler is None:
+        raise ValueError("backend 'dask' needs client (a distributed.Client) or scheduler "
+                         "(an address such as 'tcp://host:8786')")
+    if _validate_int(n_jobs, "n_jobs", lo=None) == 0:
+        raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
+    return backend
+
+
+def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, sim):
+    """A sweep's manifest, its cells ``(task, policy, capacities, run_start,
+    run_stop)`` with their keys, and the tasks' shapes.
+
+    Every task's data is loaded, checked and hashed here, and every capacity
+    vector checked against its number of agents; ``sim`` holds the checked
+    ``eta``, ``seed``, ``task_seed``, ``engine`` and ``settings``.
+    """
+    eta, seed, task_seed, engine, settings = (sim[k] for k in ("eta", "seed", "task_seed",
+                                                               "engine", "settings"))
+    shapes, hashes = {}, {}
+    for name, pair in task_items:
+        X, R = pair if pair is not None else _sweep_task_data(name, task_seed)
+        _validate_simulation(X, R, [1.0] + [0.0] * (np.shape(R)[1] - 1), "random", eta, 1,
+                             seed, engine, settings)
+        shapes[name] = np.shape(R)
+        hashes[name] = _task_digest(np.asarray(X, dtype=float), np.asarray(R, dtype=float))
+        for caps in cap_list:
+            _validate_capacities(caps, shapes[name][1])
+    model_settings = {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}
+    manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
+                "task_data": "arrays" if from_arrays else "load_task",
+                "task_shapes": {n: list(s) for n, s in shapes.items()},
+                "task_hashes": hashes,
+                "policies": policies, "capacities": [list(c) for c in cap_list],
+                "runs": runs, "block": block, "eta": eta, "seed": seed, "task_seed": task_seed,
+                "engine": engine, "settings": model_settings}
+    manifest = json.loads(json.dumps(manifest))
+    # every setting that changes a cell's numbers, hashed into each cell's key
+    settings_hash = _json_digest({"eta": eta, "seed": seed, "task_seed": task_seed,
+                                  "engine": engine, "settings": model_settings})
+    specs = [(name, p, caps, k0, min(k0 + block, runs))
+             for name, _ in task_items for p in policies for caps in cap_list
+             for k0 in range(0, runs, block)]
+    keys = {spec: json.loads(json.dumps(
+        {"task": spec[0], "policy": spec[1], "capacities": list(spec[2]), "run_start": spec[3],
+         "run_stop": spec[4], "data": hashes[spec[0]], "settings": settings_hash}))
+        for spec in specs}
+    return manifest, specs, keys, shapes
+
+
 def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
           eta=DEFAULT_ETA, seed=0, task_seed=0, engine="fast", settings=PAPER_SETTINGS,
           n_jobs=-1, backend="loky", client=None, scheduler=None, progress=None, out=None):
@@ -9267,49 +9891,23 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
       ``ValueError`` at once and touches nothing.  The kernel releases the
       lock when the process ends, even by ``kill -9``, so a leftover ``.lock``
       file is never stale.
-    - Task names may hold any printable characters and be of any length:
-      cell file names keep a short readable part of the name plus a hash of
-      the full key.  Empty names and names with control characters are
-      refused before any work.
+    - Task names may hold any printable characters and be of any length: cell
+      file names keep a short readable part of the name plus a hash of the full
+      key.  Empty names and names with control characters are refused at once.
 
     Examples
     --------
-    >>> X, R, _ = synthetic_stream(100, 3, seed=0)                # doctest: +SKIP
-    >>> df = sweep({"syn": (X, R)}, ["random"], [0.5], "out", runs=3,
-    ...            backend="sequential")                           # doctest: +SKIP
-    >>> df.attrs["computed"], len(df)                              # doctest: +SKIP
-    (1, 3)
+    >>> import tempfile
+    >>> X, R, _ = synthetic_stream(100, 3, seed=0)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     df = sweep({"syn": (X, R)}, ["random"], [0.5], d, runs=3, backend="sequential")
+    >>> df.attrs["computed"], len(df), df.capacities.iloc[0]
+    (1, 3, '0.5/0.5')
     """
     # --- check everything before any work --------------------------------------
-    if isinstance(tasks, dict):
-        task_items = []
-        for name, pair in tasks.items():
-            _validate_task_name(name, "tasks (keys)")
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise TypeError(f"tasks[{name!r}] must be a pair (X, R) of arrays")
-            task_items.append((name, (np.asarray(pair[0], dtype=float),
-                                      np.asarray(pair[1], dtype=float))))
-    else:
-        if isinstance(tasks, str) or not hasattr(tasks, "__iter__"):
-            raise TypeError("tasks must be a list of task names or a dict name -> (X, R)")
-        task_items = []
-        for i, name in enumerate(tasks):
-            task_items.append((_validate_choice(name, TASK_NAMES, f"tasks[{i}]"), None))
-    if not task_items:
-        raise ValueError("tasks must name at least one task")
-    if len({n for n, _ in task_items}) != len(task_items):
-        raise ValueError("tasks: names must be unique")
+    task_items = _sweep_task_items(tasks)
     policies = _validate_policies(policies)
-    if isinstance(capacities, (str, bytes)) or not hasattr(capacities, "__iter__"):
-        raise TypeError("capacities must be a list of capacity vectors or of alpha_1 values")
-    cap_list = []
-    for c in capacities:
-        if isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool):
-            c = two_agent_capacities(_validate_share(c, "capacities[i] (alpha_1)"))
-        cap_list.append(tuple(None if v is None else float(v) for v in c)
-                        if hasattr(c, "__iter__") and not isinstance(c, (str, bytes)) else c)
-    if not cap_list:
-        raise ValueError("capacities must hold at least one capacity vector")
+    cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
     block = runs if block is None else _validate_int(block, "block", lo=1)
     eta = _validate_eta(eta)
@@ -9318,42 +9916,10 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     _validate_choice(engine, ENGINES, "engine")
     if not isinstance(settings, ModelSettings):
         raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
-    if client is not None:
-        backend = "dask"
-    _validate_choice(backend, SWEEP_BACKENDS, "backend")
-    if backend == "dask" and client is None and scheduler is None:
-        raise ValueError("backend 'dask' needs client (a distributed.Client) or scheduler "
-                         "(an address such as 'tcp://host:8786')")
-    if _validate_int(n_jobs, "n_jobs", lo=None) == 0:
-        raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
-    shapes, hashes = {}, {}
-    for name, pair in task_items:
-        X, R = pair if pair is not None else _sweep_task_data(name, task_seed)
-        _validate_simulation(X, R, [1.0] + [0.0] * (np.shape(R)[1] - 1), "random", eta, 1,
-                             seed, engine, settings)
-        shapes[name] = np.shape(R)
-        hashes[name] = _task_digest(np.asarray(X, dtype=float), np.asarray(R, dtype=float))
-        for caps in cap_list:
-            _validate_capacities(caps, shapes[name][1])
-    model_settings = {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}
-    manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
-                "task_data": "arrays" if isinstance(tasks, dict) else "load_task",
-                "task_shapes": {n: list(s) for n, s in shapes.items()},
-                "task_hashes": hashes,
-                "policies": policies, "capacities": [list(c) for c in cap_list],
-                "runs": runs, "block": block, "eta": eta, "seed": seed, "task_seed": task_seed,
-                "engine": engine, "settings": model_settings}
-    manifest = json.loads(json.dumps(manifest))
-    # every setting that changes a cell's numbers, hashed into each cell's key
-    settings_hash = _json_digest({"eta": eta, "seed": seed, "task_seed": task_seed,
-                                  "engine": engine, "settings": model_settings})
-    specs = [(name, p, caps, k0, min(k0 + block, runs))
-             for name, _ in task_items for p in policies for caps in cap_list
-             for k0 in range(0, runs, block)]
-    keys = {spec: json.loads(json.dumps(
-        {"task": spec[0], "policy": spec[1], "capacities": list(spec[2]), "run_start": spec[3],
-         "run_stop": spec[4], "data": hashes[spec[0]], "settings": settings_hash}))
-        for spec in specs}
+    backend = _sweep_backend(backend, client, scheduler, n_jobs)
+    manifest, specs, keys, shapes = _sweep_plan(
+        task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
+        dict(eta=eta, seed=seed, task_seed=task_seed, engine=engine, settings=settings))
 
     out_dir = Path(out_dir)
     cells = out_dir / "cells"
@@ -9488,11 +10054,36 @@ def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
     ``df`` is a table from :func:`error_vs_capacity`.  Online policies are drawn
     with markers and a shaded 95% band across runs; offline benchmarks, which
     ignore capacities, as dotted horizontal lines.
-    """
-    import matplotlib.pyplot as plt
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A table from :func:`error_vs_capacity` or :func:`simulate_grid`.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw (default: a new figure).
+    title : str, optional
+        The panel's title.
+    bands : bool
+        Shade the 95% bands.
+    legend : bool
+        Draw a legend.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import pandas as pd, matplotlib.pyplot as plt
+    >>> df = pd.DataFrame({"policy": "random", "alpha1": [0.0, 0.5, 1.0],
+    ...                    "error": [0.3, 0.25, 0.2], "ci_low": [0.29, 0.24, 0.19],
+    ...                    "ci_high": [0.31, 0.26, 0.21]})
+    >>> ax = plot_error_vs_capacity(df, title="toy")
+    >>> len(ax.lines), ax.get_title()
+    (1, 'toy')
+    >>> plt.close("all")
+    """
+    ax = _axes(ax)
     for policy, g in df.groupby("policy", sort=False):
         g = g.sort_values("alpha1")
         style = dict(POLICY_STYLE.get(policy, dict(label=policy)))
@@ -9500,11 +10091,27 @@ def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
         if bands and not policy.startswith("offline") and policy != "hindsight":
             ax.fill_between(g["alpha1"], g["ci_low"], g["ci_high"],
                             color=style.get("color"), alpha=0.15, lw=0)
-    ax.set_xlabel(r"capacity of agent 1, $\alpha_1$")
-    ax.set_ylabel("error rate")
+    return _finish_axes(ax, r"capacity of agent 1, $\alpha_1$", "error rate", title, legend)
+
+
+def _axes(ax):
+    """``ax``, or the axes of a new 5.2 x 3.6 inch figure (the plots of this section)."""
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    return ax
+
+
+def _finish_axes(ax, xlabel, ylabel, title, legend, which="major"):
+    """Label a plot of this section, grid it (``which`` ticks) and add its legend
+    (with ``legend``) after everything is drawn; returns ``ax``."""
+    ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which=which)
     if legend:
         ax.legend(fontsize=7, frameon=False)
     return ax
@@ -9539,14 +10146,7 @@ def _loglog_lines(ax, series, points, lw, ylabel, title, legend):
         ax.plot(t[keep], v[keep], lw=lw, **style)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("tasks assigned, $t$")
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3, which="both")
-    if legend:
-        ax.legend(fontsize=7, frameon=False)
-    return ax
+    return _finish_axes(ax, "tasks assigned, $t$", ylabel, title, legend, which="both")
 
 
 def plot_regret(curves, ax=None, *, kind="lagrangian", points=200, title=None, legend=True):
@@ -9557,11 +10157,38 @@ def plot_regret(curves, ax=None, *, kind="lagrangian", points=200, title=None, l
     drawn at ``points`` times spaced evenly in log t; non-positive values are
     left out (a log axis cannot show them).  A straight line of slope b means
     growth like t^b: b = 1 is linear regret.
-    """
-    import matplotlib.pyplot as plt
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    Parameters
+    ----------
+    curves : sequence of RegretCurves
+        The policies.
+    kind : {"lagrangian", "reward", "modified"}
+        The regret drawn.
+    points : int
+        Times drawn.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw (default: a new figure).
+    title : str, optional
+        The panel's title.
+    legend : bool
+        Draw a legend.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> task = synthetic_task(T=300, n_agents=2, seed=3)
+    >>> lam = optimal_assignment(task.mu, (0.3, 0.7)).shadow_prices
+    >>> rc = regret_curve(simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2), task.mu, lam)
+    >>> ax = plot_regret([rc])
+    >>> len(ax.lines), ax.get_xscale()
+    (1, 'log')
+    >>> plt.close("all")
+    """
+    ax = _axes(ax)
     for c in curves:
         if not isinstance(c, RegretCurves):
             raise TypeError(f"curves must hold RegretCurves, got {type(c).__name__}")
@@ -9577,11 +10204,37 @@ def plot_price_tracking(trackings, ax=None, *, agent=None, points=200, title=Non
     (mean over runs, with a band between the 10% and 90% quantiles across
     runs for the first one) and a horizontal line at the shadow-price
     difference.  ``agent`` defaults to the first agent other than the reference.
-    """
-    import matplotlib.pyplot as plt
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    Parameters
+    ----------
+    trackings : sequence of PriceTracking
+        The policies.
+    agent : int, optional
+        The agent drawn.
+    points : int
+        Times drawn.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw (default: a new figure).
+    title : str, optional
+        The panel's title.
+    legend : bool
+        Draw a legend.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> task = synthetic_task(T=300, n_agents=2, seed=3)
+    >>> lam = optimal_assignment(task.mu, (0.3, 0.7)).shadow_prices
+    >>> pt = price_tracking(simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2), lam)
+    >>> len(plot_price_tracking([pt]).lines)       # the policy and the shadow price
+    2
+    >>> plt.close("all")
+    """
+    ax = _axes(ax)
     for i, p in enumerate(trackings):
         if not isinstance(p, PriceTracking):
             raise TypeError(f"trackings must hold PriceTracking objects, got "
@@ -9601,13 +10254,7 @@ def plot_price_tracking(trackings, ax=None, *, agent=None, points=200, title=Non
                    label=rf"$\lambda_{a + 1} - \lambda_{p.reference + 1}$ (oracle)")
         ax.set_ylabel(rf"$\eta\,(Q_{{t,{a + 1}}} - Q_{{t,{p.reference + 1}}})$")
     ax.set_xscale("log")
-    ax.set_xlabel("tasks assigned, $t$")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3, which="both")
-    if legend:
-        ax.legend(fontsize=7, frameon=False)
-    return ax
+    return _finish_axes(ax, "tasks assigned, $t$", None, title, legend, which="both")
 
 
 def plot_capacity_adherence(adherences, ax=None, *, points=200, title=None, legend=True):
@@ -9616,11 +10263,34 @@ def plot_capacity_adherence(adherences, ax=None, *, points=200, title=None, lege
     One line per :class:`CapacityAdherence` (mean over runs).  Queue-based
     policies fall like 1/t (bounded queues, Eq. 1); random assignment like
     1/sqrt(t); a policy that ignores the capacities levels off.
-    """
-    import matplotlib.pyplot as plt
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    Parameters
+    ----------
+    adherences : sequence of CapacityAdherence
+        The policies.
+    points : int
+        Times drawn.
+    ax : matplotlib.axes.Axes, optional
+        Where to draw (default: a new figure).
+    title : str, optional
+        The panel's title.
+    legend : bool
+        Draw a legend.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
+    >>> res = simulate(X, R, (0.3, 0.7), "marginal", runs=2, return_traces=True)
+    >>> len(plot_capacity_adherence([capacity_adherence(res)]).lines)
+    1
+    >>> plt.close("all")
+    """
+    ax = _axes(ax)
     for ad in adherences:
         if not isinstance(ad, CapacityAdherence):
             raise TypeError(f"adherences must hold CapacityAdherence objects, got "
@@ -9636,12 +10306,34 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
     a line with error bars (the paired t intervals), slightly offset along
     the x-axis so that the bars do not overlap.  Below the zero line the
     policy errs less than the baseline.
-    """
-    import matplotlib.pyplot as plt
 
+    Parameters
+    ----------
+    tests : pandas.DataFrame
+        A table from :func:`paired_tests` (one task).
+    ax : matplotlib.axes.Axes, optional
+        Where to draw (default: a new figure).
+    title : str, optional
+        The panel's title.
+    legend : bool
+        Draw a legend.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, matplotlib.pyplot as plt
+    >>> df = pd.DataFrame({"task": "toy", "policy": ["random", "tree-ts"], "alpha1": 0.5,
+    ...                    "errors": [np.array([0.30, 0.32, 0.31]), np.array([0.20, 0.23, 0.21])]})
+    >>> ax = plot_paired_differences(paired_tests(df))
+    >>> len(ax.containers), ax.get_ylabel()
+    (1, 'error difference to baseline')
+    >>> plt.close("all")
+    """
     _check_frame(tests, ("policy", "alpha1", "diff", "ci_low", "ci_high"), name="tests")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.2, 3.6))
+    ax = _axes(ax)
     groups = list(tests.groupby("policy", sort=False))
     for i, (policy, g) in enumerate(groups):
         g = g.sort_values("alpha1")
@@ -9651,14 +10343,8 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
         style = _style(policy)
         ax.errorbar(x, y, yerr=err, lw=1.2, ms=4, capsize=2, **style)
     ax.axhline(0.0, color="0.3", lw=0.8)
-    ax.set_xlabel(r"capacity of agent 1, $\alpha_1$")
-    ax.set_ylabel("error difference to baseline")
-    if title:
-        ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if legend:
-        ax.legend(fontsize=7, frameon=False)
-    return ax
+    return _finish_axes(ax, r"capacity of agent 1, $\alpha_1$", "error difference to baseline",
+                        title, legend)
 
 
 # --- presentation: one figure style, tables beside the paper -----------------
@@ -9691,6 +10377,15 @@ def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
     >>> fig.get_size_inches().tolist()
     [6.4, 3.4]
     >>> import matplotlib.pyplot as plt; plt.close(fig)
+
+    Parameters
+    ----------
+    ncols, nrows : int
+        Panels across and down.
+    width, height : float, optional
+        Figure size in inches (defaults above).
+    **subplots
+        Further arguments of :func:`matplotlib.pyplot.subplots`.
     """
     import matplotlib.pyplot as plt
 
@@ -9707,6 +10402,28 @@ def legend_outside(fig, ax=None, *, ncol=None):
 
     The entries are taken from ``ax`` (default: the figure's first axes) and
     spread over ``ncol`` columns (default: up to four).  Returns the legend.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    ax : matplotlib.axes.Axes, optional
+        The axes whose entries are shown.
+    ncol : int, optional
+        Columns of the legend.
+
+    Returns
+    -------
+    matplotlib.legend.Legend
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> fig, ax = book_figure()
+    >>> _ = ax.plot([0, 1], [0, 1], label="a"); _ = ax.plot([0, 1], [1, 0], label="b")
+    >>> [t.get_text() for t in legend_outside(fig).get_texts()]
+    ['a', 'b']
+    >>> plt.close(fig)
     """
     axes = fig.get_axes()
     if not axes:
@@ -9746,6 +10463,22 @@ class Table:
     sideways when wider than the text column), while ``print``, ``repr`` and
     the notebook's plain-text output (what nbval compares) give the same
     cells as text.  ``frame`` holds the formatted cells.
+
+    Attributes
+    ----------
+    frame : pandas.DataFrame
+        The formatted cells.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> t = show_table(pd.DataFrame({"error": [0.25, 0.125]}, index=["random", "tree-ts"]))
+    >>> isinstance(t, Table)
+    True
+    >>> print(t)
+             error
+    random   0.250
+    tree-ts  0.125
     """
 
     def __init__(self, frame, html, caption):
@@ -9885,6 +10618,11 @@ def glued_values(chapter, path=None):
     -------
     dict
         Glue name -> value (numbers, strings, lists and dicts of them).
+
+    Examples
+    --------
+    >>> glued_values("ext_eta")["eta_runs"]
+    100
     """
     import ast
 
