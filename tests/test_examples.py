@@ -124,3 +124,64 @@ def test_every_public_name_is_documented():
     assert not undocumented, f"missing numpydoc sections: {undocumented}"
     done = sorted(n for n in NOT_DOCUMENTED_YET if not missing[n])
     assert not done, f"remove from NOT_DOCUMENTED_YET, they are documented now: {done}"
+
+
+# --- first use of the compiled kernels -----------------------------------------
+
+
+def test_stored_notebooks_have_no_stderr():
+    """Notices such as the first-use message never reach a chapter's outputs."""
+    import json
+
+    found = []
+    for path in sorted((ROOT / "book" / "executed").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for i, cell in enumerate(nb["cells"]):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                    found.append(f"{path.name} cell {i}")
+    assert not found, f"stderr in stored outputs: {found}"
+
+
+def test_kernels_cached_reads_numba_cache(tmp_path, monkeypatch):
+    import importlib
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "tinykernel.py").write_text(
+        "from numba import njit\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = dict(os.environ)  # the same numba cache location as this process
+    try:
+        mod = importlib.import_module("tinykernel")
+        assert not ca._kernels_cached([mod.f])   # nothing compiled, nothing cached
+        subprocess.run([sys.executable, "-c", "import tinykernel; tinykernel.f(1)"],
+                       cwd=tmp_path, env=env, check=True, timeout=120)
+        assert not mod.f.signatures              # not compiled in this process ...
+        assert ca._kernels_cached([mod.f])       # ... but cached on disk by the other
+    finally:
+        sys.modules.pop("tinykernel", None)
+
+
+def test_first_use_notice_once_on_stderr_only_when_asked(monkeypatch, capsys):
+    monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
+    monkeypatch.setattr(ca, "_kernels_cached", lambda kernels: False)
+    monkeypatch.delenv(ca.PROGRESS_ENV, raising=False)
+    # stderr is not a terminal here (as in a notebook): silent
+    assert ca._first_use("tree simulation", ("_tree_runs",), "about a minute") is None
+    monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
+    monkeypatch.setenv(ca.PROGRESS_ENV, "1")
+    started = ca._first_use("tree simulation", ("_tree_runs",), "about a minute")
+    assert ca._first_use("tree simulation", ("_tree_runs",), "about a minute") is None  # once
+    ca._first_use_done(started)
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 2
+    assert "compiling the tree simulation kernels" in lines[0] and "first use only" in lines[0]
+    assert "about a minute" in lines[0] and lines[1].startswith("capassign: compiled in")
+    monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
+    monkeypatch.setenv(ca.PROGRESS_ENV, "0")
+    assert ca._first_use("tree simulation", ("_tree_runs",), "about a minute") is None
+    assert capsys.readouterr().err == ""
