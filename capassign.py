@@ -517,6 +517,23 @@ _ORACLE_MAX_SCALE = 1e6
 _DUAL_FIRST_CANDIDATES = 512
 
 
+def _transport_incidence(n, A):
+    """Row and column incidence of an n x A transportation programme (CSR, float).
+
+    The variables are y[i, a] at index i * A + a; ``rows`` (n x nA) sums each
+    source's row, sum_a y[i, a], and ``cols`` (A x nA) each agent's column,
+    sum_i y[i, a].
+    """
+    from scipy import sparse
+
+    k = np.arange(n * A)
+    rows = sparse.csr_matrix((np.ones(n * A), (np.repeat(np.arange(n), A), k)),
+                             shape=(n, n * A))
+    cols = sparse.csr_matrix((np.ones(n * A), (np.tile(np.arange(A), n), k)),
+                             shape=(A, n * A))
+    return rows, cols
+
+
 def _assignment_lp(mu, w, cap, constrained):
     """HiGHS on the masses y[i, a] = w_i P[i, a] (see :func:`optimal_assignment`).
 
@@ -531,15 +548,9 @@ def _assignment_lp(mu, w, cap, constrained):
     # Variables are the masses y[i, a] = w_i P[i, a] (k = i * A + a), so that the
     # objective coefficients are the rewards themselves and tiny context weights
     # do not fall below the solver's tolerances.
-    cols = np.arange(m * A)
-    rows_ctx = sparse.csr_matrix((np.ones(m * A), (np.repeat(np.arange(m), A), cols)),
-                                 shape=(m, m * A))
+    rows_ctx, agent_cols = _transport_incidence(m, A)
     cons_agents = np.flatnonzero(constrained)
-    k = cons_agents.size
-    capm = sparse.csr_matrix((np.ones(m * k), (np.repeat(np.arange(k), m),
-                                               (np.arange(m)[None, :] * A
-                                                + cons_agents[:, None]).ravel())),
-                             shape=(k, m * A))
+    capm = agent_cols[cons_agents]
     c = -mu.ravel()
     all_constrained = bool(constrained.all())
     if all_constrained:
@@ -1324,11 +1335,7 @@ def _transport_assignment(V, lower, upper):
                                           return_counts=True)
     inverse = inverse.reshape(-1)
     P = patterns.shape[0]
-    cols = np.arange(P * A)
-    rows_p = sparse.csr_matrix((np.ones(P * A), (np.repeat(np.arange(P), A), cols)),
-                               shape=(P, P * A))
-    rows_a = sparse.csr_matrix((np.ones(P * A), (np.tile(np.arange(A), P), cols)),
-                               shape=(A, P * A))
+    rows_p, rows_a = _transport_incidence(P, A)
     problem = dict(c=-patterns.ravel(), A_ub=sparse.vstack([rows_a, -rows_a]).tocsr(),
                    b_ub=np.concatenate([upper, -lower]).astype(float),
                    A_eq=rows_p, b_eq=supply.astype(float), bounds=(0, None),
