@@ -1173,10 +1173,8 @@ def disagreement_regions(delta, weights=None):
 
     Parameters
     ----------
-    delta : array_like, shape (n,)
-        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
-    weights : array_like, shape (n,), optional
-        Probabilities of the context points (uniform by default).
+    delta, weights : array_like
+        As in :func:`two_agent_threshold`.
 
     Returns
     -------
@@ -1188,13 +1186,18 @@ def disagreement_regions(delta, weights=None):
     >>> round(regions.mean_gap_1, 6), round(regions.mean_gap_2, 6)
     (0.2, 0.1)
     """
+    p1, p2, int1, int2 = _disagreement(delta, weights)
+    return DisagreementRegions(p1=p1, p2=p2, mean_gap_1=int1 / p1 if p1 > 0 else math.nan,
+                               mean_gap_2=int2 / p2 if p2 > 0 else math.nan)
+
+
+def _disagreement(delta, weights):
+    """p1 = P(D1), p2 = P(D2), p1 E[Delta | D1] and p2 E[-Delta | D2] (App. D.4)."""
     delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     w = _validate_weights(weights, delta.shape[0])
     pos, neg = delta > 0, delta < 0
-    p1, p2 = float(w[pos].sum()), float(w[neg].sum())
-    m1 = float(w[pos] @ delta[pos] / p1) if p1 > 0 else math.nan
-    m2 = float(-(w[neg] @ delta[neg]) / p2) if p2 > 0 else math.nan
-    return DisagreementRegions(p1=p1, p2=p2, mean_gap_1=m1, mean_gap_2=m2)
+    return (float(w[pos].sum()), float(w[neg].sum()), float(w[pos] @ delta[pos]),
+            float(-(w[neg] @ delta[neg])))
 
 
 def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
@@ -1212,12 +1215,8 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
 
     Parameters
     ----------
-    delta : array_like, shape (n,)
-        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
-    alpha : float
-        Agent 1's share, in [0, 1].
-    weights : array_like, shape (n,), optional
-        Probabilities of the context points (uniform by default).
+    delta, alpha, weights
+        As in :func:`two_agent_threshold`.
     allow_outside : bool
         Return the formula also for alpha outside [p1, 1 - p2].
 
@@ -1235,17 +1234,12 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
     """
     alpha = _validate_share(alpha, "alpha")
     allow_outside = _validate_bool(allow_outside, "allow_outside")
-    delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
-    w = _validate_weights(weights, delta.shape[0])
-    pos, neg = delta > 0, delta < 0
-    p1, p2 = float(w[pos].sum()), float(w[neg].sum())
+    p1, p2, int1, int2 = _disagreement(delta, weights)
     if not allow_outside and not (p1 - CAPACITY_TOL <= alpha <= 1.0 - p2 + CAPACITY_TOL):
         raise ValueError(f"alpha = {alpha!r} is outside [p1, 1 - p2] = "
                          f"[{p1:.6g}, {1.0 - p2:.6g}], where the closed form is the "
                          f"optimal gain; pass allow_outside=True to get the formula "
                          f"(then an upper bound on the gain)")
-    int1 = float(w[pos] @ delta[pos])       # p1 E[Delta | D1]
-    int2 = float(-(w[neg] @ delta[neg]))    # p2 E[-Delta | D2]
     return (1.0 - alpha) * int1 + alpha * int2
 
 
