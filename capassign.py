@@ -299,7 +299,8 @@ def _validate_names(values, allowed, name, *, min_count=1, unique=False):
     A single string is refused (TypeError: it is one name, not a list of
     them); every entry is checked by :func:`_validate_choice` under the name
     ``name[i]``, so a wrong entry reads as it would alone:
-    ``"policies[0] must be one of 'random', ..., got 'ucb'"``.
+    ``"policies[0] must be one of 'random', ..., got 'ucb'"``.  With
+    ``allowed=None`` any string is a name; ``unique`` refuses repeated names.
     """
     expected = ("a list of names" if min_count < 1 else "a non-empty list of names"
                 if min_count == 1 else f"a list of at least {min_count} names")
@@ -309,9 +310,12 @@ def _validate_names(values, allowed, name, *, min_count=1, unique=False):
     if len(values) < min_count:
         raise ValueError(f"{name} must be {expected}, got {values!r}")
     for i, v in enumerate(values):
-        _validate_choice(v, allowed, f"{name}[{i}]")
+        if allowed is not None:
+            _validate_choice(v, allowed, f"{name}[{i}]")
+        elif not isinstance(v, str):
+            raise TypeError(f"{name}[{i}] must be a name (str), got {v!r}")
     if unique and len(set(values)) != len(values):
-        raise ValueError(f"{name} must not name anything twice, got {values!r}")
+        raise ValueError(f"{name} must not repeat a name, got {values!r}")
     return values
 
 
@@ -7276,8 +7280,7 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
     >>> task.X.shape, np.round(task.R.mean(axis=0), 3).tolist()
     ((219, 1), [0.47, 0.306])
     """
-    if isinstance(models, str):
-        raise TypeError("models must be a sequence of HELM model ids, not a single string")
+    models = tuple(_validate_names(models, None, "models", min_count=2, unique=True))
     _sync_data_caches()
     return _cached_mmlu_task(tuple(models), _validate_subjects(subjects))
 
@@ -7285,10 +7288,7 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
 @functools.lru_cache(maxsize=512)
 def _cached_mmlu_task(models, subjects):
     available, questions, C = _cached_mmlu_models(subjects)
-    unknown = [m for m in models if m not in available]
-    if unknown or len(models) < 2 or len(set(models)) != len(models):
-        raise ValueError(f"models must be at least two distinct ids among {', '.join(available)}; "
-                         f"got {list(models)}")
+    _validate_names(models, available, "models")
     R = C[:, [available.index(m) for m in models]]
     pc1 = _mmlu_pc1(subjects)
     X = ((pc1 - pc1.mean()) / pc1.std())[:, None]

@@ -529,10 +529,12 @@ def test_mmlu_task_for_any_pair_of_models():
     ref = ca.load_task("mmlu")
     np.testing.assert_array_equal(t.X, ref.X)  # same question set, same context
     assert ca.mmlu_task(ref.agent_names) is ca.mmlu_task(list(ref.agent_names))
-    with pytest.raises(ValueError, match="distinct"):
+    with pytest.raises(ValueError, match="must not repeat a name"):
         ca.mmlu_task([models[0], models[0]])
-    with pytest.raises(ValueError, match="at least two"):
+    with pytest.raises(ValueError, match=r"^models\[0\] must be one of .*, got 'cohere_small"):
         ca.mmlu_task(["cohere_small-20220720", models[0]])
+    with pytest.raises(ValueError, match="at least 2 names"):
+        ca.mmlu_task([models[0]])
     with pytest.raises(TypeError):
         ca.mmlu_task("openai_davinci")
 

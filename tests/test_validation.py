@@ -303,6 +303,10 @@ def test_lists_of_names_one_wording():
          "agents[0] must be one of 'ordinal', 'onehot', 'xgboost', got 'gpt'"),
         (lambda: ca.tabular_agent_accuracies("bank", range(1), agents="xgboost"), TypeError,
          "agents must be a list of names, got 'xgboost'"),
+        (lambda: ca.mmlu_task("openai_davinci"), TypeError,
+         "models must be a list of at least 2 names, got 'openai_davinci'"),
+        (lambda: ca.mmlu_task(["openai_davinci", "openai_davinci"]), ValueError,
+         "models must not repeat a name, got ['openai_davinci', 'openai_davinci']"),
     ]
     for call, err, message in cases:
         with pytest.raises(err) as info:
@@ -316,7 +320,7 @@ def test_validate_names():
     assert ca._validate_names([], "abc", "x", min_count=0) == []
     with pytest.raises(ValueError, match=r"^x must be a list of at least 2 names, got \['a'\]$"):
         ca._validate_names(["a"], "abc", "x", min_count=2)
-    with pytest.raises(ValueError, match=r"^x must not name anything twice, got \['a', 'a'\]$"):
+    with pytest.raises(ValueError, match=r"^x must not repeat a name, got \['a', 'a'\]$"):
         ca._validate_names(["a", "a"], "abc", "x", unique=True)
     with pytest.raises(TypeError, match=r"^x\[0\] must be one of 'a', 'b', got 1$"):
         ca._validate_names([1], "ab", "x")
