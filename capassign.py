@@ -270,12 +270,14 @@ def _selection_shares(alpha, constrained):
     return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
 
 
-def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0):
+def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0, shape=None):
     """An array argument: ``ndim`` dimensions, at least ``min_rows`` rows; return it.
 
-    Raises TypeError for what NumPy cannot convert to ``dtype`` and ValueError
-    for a wrong number of dimensions, too few rows (entries of a 1-d array)
-    or, with ``finite``, a NaN or an infinity.
+    ``shape`` (optional) gives the length of every dimension, ``None`` where
+    any length will do.  Raises TypeError for what NumPy cannot convert to
+    ``dtype`` and ValueError for a wrong number of dimensions, a wrong length,
+    too few rows (entries of a 1-d array) or, with ``finite``, a NaN or an
+    infinity.
     """
     try:
         arr = np.asarray(M, dtype=dtype)
@@ -283,6 +285,10 @@ def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0):
         raise TypeError(f"{name} must be a numeric array") from None
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-d array, got shape {arr.shape}")
+    if shape is not None and any(s is not None and s != k for s, k in zip(shape, arr.shape)):
+        want = ", ".join("*" if s is None else str(s) for s in shape)
+        raise ValueError(f"{name} must have shape ({want}{',' * (len(shape) == 1)}), "
+                         f"got {arr.shape}")
     if arr.shape[0] < min_rows:
         rows = ("entr" + ("y" if min_rows == 1 else "ies") if ndim == 1
                 else "row" + ("" if min_rows == 1 else "s"))
@@ -453,11 +459,9 @@ class OptimalAssignment:
 
     def adjusted_rewards(self, mu=None):
         """mu_a(x) - lambda_a for the stored contexts or for new ones (Thm 1)."""
-        mu = self.mu if mu is None else _validate_matrix(mu, "mu")
-        if mu.shape[1] != self.shadow_prices.shape[0]:
-            raise ValueError(f"mu has {mu.shape[1]} columns but there are "
-                             f"{self.shadow_prices.shape[0]} agents")
-        return mu - self.shadow_prices
+        if mu is not None:
+            mu = _validate_matrix(mu, "mu", shape=(None, self.shadow_prices.shape[0]))
+        return (self.mu if mu is None else mu) - self.shadow_prices
 
     def policy(self, mu=None):
         """Agent index argmax_a mu_a(x) - lambda_a per context (ties: lowest index).
@@ -959,10 +963,7 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
     """
     mu = _validate_matrix(mu, "mu")
     n, A = mu.shape
-    lam = _validate_matrix(shadow_prices, "shadow_prices", ndim=1)
-    if lam.shape[0] != A:
-        raise ValueError(f"shadow_prices has {lam.shape[0]} entries but mu has "
-                         f"{A} columns (agents)")
+    lam = _validate_matrix(shadow_prices, "shadow_prices", ndim=1, shape=(A,))
     tol = _validate_real(tol, "tol", lo=0.0)
     adj = mu - lam
     tied = adj >= adj.max(axis=1, keepdims=True) - tol
@@ -7513,9 +7514,7 @@ def accuracy_by_context(x, R, *, bins=10):
     ([0.0, 1.0], [[1.0, 0.5], [0.5, 1.0]], [2, 2])
     """
     x = _validate_matrix(x, "x", ndim=1)
-    R = _validate_matrix(R, "R")
-    if R.shape[0] != x.shape[0]:
-        raise ValueError(f"x has {x.shape[0]} entries but R has {R.shape[0]} rows")
+    R = _validate_matrix(R, "R", shape=(x.shape[0], None))
     bins = _validate_int(bins, "bins", lo=1)
     levels = np.unique(x)
     if len(levels) <= bins:

@@ -485,7 +485,7 @@ def test_accuracy_by_context_bins():
     q = np.quantile(xc, [0.4, 0.6])
     middle = (xc >= q[0]) & (xc < q[1])
     np.testing.assert_allclose(ac[:, 0], [0, 0, np.mean(xc[middle] > 0), 1, 1])
-    with pytest.raises(ValueError, match="rows"):
+    with pytest.raises(ValueError, match=r"^R must have shape \(\d+, \*\), got "):
         ca.accuracy_by_context(x[:10], R)
 
 

@@ -286,6 +286,20 @@ def test_bad_mu_same_error_everywhere(call):
         call([["a", "b"]])
 
 
+def test_array_of_wrong_shape_one_wording():
+    res = ca.optimal_assignment(MU[:2], [0.5, 0.5])
+    cases = [
+        (lambda: res.adjusted_rewards([[0.1, 0.2, 0.3]]), "mu must have shape (*, 2), got (1, 3)"),
+        (lambda: ca.shadow_price_policy(MU, [0.0, 0.0, 0.0]),
+         "shadow_prices must have shape (2,), got (3,)"),
+        (lambda: ca.accuracy_by_context(X[:5, 0], R), "R must have shape (5, *), got (20, 2)"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value) == message
+
+
 def test_lists_of_names_one_wording():
     subjects = ", ".join(repr(s) for s in ca.MMLU_SUBJECTS)
     cases = [
