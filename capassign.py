@@ -6238,9 +6238,7 @@ def _nested_unzip(members, target):
     import io
     import zipfile
 
-    members = list(members)
-    if not members:
-        raise ValueError("members must name at least one archive member")
+    members = _validate_names(members, None, "members")
     target = Path(target)
 
     def processor(fname, action, pup):
