@@ -4526,28 +4526,22 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
 
     Parameters
     ----------
-    T, d : int
-        Length and context dimension of the synthetic stream.
-    fast_runs, reference_runs : int
-        Runs timed on each engine.
-    reference_T : int, optional
-        Time the reference engine on the first ``reference_T`` tasks only.
+    T, d, seed : int
+        Length, context dimension and seed of the synthetic stream.
+    fast_runs, reference_runs, reference_T : int
+        Runs timed on each engine; the reference's stream prefix (optional).
     policies : sequence of str
         The online policies to time.
-    seed : int
-        Seed of the stream and the runs.
-    grid : bool
-        Also time the paper's largest grid.
-    grid_T, grid_d, grid_runs : int
-        Shape of the grid's stream and runs per grid point.
+    grid, grid_T, grid_d, grid_runs : bool, int
+        Whether to time the grid; its stream's shape and runs per point.
     out : callable
         Receives each line of the report (``print`` by default).
 
     Returns
     -------
     dict
-        The settings, per-policy microseconds per decision and speed-ups
-        under ``"policies"``, and the grid times when timed.
+        The settings, per-policy us per decision and speed-ups (``"policies"``)
+        and the grid times.
 
     Examples
     --------
