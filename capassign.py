@@ -338,7 +338,7 @@ def _validate_rewards(R, name="R", min_rows=0):
     bad = ~((R == 0.0) | (R == 1.0))
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
-        raise ValueError(f"{name}: {REWARD_RULE}; got {R[i]!r} at index {list(i)}")
+        raise ValueError(f"{name}: {REWARD_RULE}; got {R[i].item()!r} at index {list(i)}")
     return R
 
 
@@ -363,12 +363,9 @@ def _validate_weights(weights, n, name="weights"):
     """
     if weights is None:
         return np.full(n, 1.0 / n)
-    w = _validate_matrix(weights, name, ndim=1)
-    if w.shape[0] != n:
-        raise ValueError(f"{name} has {w.shape[0]} entries but there are {n} "
-                         f"context points")
+    w = _validate_matrix(weights, name, ndim=1, shape=(n,))
     if np.any(w < 0):
-        raise ValueError(f"{name} must be non-negative, got minimum {w.min()!r}")
+        raise ValueError(f"{name} must be non-negative, got minimum {w.min().item()!r}")
     total = float(w.sum())
     if abs(total - 1.0) > CAPACITY_TOL:
         raise ValueError(f"{name} sum to {total!r}; they must be probabilities "
