@@ -27,6 +27,10 @@ The module is organised in the order data flows through it:
 Notation follows the paper: ``alpha`` are capacities, ``eta`` the queue
 penalty, ``mu`` conditional expected rewards, ``shadow_prices`` the Lagrange
 multipliers lambda of the capacity constraints, ``Q`` the virtual queues.
+
+The public API is ``__all__``.  A bad argument raises TypeError (wrong type)
+or ValueError (right type, bad value), worded the same at every entry point
+(the helpers of section 1).
 """
 
 from __future__ import annotations
