@@ -27,6 +27,10 @@ The module is organised in the order data flows through it:
 Notation follows the paper: ``alpha`` are capacities, ``eta`` the queue
 penalty, ``mu`` conditional expected rewards, ``shadow_prices`` the Lagrange
 multipliers lambda of the capacity constraints, ``Q`` the virtual queues.
+
+The public API is ``__all__``.  A bad argument raises TypeError (wrong type)
+or ValueError (right type, bad value), worded the same at every entry point
+(the helpers of section 1).
 """
 
 from __future__ import annotations
@@ -270,12 +274,14 @@ def _selection_shares(alpha, constrained):
     return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
 
 
-def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0):
+def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0, shape=None):
     """An array argument: ``ndim`` dimensions, at least ``min_rows`` rows; return it.
 
-    Raises TypeError for what NumPy cannot convert to ``dtype`` and ValueError
-    for a wrong number of dimensions, too few rows (entries of a 1-d array)
-    or, with ``finite``, a NaN or an infinity.
+    ``shape`` (optional) gives the length of every dimension, ``None`` where
+    any length will do.  Raises TypeError for what NumPy cannot convert to
+    ``dtype`` and ValueError for a wrong number of dimensions, a wrong length,
+    too few rows (entries of a 1-d array) or, with ``finite``, a NaN or an
+    infinity.
     """
     try:
         arr = np.asarray(M, dtype=dtype)
@@ -283,6 +289,10 @@ def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0):
         raise TypeError(f"{name} must be a numeric array") from None
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-d array, got shape {arr.shape}")
+    if shape is not None and any(s is not None and s != k for s, k in zip(shape, arr.shape)):
+        want = ", ".join("*" if s is None else str(s) for s in shape)
+        raise ValueError(f"{name} must have shape ({want}{',' * (len(shape) == 1)}), "
+                         f"got {arr.shape}")
     if arr.shape[0] < min_rows:
         rows = ("entr" + ("y" if min_rows == 1 else "ies") if ndim == 1
                 else "row" + ("" if min_rows == 1 else "s"))
@@ -299,7 +309,8 @@ def _validate_names(values, allowed, name, *, min_count=1, unique=False):
     A single string is refused (TypeError: it is one name, not a list of
     them); every entry is checked by :func:`_validate_choice` under the name
     ``name[i]``, so a wrong entry reads as it would alone:
-    ``"policies[0] must be one of 'random', ..., got 'ucb'"``.
+    ``"policies[0] must be one of 'random', ..., got 'ucb'"``.  With
+    ``allowed=None`` any string is a name; ``unique`` refuses repeated names.
     """
     expected = ("a list of names" if min_count < 1 else "a non-empty list of names"
                 if min_count == 1 else f"a list of at least {min_count} names")
@@ -309,9 +320,12 @@ def _validate_names(values, allowed, name, *, min_count=1, unique=False):
     if len(values) < min_count:
         raise ValueError(f"{name} must be {expected}, got {values!r}")
     for i, v in enumerate(values):
-        _validate_choice(v, allowed, f"{name}[{i}]")
+        if allowed is not None:
+            _validate_choice(v, allowed, f"{name}[{i}]")
+        elif not isinstance(v, str):
+            raise TypeError(f"{name}[{i}] must be a name (str), got {v!r}")
     if unique and len(set(values)) != len(values):
-        raise ValueError(f"{name} must not name anything twice, got {values!r}")
+        raise ValueError(f"{name} must not repeat a name, got {values!r}")
     return values
 
 
@@ -328,7 +342,7 @@ def _validate_rewards(R, name="R", min_rows=0):
     bad = ~((R == 0.0) | (R == 1.0))
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
-        raise ValueError(f"{name}: {REWARD_RULE}; got {R[i]!r} at index {list(i)}")
+        raise ValueError(f"{name}: {REWARD_RULE}; got {R[i].item()!r} at index {list(i)}")
     return R
 
 
@@ -353,12 +367,9 @@ def _validate_weights(weights, n, name="weights"):
     """
     if weights is None:
         return np.full(n, 1.0 / n)
-    w = _validate_matrix(weights, name, ndim=1)
-    if w.shape[0] != n:
-        raise ValueError(f"{name} has {w.shape[0]} entries but there are {n} "
-                         f"context points")
+    w = _validate_matrix(weights, name, ndim=1, shape=(n,))
     if np.any(w < 0):
-        raise ValueError(f"{name} must be non-negative, got minimum {w.min()!r}")
+        raise ValueError(f"{name} must be non-negative, got minimum {w.min().item()!r}")
     total = float(w.sum())
     if abs(total - 1.0) > CAPACITY_TOL:
         raise ValueError(f"{name} sum to {total!r}; they must be probabilities "
@@ -449,11 +460,9 @@ class OptimalAssignment:
 
     def adjusted_rewards(self, mu=None):
         """mu_a(x) - lambda_a for the stored contexts or for new ones (Thm 1)."""
-        mu = self.mu if mu is None else _validate_matrix(mu, "mu")
-        if mu.shape[1] != self.shadow_prices.shape[0]:
-            raise ValueError(f"mu has {mu.shape[1]} columns but there are "
-                             f"{self.shadow_prices.shape[0]} agents")
-        return mu - self.shadow_prices
+        if mu is not None:
+            mu = _validate_matrix(mu, "mu", shape=(None, self.shadow_prices.shape[0]))
+        return (self.mu if mu is None else mu) - self.shadow_prices
 
     def policy(self, mu=None):
         """Agent index argmax_a mu_a(x) - lambda_a per context (ties: lowest index).
@@ -517,6 +526,23 @@ _ORACLE_MAX_SCALE = 1e6
 _DUAL_FIRST_CANDIDATES = 512
 
 
+def _transport_incidence(n, A):
+    """Row and column incidence of an n x A transportation programme (CSR, float).
+
+    The variables are y[i, a] at index i * A + a; ``rows`` (n x nA) sums each
+    source's row, sum_a y[i, a], and ``cols`` (A x nA) each agent's column,
+    sum_i y[i, a].
+    """
+    from scipy import sparse
+
+    k = np.arange(n * A)
+    rows = sparse.csr_matrix((np.ones(n * A), (np.repeat(np.arange(n), A), k)),
+                             shape=(n, n * A))
+    cols = sparse.csr_matrix((np.ones(n * A), (np.tile(np.arange(A), n), k)),
+                             shape=(A, n * A))
+    return rows, cols
+
+
 def _assignment_lp(mu, w, cap, constrained):
     """HiGHS on the masses y[i, a] = w_i P[i, a] (see :func:`optimal_assignment`).
 
@@ -531,15 +557,9 @@ def _assignment_lp(mu, w, cap, constrained):
     # Variables are the masses y[i, a] = w_i P[i, a] (k = i * A + a), so that the
     # objective coefficients are the rewards themselves and tiny context weights
     # do not fall below the solver's tolerances.
-    cols = np.arange(m * A)
-    rows_ctx = sparse.csr_matrix((np.ones(m * A), (np.repeat(np.arange(m), A), cols)),
-                                 shape=(m, m * A))
+    rows_ctx, agent_cols = _transport_incidence(m, A)
     cons_agents = np.flatnonzero(constrained)
-    k = cons_agents.size
-    capm = sparse.csr_matrix((np.ones(m * k), (np.repeat(np.arange(k), m),
-                                               (np.arange(m)[None, :] * A
-                                                + cons_agents[:, None]).ravel())),
-                             shape=(k, m * A))
+    capm = agent_cols[cons_agents]
     c = -mu.ravel()
     all_constrained = bool(constrained.all())
     if all_constrained:
@@ -944,10 +964,7 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
     """
     mu = _validate_matrix(mu, "mu")
     n, A = mu.shape
-    lam = _validate_matrix(shadow_prices, "shadow_prices", ndim=1)
-    if lam.shape[0] != A:
-        raise ValueError(f"shadow_prices has {lam.shape[0]} entries but mu has "
-                         f"{A} columns (agents)")
+    lam = _validate_matrix(shadow_prices, "shadow_prices", ndim=1, shape=(A,))
     tol = _validate_real(tol, "tol", lo=0.0)
     adj = mu - lam
     tied = adj >= adj.max(axis=1, keepdims=True) - tol
@@ -1162,10 +1179,8 @@ def disagreement_regions(delta, weights=None):
 
     Parameters
     ----------
-    delta : array_like, shape (n,)
-        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
-    weights : array_like, shape (n,), optional
-        Probabilities of the context points (uniform by default).
+    delta, weights : array_like
+        As in :func:`two_agent_threshold`.
 
     Returns
     -------
@@ -1177,13 +1192,18 @@ def disagreement_regions(delta, weights=None):
     >>> round(regions.mean_gap_1, 6), round(regions.mean_gap_2, 6)
     (0.2, 0.1)
     """
+    p1, p2, int1, int2 = _disagreement(delta, weights)
+    return DisagreementRegions(p1=p1, p2=p2, mean_gap_1=int1 / p1 if p1 > 0 else math.nan,
+                               mean_gap_2=int2 / p2 if p2 > 0 else math.nan)
+
+
+def _disagreement(delta, weights):
+    """p1 = P(D1), p2 = P(D2), p1 E[Delta | D1] and p2 E[-Delta | D2] (App. D.4)."""
     delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
     w = _validate_weights(weights, delta.shape[0])
     pos, neg = delta > 0, delta < 0
-    p1, p2 = float(w[pos].sum()), float(w[neg].sum())
-    m1 = float(w[pos] @ delta[pos] / p1) if p1 > 0 else math.nan
-    m2 = float(-(w[neg] @ delta[neg]) / p2) if p2 > 0 else math.nan
-    return DisagreementRegions(p1=p1, p2=p2, mean_gap_1=m1, mean_gap_2=m2)
+    return (float(w[pos].sum()), float(w[neg].sum()), float(w[pos] @ delta[pos]),
+            float(-(w[neg] @ delta[neg])))
 
 
 def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
@@ -1201,12 +1221,8 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
 
     Parameters
     ----------
-    delta : array_like, shape (n,)
-        The gap Delta(x_i) = mu_1(x_i) - mu_2(x_i) at n context points.
-    alpha : float
-        Agent 1's share, in [0, 1].
-    weights : array_like, shape (n,), optional
-        Probabilities of the context points (uniform by default).
+    delta, alpha, weights
+        As in :func:`two_agent_threshold`.
     allow_outside : bool
         Return the formula also for alpha outside [p1, 1 - p2].
 
@@ -1224,17 +1240,12 @@ def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
     """
     alpha = _validate_share(alpha, "alpha")
     allow_outside = _validate_bool(allow_outside, "allow_outside")
-    delta = _validate_matrix(delta, "delta", ndim=1, min_rows=1)
-    w = _validate_weights(weights, delta.shape[0])
-    pos, neg = delta > 0, delta < 0
-    p1, p2 = float(w[pos].sum()), float(w[neg].sum())
+    p1, p2, int1, int2 = _disagreement(delta, weights)
     if not allow_outside and not (p1 - CAPACITY_TOL <= alpha <= 1.0 - p2 + CAPACITY_TOL):
         raise ValueError(f"alpha = {alpha!r} is outside [p1, 1 - p2] = "
                          f"[{p1:.6g}, {1.0 - p2:.6g}], where the closed form is the "
                          f"optimal gain; pass allow_outside=True to get the formula "
                          f"(then an upper bound on the gain)")
-    int1 = float(w[pos] @ delta[pos])       # p1 E[Delta | D1]
-    int2 = float(-(w[neg] @ delta[neg]))    # p2 E[-Delta | D2]
     return (1.0 - alpha) * int1 + alpha * int2
 
 
@@ -1324,11 +1335,7 @@ def _transport_assignment(V, lower, upper):
                                           return_counts=True)
     inverse = inverse.reshape(-1)
     P = patterns.shape[0]
-    cols = np.arange(P * A)
-    rows_p = sparse.csr_matrix((np.ones(P * A), (np.repeat(np.arange(P), A), cols)),
-                               shape=(P, P * A))
-    rows_a = sparse.csr_matrix((np.ones(P * A), (np.tile(np.arange(A), P), cols)),
-                               shape=(A, P * A))
+    rows_p, rows_a = _transport_incidence(P, A)
     problem = dict(c=-patterns.ravel(), A_ub=sparse.vstack([rows_a, -rows_a]).tocsr(),
                    b_ub=np.concatenate([upper, -lower]).astype(float),
                    A_eq=rows_p, b_eq=supply.astype(float), bounds=(0, None),
@@ -4419,28 +4426,22 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
 
     Parameters
     ----------
-    T, d : int
-        Length and context dimension of the synthetic stream.
-    fast_runs, reference_runs : int
-        Runs timed on each engine.
-    reference_T : int, optional
-        Time the reference engine on the first ``reference_T`` tasks only.
+    T, d, seed : int
+        Length, context dimension and seed of the synthetic stream.
+    fast_runs, reference_runs, reference_T : int
+        Runs timed on each engine; the reference's stream prefix (optional).
     policies : sequence of str
         The online policies to time.
-    seed : int
-        Seed of the stream and the runs.
-    grid : bool
-        Also time the paper's largest grid.
-    grid_T, grid_d, grid_runs : int
-        Shape of the grid's stream and runs per grid point.
+    grid, grid_T, grid_d, grid_runs : bool, int
+        Whether to time the grid; its stream's shape and runs per point.
     out : callable
         Receives each line of the report (``print`` by default).
 
     Returns
     -------
     dict
-        The settings, per-policy microseconds per decision and speed-ups
-        under ``"policies"``, and the grid times when timed.
+        The settings, per-policy us per decision and speed-ups (``"policies"``)
+        and the grid times.
 
     Examples
     --------
@@ -6115,9 +6116,7 @@ def _nested_unzip(members, target):
     import io
     import zipfile
 
-    members = list(members)
-    if not members:
-        raise ValueError("members must name at least one archive member")
+    members = _validate_names(members, None, "members")
     target = Path(target)
 
     def processor(fname, action, pup):
@@ -7158,8 +7157,7 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
     >>> task.X.shape, np.round(task.R.mean(axis=0), 3).tolist()
     ((219, 1), [0.47, 0.306])
     """
-    if isinstance(models, str):
-        raise TypeError("models must be a sequence of HELM model ids, not a single string")
+    models = tuple(_validate_names(models, None, "models", min_count=2, unique=True))
     _sync_data_caches()
     return _cached_mmlu_task(tuple(models), _validate_subjects(subjects))
 
@@ -7167,10 +7165,7 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
 @functools.lru_cache(maxsize=512)
 def _cached_mmlu_task(models, subjects):
     available, questions, C = _cached_mmlu_models(subjects)
-    unknown = [m for m in models if m not in available]
-    if unknown or len(models) < 2 or len(set(models)) != len(models):
-        raise ValueError(f"models must be at least two distinct ids among {', '.join(available)}; "
-                         f"got {list(models)}")
+    _validate_names(models, available, "models")
     R = C[:, [available.index(m) for m in models]]
     pc1 = _mmlu_pc1(subjects)
     X = ((pc1 - pc1.mean()) / pc1.std())[:, None]
@@ -7395,9 +7390,7 @@ def accuracy_by_context(x, R, *, bins=10):
     ([0.0, 1.0], [[1.0, 0.5], [0.5, 1.0]], [2, 2])
     """
     x = _validate_matrix(x, "x", ndim=1)
-    R = _validate_matrix(R, "R")
-    if R.shape[0] != x.shape[0]:
-        raise ValueError(f"x has {x.shape[0]} entries but R has {R.shape[0]} rows")
+    R = _validate_matrix(R, "R", shape=(x.shape[0], None))
     bins = _validate_int(bins, "bins", lo=1)
     levels = np.unique(x)
     if len(levels) <= bins:

@@ -286,6 +286,64 @@ def test_bad_mu_same_error_everywhere(call):
         call([["a", "b"]])
 
 
+# every entry point that takes probabilities of two context points
+WEIGHTS_ENTRY_POINTS = {
+    "optimal_assignment": lambda w: ca.optimal_assignment(MU[:2], [0.5, 0.5], w),
+    "random_assignment_value": lambda w: ca.random_assignment_value(MU[:2], [0.5, 0.5], w),
+    "shadow_price_policy": lambda w: ca.shadow_price_policy(MU[:2], [0.0, 0.0], [0.5, 0.5], w),
+    "two_agent_threshold": lambda w: ca.two_agent_threshold([0.1, -0.1], 0.5, w),
+    "disagreement_regions": lambda w: ca.disagreement_regions([0.1, -0.1], w),
+    "disagreement_gain": lambda w: ca.disagreement_gain([0.1, -0.1], 0.5, w),
+}
+
+
+@pytest.mark.parametrize("entry", WEIGHTS_ENTRY_POINTS)
+@pytest.mark.parametrize("value, err, message", [
+    ([1.5, -0.5], ValueError, "weights must be non-negative, got minimum -0.5"),
+    ([0.25, 0.25], ValueError,
+     "weights sum to 0.5; they must be probabilities summing to 1 (within 1e-09)"),
+    ([0.5, 0.25, 0.25], ValueError, "weights must have shape (2,), got (3,)"),
+    ([0.5, math.nan], ValueError, "weights contains NaN or infinite values"),
+    ([["a", "b"]], TypeError, "weights must be a numeric array"),
+], ids=["negative", "sum", "length", "nan", "text"])
+def test_same_weights_mistake_same_error_everywhere(entry, value, err, message):
+    with pytest.raises(err) as info:
+        WEIGHTS_ENTRY_POINTS[entry](value)
+    assert type(info.value) is err
+    assert str(info.value) == message
+
+
+# every entry point that takes a reward matrix of 20 tasks and two agents
+REWARD_ENTRY_POINTS = {
+    "simulate": lambda R: ca.simulate(X, R, [0.5, 0.5], "random", runs=1),
+    "error_vs_capacity": lambda R: ca.error_vs_capacity(X, R, ["random"], runs=1),
+    "hindsight_optimum": lambda R: ca.hindsight_optimum(R, [0.5, 0.5]),
+}
+
+
+@pytest.mark.parametrize("entry", REWARD_ENTRY_POINTS)
+def test_same_reward_mistake_same_error_everywhere(no_work, entry):
+    soft = R.astype(float)
+    soft[3, 1] = 0.5
+    with pytest.raises(ValueError) as info:
+        REWARD_ENTRY_POINTS[entry](soft)
+    assert str(info.value) == f"R: {ca.REWARD_RULE}; got 0.5 at index [3, 1]"
+
+
+def test_array_of_wrong_shape_one_wording():
+    res = ca.optimal_assignment(MU[:2], [0.5, 0.5])
+    cases = [
+        (lambda: res.adjusted_rewards([[0.1, 0.2, 0.3]]), "mu must have shape (*, 2), got (1, 3)"),
+        (lambda: ca.shadow_price_policy(MU, [0.0, 0.0, 0.0]),
+         "shadow_prices must have shape (2,), got (3,)"),
+        (lambda: ca.accuracy_by_context(X[:5, 0], R), "R must have shape (5, *), got (20, 2)"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value) == message
+
+
 def test_lists_of_names_one_wording():
     subjects = ", ".join(repr(s) for s in ca.MMLU_SUBJECTS)
     cases = [
@@ -303,6 +361,10 @@ def test_lists_of_names_one_wording():
          "agents[0] must be one of 'ordinal', 'onehot', 'xgboost', got 'gpt'"),
         (lambda: ca.tabular_agent_accuracies("bank", range(1), agents="xgboost"), TypeError,
          "agents must be a list of names, got 'xgboost'"),
+        (lambda: ca.mmlu_task("openai_davinci"), TypeError,
+         "models must be a list of at least 2 names, got 'openai_davinci'"),
+        (lambda: ca.mmlu_task(["openai_davinci", "openai_davinci"]), ValueError,
+         "models must not repeat a name, got ['openai_davinci', 'openai_davinci']"),
     ]
     for call, err, message in cases:
         with pytest.raises(err) as info:
@@ -316,7 +378,7 @@ def test_validate_names():
     assert ca._validate_names([], "abc", "x", min_count=0) == []
     with pytest.raises(ValueError, match=r"^x must be a list of at least 2 names, got \['a'\]$"):
         ca._validate_names(["a"], "abc", "x", min_count=2)
-    with pytest.raises(ValueError, match=r"^x must not name anything twice, got \['a', 'a'\]$"):
+    with pytest.raises(ValueError, match=r"^x must not repeat a name, got \['a', 'a'\]$"):
         ca._validate_names(["a", "a"], "abc", "x", unique=True)
     with pytest.raises(TypeError, match=r"^x\[0\] must be one of 'a', 'b', got 1$"):
         ca._validate_names([1], "ab", "x")
