@@ -81,21 +81,6 @@ def test_docstring_examples_on_the_data():
     _run_docstring_examples(with_data=True)
 
 
-# public names (sections 8-10) still without the numpydoc Examples, Parameters or
-# Returns sections; this list only shrinks
-NOT_DOCUMENTED_YET = {
-    "paper_accuracies", "paper_logistic_targets", "write_tabular_agent_search",
-    "tabular_agent_search", "encoding_evidence", "mean_ci", "two_agent_capacities",
-    "error_vs_capacity", "paper_claims", "error_table", "difference_ci", "runs_needed",
-    "paired_tests", "paired_table", "hindsight_gaps", "ExperimentAnalysis",
-    "CapacityAdherence", "capacity_adherence", "adherence_table", "simulate_known_mu",
-    "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
-    "validate_engines", "read_engine_validation", "engine_validation",
-    "plot_error_vs_capacity", "plot_regret", "plot_price_tracking", "plot_capacity_adherence",
-    "plot_paired_differences", "legend_outside", "Table", "glued_values", "glue", "book_figure",
-}
-
-
 def _public_callables():
     import inspect
 
@@ -120,10 +105,8 @@ def test_every_public_name_is_documented():
     """numpydoc ``Parameters`` (when it takes any), ``Returns`` and ``Examples`` on every
     public function, ``Examples`` on every public class."""
     missing = {n: _missing_sections(getattr(ca, n)) for n in _public_callables()}
-    undocumented = {n: m for n, m in missing.items() if m and n not in NOT_DOCUMENTED_YET}
+    undocumented = {n: m for n, m in missing.items() if m}
     assert not undocumented, f"missing numpydoc sections: {undocumented}"
-    done = sorted(n for n in NOT_DOCUMENTED_YET if not missing[n])
-    assert not done, f"remove from NOT_DOCUMENTED_YET, they are documented now: {done}"
 
 
 # --- first use of the compiled kernels -----------------------------------------
