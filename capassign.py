@@ -8081,12 +8081,12 @@ def difference_ci(errors, baseline_errors, *, paired=True, level=0.95):
     paired : bool
         Paired (Student-t) or independent samples (Welch).
     level : float
-        Confidence level of the interval.
+        As in :func:`mean_ci`.
 
     Returns
     -------
     tuple of float
-        ``(mean, low, high)``.
+        ``(mean difference, low, high)``.
 
     Examples
     --------
@@ -8696,6 +8696,7 @@ def capacity_adherence(result, *, burn_in=0, label=None):
     Returns
     -------
     CapacityAdherence
+        Shares, deviations and the curve, per run where it says so.
 
     Examples
     --------
@@ -8806,6 +8807,7 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     Returns
     -------
     SimulationResult
+        With ``policy="known-mu"``, assignments and queues.
 
     Examples
     --------
@@ -8932,6 +8934,7 @@ def regret_curve(result, mu, shadow_prices):
     Returns
     -------
     RegretCurves
+        Per run and step; :meth:`RegretCurves.mean` averages over runs.
 
     Examples
     --------
@@ -9087,6 +9090,7 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
     Returns
     -------
     PriceTracking
+        Its arrays run over the steps t = 1..T.
 
     Examples
     --------
@@ -10154,32 +10158,28 @@ def plot_regret(curves, ax=None, *, kind="lagrangian", points=200, title=None, l
     Parameters
     ----------
     curves : sequence of RegretCurves
-        The policies.
-    kind : {"lagrangian", "reward", "modified"}
-        The regret drawn.
+        The policies, one line each.
     points : int
         Times drawn.
-    ax : matplotlib.axes.Axes, optional
-        Where to draw (default: a new figure).
-    title : str, optional
-        The panel's title.
-    legend : bool
-        Draw a legend.
+    kind : {"lagrangian", "reward", "modified"}
+        The regret drawn.
+    ax, title, legend
+        As in :func:`plot_error_vs_capacity`.
 
     Returns
     -------
     matplotlib.axes.Axes
+        The log-log axes with the mean regret of every policy.
 
     Examples
     --------
-    >>> import matplotlib.pyplot as plt
     >>> task = synthetic_task(T=300, n_agents=2, seed=3)
     >>> lam = optimal_assignment(task.mu, (0.3, 0.7)).shadow_prices
     >>> rc = regret_curve(simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2), task.mu, lam)
     >>> ax = plot_regret([rc])
     >>> len(ax.lines), ax.get_xscale()
     (1, 'log')
-    >>> plt.close("all")
+    >>> import matplotlib.pyplot as plt; plt.close("all")
     """
     ax = _axes(ax)
     for c in curves:
@@ -10201,31 +10201,27 @@ def plot_price_tracking(trackings, ax=None, *, agent=None, points=200, title=Non
     Parameters
     ----------
     trackings : sequence of PriceTracking
-        The policies.
-    agent : int, optional
-        The agent drawn.
+        The policies, one line each.
     points : int
         Times drawn.
-    ax : matplotlib.axes.Axes, optional
-        Where to draw (default: a new figure).
-    title : str, optional
-        The panel's title.
-    legend : bool
-        Draw a legend.
+    agent : int, optional
+        The agent drawn.
+    ax, title, legend
+        As in :func:`plot_error_vs_capacity`.
 
     Returns
     -------
     matplotlib.axes.Axes
+        The axes with the tracked penalties and the oracle's price difference.
 
     Examples
     --------
-    >>> import matplotlib.pyplot as plt
     >>> task = synthetic_task(T=300, n_agents=2, seed=3)
     >>> lam = optimal_assignment(task.mu, (0.3, 0.7)).shadow_prices
     >>> pt = price_tracking(simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2), lam)
     >>> len(plot_price_tracking([pt]).lines)       # the policy and the shadow price
     2
-    >>> plt.close("all")
+    >>> import matplotlib.pyplot as plt; plt.close("all")
     """
     ax = _axes(ax)
     for i, p in enumerate(trackings):
@@ -10260,28 +10256,26 @@ def plot_capacity_adherence(adherences, ax=None, *, points=200, title=None, lege
     Parameters
     ----------
     adherences : sequence of CapacityAdherence
-        The policies.
+        The policies, one line each, drawn at ``points`` times.
     points : int
-        Times drawn.
-    ax : matplotlib.axes.Axes, optional
-        Where to draw (default: a new figure).
-    title : str, optional
-        The panel's title.
-    legend : bool
-        Draw a legend.
+        As in :func:`plot_regret`.
+    ax, title, legend
+        As in :func:`plot_error_vs_capacity`.
 
     Returns
     -------
     matplotlib.axes.Axes
+        ``ax``, or the new axes when none was given.
 
     Examples
     --------
-    >>> import matplotlib.pyplot as plt
+    One simulated policy, one line:
+
     >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
     >>> res = simulate(X, R, (0.3, 0.7), "marginal", runs=2, return_traces=True)
     >>> len(plot_capacity_adherence([capacity_adherence(res)]).lines)
     1
-    >>> plt.close("all")
+    >>> import matplotlib.pyplot as plt; plt.close("all")
     """
     ax = _axes(ax)
     for ad in adherences:
@@ -10304,16 +10298,13 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
     ----------
     tests : pandas.DataFrame
         A table from :func:`paired_tests` (one task).
-    ax : matplotlib.axes.Axes, optional
-        Where to draw (default: a new figure).
-    title : str, optional
-        The panel's title.
-    legend : bool
-        Draw a legend.
+    ax, title, legend
+        As in :func:`plot_error_vs_capacity`.
 
     Returns
     -------
     matplotlib.axes.Axes
+        The axes with the differences and their intervals.
 
     Examples
     --------
