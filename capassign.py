@@ -6735,9 +6735,12 @@ def _tabular_design(name):
 
 
 def _tabular_split(n, seed, split):
-    """Training rows and online-stream rows (sorted) of a tabular data set."""
+    """Training rows and online-stream rows (sorted) of a tabular data set.
+
+    ``split`` is ``"random"`` or ``"order"`` (checked by :func:`load_task`).
+    """
     n_stream = int(math.ceil(round(TABULAR_STREAM_FRACTION * n, 9)))
-    if _validate_choice(split, ("random", "order"), "split") == "random":
+    if split == "random":
         perm = np.random.default_rng([seed, 0]).permutation(n)
         return np.sort(perm[n_stream:]), np.sort(perm[:n_stream])
     return np.arange(n - n_stream), np.arange(n - n_stream, n)
@@ -7276,7 +7279,7 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
     """
     models = tuple(_validate_names(models, None, "models", min_count=2, unique=True))
     _sync_data_caches()
-    return _cached_mmlu_task(tuple(models), _validate_subjects(subjects))
+    return _cached_mmlu_task(models, _validate_subjects(subjects))
 
 
 @functools.lru_cache(maxsize=512)
