@@ -6188,7 +6188,7 @@ class DataUnavailable(RuntimeError):
     Examples
     --------
     >>> entry = {"path": "x.csv", "bytes": 1, "sha256": "0" * 64, "urls": []}
-    >>> DataRegistry({"files": [entry]}, data_dir=".").path("x.csv")
+    >>> DataRegistry({"files": [entry]}, data_dir=ROOT / "data").path("x.csv")
     Traceback (most recent call last):
     ...
     capassign.DataUnavailable: data file x.csv is not in CAPASSIGN_DATA=...
@@ -6200,14 +6200,13 @@ class DataIntegrityError(RuntimeError):
 
     Examples
     --------
-    >>> import tempfile
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "x.csv").write_text("a,b\\n")
-    >>> entry = {"path": "x.csv", "bytes": 4, "sha256": "0" * 64, "urls": []}
-    >>> DataRegistry({"files": [entry]}, data_dir=folder).path("x.csv")
+    A registry that gives the committed ``data/registry.json`` a wrong hash:
+
+    >>> entry = {"path": "registry.json", "bytes": 1, "sha256": "0" * 64, "urls": []}
+    >>> DataRegistry({"files": [entry]}, data_dir=ROOT / "data").path("registry.json")
     Traceback (most recent call last):
     ...
-    capassign.DataIntegrityError: ...x.csv...
+    capassign.DataIntegrityError: checksum mismatch for registry.json ...
     """
 
 
