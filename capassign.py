@@ -182,6 +182,14 @@ def _validate_choice(v, allowed, name):
     return v
 
 
+def _validate_method(method, allowed, n_agents, of):
+    """A solver name among ``allowed``; ``"sort"`` needs two agents (the columns of ``of``)."""
+    method = _validate_choice(method, allowed, "method")
+    if method == "sort" and n_agents != 2:
+        raise ValueError(f"method='sort' needs exactly two agents, {of} has {n_agents} columns")
+    return method
+
+
 def _validate_bool(v, name):
     """A flag: ``True`` or ``False`` (NumPy bools too); return it as bool (TypeError otherwise)."""
     if not _is_bool(v):
@@ -1466,9 +1474,7 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     R = _validate_rewards(R, "R", min_rows=1)
     T, A = R.shape
     alpha, constrained = _validate_capacities(capacities, A)
-    method = _validate_choice(method, HINDSIGHT_METHODS, "method")
-    if method == "sort" and A != 2:
-        raise ValueError(f"method='sort' needs exactly two agents, R has {A} columns")
+    method = _validate_method(method, HINDSIGHT_METHODS, A, "R")
     lower, upper = _count_bounds(T, alpha, constrained)
     agent = _capacitated_assignment(R, lower, upper, method)
     counts = np.bincount(agent, minlength=A)
