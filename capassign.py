@@ -6659,30 +6659,25 @@ TABULAR_AGENT1_SHARE = 0.2
 _BANK_MACRO = ("emp.var.rate", "cons.price.idx", "cons.conf.idx", "euribor3m", "nr.employed")
 
 
+#: The raw table of each tabular task: file, separator, label column, dropped columns.
+_TABULAR_FILES = {
+    "bank": ("bank/bank-additional-full.csv", ";", "y", _BANK_MACRO),
+    "credit": ("credit/UCI_Credit_Card.csv", ",", "default.payment.next.month", ("ID",)),
+    "coupon": ("coupon/in-vehicle-coupon-recommendation.csv", ",", "Y", ("car",)),
+    "cardio": ("cardio/cardio_train.csv", ";", "cardio", ("id",)),
+}
+
+
 def _tabular_frame(name):
     """Raw features (a DataFrame, one column per feature) and 0/1 labels."""
     import pandas as pd
 
-    if name == "bank":
-        df = pd.read_csv(data_path("bank/bank-additional-full.csv"), sep=";")
-        y = (df.pop("y") == "yes").to_numpy(dtype=int)
-        df = df.drop(columns=list(_BANK_MACRO))
-        src = "bank/bank-additional-full.csv"
-    elif name == "credit":
-        df = pd.read_csv(data_path("credit/UCI_Credit_Card.csv")).drop(columns=["ID"])
-        y = df.pop("default.payment.next.month").to_numpy(dtype=int)
-        src = "credit/UCI_Credit_Card.csv"
-    elif name == "coupon":
-        df = pd.read_csv(data_path("coupon/in-vehicle-coupon-recommendation.csv"))
-        df = df.drop(columns=["car"]).dropna().reset_index(drop=True)
-        y = df.pop("Y").to_numpy(dtype=int)
-        src = "coupon/in-vehicle-coupon-recommendation.csv"
-    elif name == "cardio":
-        df = pd.read_csv(data_path("cardio/cardio_train.csv"), sep=";").drop(columns=["id"])
-        y = df.pop("cardio").to_numpy(dtype=int)
-        src = "cardio/cardio_train.csv"
-    else:  # pragma: no cover - guarded by load_task
-        raise ValueError(name)
+    src, sep, label, dropped = _TABULAR_FILES[name]
+    df = pd.read_csv(data_path(src), sep=sep).drop(columns=list(dropped))
+    if name == "coupon":                    # rows with a missing value are left out
+        df = df.dropna().reset_index(drop=True)
+    y = df.pop(label)
+    y = (y == "yes" if name == "bank" else y).to_numpy(dtype=int)
     return df, y, src
 
 
