@@ -182,6 +182,14 @@ def _validate_choice(v, allowed, name):
     return v
 
 
+def _validate_method(method, allowed, n_agents, of):
+    """A solver name among ``allowed``; ``"sort"`` needs two agents (the columns of ``of``)."""
+    method = _validate_choice(method, allowed, "method")
+    if method == "sort" and n_agents != 2:
+        raise ValueError(f"method='sort' needs exactly two agents, {of} has {n_agents} columns")
+    return method
+
+
 def _validate_bool(v, name):
     """A flag: ``True`` or ``False`` (NumPy bools too); return it as bool (TypeError otherwise)."""
     if not _is_bool(v):
@@ -1466,9 +1474,7 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     R = _validate_rewards(R, "R", min_rows=1)
     T, A = R.shape
     alpha, constrained = _validate_capacities(capacities, A)
-    method = _validate_choice(method, HINDSIGHT_METHODS, "method")
-    if method == "sort" and A != 2:
-        raise ValueError(f"method='sort' needs exactly two agents, R has {A} columns")
+    method = _validate_method(method, HINDSIGHT_METHODS, A, "R")
     lower, upper = _count_bounds(T, alpha, constrained)
     agent = _capacitated_assignment(R, lower, upper, method)
     counts = np.bincount(agent, minlength=A)
@@ -6071,7 +6077,7 @@ class DataUnavailable(RuntimeError):
     Examples
     --------
     >>> entry = {"path": "x.csv", "bytes": 1, "sha256": "0" * 64, "urls": []}
-    >>> DataRegistry({"files": [entry]}, data_dir=".").path("x.csv")
+    >>> DataRegistry({"files": [entry]}, data_dir=ROOT / "data").path("x.csv")
     Traceback (most recent call last):
     ...
     capassign.DataUnavailable: data file x.csv is not in CAPASSIGN_DATA=...
@@ -6083,14 +6089,13 @@ class DataIntegrityError(RuntimeError):
 
     Examples
     --------
-    >>> import tempfile
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> _ = (folder / "x.csv").write_text("a,b\\n")
-    >>> entry = {"path": "x.csv", "bytes": 4, "sha256": "0" * 64, "urls": []}
-    >>> DataRegistry({"files": [entry]}, data_dir=folder).path("x.csv")
+    A registry that gives the committed ``data/registry.json`` a wrong hash:
+
+    >>> entry = {"path": "registry.json", "bytes": 1, "sha256": "0" * 64, "urls": []}
+    >>> DataRegistry({"files": [entry]}, data_dir=ROOT / "data").path("registry.json")
     Traceback (most recent call last):
     ...
-    capassign.DataIntegrityError: ...x.csv...
+    capassign.DataIntegrityError: checksum mismatch for registry.json ...
     """
 
 
@@ -6537,30 +6542,25 @@ TABULAR_AGENT1_SHARE = 0.2
 _BANK_MACRO = ("emp.var.rate", "cons.price.idx", "cons.conf.idx", "euribor3m", "nr.employed")
 
 
+#: The raw table of each tabular task: file, separator, label column, dropped columns.
+_TABULAR_FILES = {
+    "bank": ("bank/bank-additional-full.csv", ";", "y", _BANK_MACRO),
+    "credit": ("credit/UCI_Credit_Card.csv", ",", "default.payment.next.month", ("ID",)),
+    "coupon": ("coupon/in-vehicle-coupon-recommendation.csv", ",", "Y", ("car",)),
+    "cardio": ("cardio/cardio_train.csv", ";", "cardio", ("id",)),
+}
+
+
 def _tabular_frame(name):
     """Raw features (a DataFrame, one column per feature) and 0/1 labels."""
     import pandas as pd
 
-    if name == "bank":
-        df = pd.read_csv(data_path("bank/bank-additional-full.csv"), sep=";")
-        y = (df.pop("y") == "yes").to_numpy(dtype=int)
-        df = df.drop(columns=list(_BANK_MACRO))
-        src = "bank/bank-additional-full.csv"
-    elif name == "credit":
-        df = pd.read_csv(data_path("credit/UCI_Credit_Card.csv")).drop(columns=["ID"])
-        y = df.pop("default.payment.next.month").to_numpy(dtype=int)
-        src = "credit/UCI_Credit_Card.csv"
-    elif name == "coupon":
-        df = pd.read_csv(data_path("coupon/in-vehicle-coupon-recommendation.csv"))
-        df = df.drop(columns=["car"]).dropna().reset_index(drop=True)
-        y = df.pop("Y").to_numpy(dtype=int)
-        src = "coupon/in-vehicle-coupon-recommendation.csv"
-    elif name == "cardio":
-        df = pd.read_csv(data_path("cardio/cardio_train.csv"), sep=";").drop(columns=["id"])
-        y = df.pop("cardio").to_numpy(dtype=int)
-        src = "cardio/cardio_train.csv"
-    else:  # pragma: no cover - guarded by load_task
-        raise ValueError(name)
+    src, sep, label, dropped = _TABULAR_FILES[name]
+    df = pd.read_csv(data_path(src), sep=sep).drop(columns=list(dropped))
+    if name == "coupon":                    # rows with a missing value are left out
+        df = df.dropna().reset_index(drop=True)
+    y = df.pop(label)
+    y = (y == "yes" if name == "bank" else y).to_numpy(dtype=int)
     return df, y, src
 
 
@@ -6618,9 +6618,12 @@ def _tabular_design(name):
 
 
 def _tabular_split(n, seed, split):
-    """Training rows and online-stream rows (sorted) of a tabular data set."""
+    """Training rows and online-stream rows (sorted) of a tabular data set.
+
+    ``split`` is ``"random"`` or ``"order"`` (checked by :func:`load_task`).
+    """
     n_stream = int(math.ceil(round(TABULAR_STREAM_FRACTION * n, 9)))
-    if _validate_choice(split, ("random", "order"), "split") == "random":
+    if split == "random":
         perm = np.random.default_rng([seed, 0]).permutation(n)
         return np.sort(perm[n_stream:]), np.sort(perm[:n_stream])
     return np.arange(n - n_stream), np.arange(n - n_stream, n)
@@ -7159,7 +7162,7 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
     """
     models = tuple(_validate_names(models, None, "models", min_count=2, unique=True))
     _sync_data_caches()
-    return _cached_mmlu_task(tuple(models), _validate_subjects(subjects))
+    return _cached_mmlu_task(models, _validate_subjects(subjects))
 
 
 @functools.lru_cache(maxsize=512)

@@ -344,6 +344,16 @@ def test_array_of_wrong_shape_one_wording():
         assert str(info.value) == message
 
 
+def test_sort_method_needs_two_agents_one_wording():
+    R3 = np.array([[1, 0, 1], [0, 1, 1]])
+    with pytest.raises(ValueError) as info:
+        ca.hindsight_optimum(R3, [0.5, 0.25, 0.25], method="sort")
+    assert str(info.value) == "method='sort' needs exactly two agents, R has 3 columns"
+    with pytest.raises(ValueError) as info:
+        ca.batch_assign(R3.astype(float), [1, 1, 0], method="sort")
+    assert str(info.value) == "method='sort' needs exactly two agents, scores has 3 columns"
+
+
 def test_lists_of_names_one_wording():
     subjects = ", ".join(repr(s) for s in ca.MMLU_SUBJECTS)
     cases = [
