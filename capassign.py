@@ -1869,6 +1869,8 @@ _Forest = namedtuple("_Forest", "W H HS node_c node_s feat thr val head nxt")
 #: agent axis), with each agent's rows ``Xa[a, k]`` (bins), ``ya[a, k]``
 #: (reward), their number ``nobs[a]`` and whether the agent was ever refit.
 _Forests = namedtuple("_Forests", _Forest._fields + ("Xa", "ya", "nobs", "fitted"))
+#: The fitted trees of all agents, the part of :data:`_Forests` that scores.
+_Trees = namedtuple("_Trees", "feat thr val fitted")
 #: Scratch of a refit (per tree b): ``stale[u, b]`` (histogram to rebuild), the
 #: split search buffers of :func:`_split_node_nb` and the refit counters ``stats``.
 _Refit = namedtuple("_Refit", "stale can cl sl best bpos tot_c tot_s nfeat nthr stats")
@@ -2296,8 +2298,9 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
 
 @njit(cache=True, inline="always")
 def _tree_mu_nb(F, a, xb, thompson, rng):
-    """Agent a's estimate for the binned context ``xb`` (App. E.2), as both
-    the simulation and the router score: before the first refit 0.5 (greedy)
+    """Agent a's estimate for the binned context ``xb`` (App. E.2) from the
+    trees ``F`` (:data:`_Trees` or :data:`_Forests`), as both the simulation
+    and the router score: before the first refit 0.5 (greedy)
     or a U[0, 1] draw (Thompson); then the mean of the B trees (greedy) or
     one tree drawn uniformly (Thompson)."""
     n_trees = F.feat.shape[1]
@@ -2313,13 +2316,13 @@ def _tree_mu_nb(F, a, xb, thompson, rng):
 
 
 @njit(cache=True)
-def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
+def _tree_learn_nb(F, a, xb, y, cfg, rng, stats):
     """Agent a observed reward y for the binned context ``xb`` (App. E.2).
 
     The row is stored, given its Poisson weights and added to the forest
     (:func:`_online_observe_nb`); every ``cfg.refit_every`` rewards of the
-    agent the forest is refit (:func:`_online_refit_nb`, scratch ``r``).
-    The caller keeps the row arrays of ``F`` large enough.
+    agent the forest is refit (:func:`_online_refit_nb`, its counters added
+    to ``stats``).  The caller keeps the row arrays of ``F`` large enough.
     """
     k = F.nobs[a]
     for j in range(xb.shape[0]):
@@ -2330,7 +2333,7 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     F.nobs[a] = k + 1
     if F.nobs[a] % cfg.refit_every == 0:
         _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                         cfg.min_leaf, fa, r)
+                         cfg.min_leaf, fa, _new_refit(cfg.n_trees, cfg.max_depth, stats))
         F.fitted[a] = True
 
 
@@ -3721,7 +3724,6 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
                  np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=np.uint8),
                  np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
     val, fitted = F.val, F.fitted
-    r_scratch = _new_refit(n_trees, max_depth, stats)
     Q = np.zeros(A)
     dead = _initial_dead(alpha, constrained, batch, False)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
@@ -3746,7 +3748,7 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
             a = agent[jj]
             r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
             total += r
-            _tree_learn_nb(F, a, xb, r, cfg, rng, r_scratch)
+            _tree_learn_nb(F, a, xb, r, cfg, rng, stats)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         if batch == 0:
             a = agent[0]
@@ -4188,6 +4190,7 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
     """
     if not _all_finite_nb(X):
         return -2
+    F = _Trees(*F)
     xb = np.empty(X.shape[1], dtype=np.uint8)
     for i in range(X.shape[0]):
         _bin_row_nb(X[i], edges, n_edges, xb)
@@ -4199,12 +4202,12 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
 
 
 @njit(cache=True)
-def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
+def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, stats):
     """Agent a observed reward y for context x: the row is binned and learnt
     as in :func:`_tree_run` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
-    _tree_learn_nb(F, a, xb, y, cfg, rng, r)
+    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, stats)
 
 
 @njit(cache=True)
@@ -4215,6 +4218,7 @@ def _router_tree_replay_nb(a, n, cfg, F, r):
     Poisson weights instead of fresh draws, and refits at the same counts, so
     the rebuilt forest (trees and histograms) is the one the live router had.
     """
+    cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
     fa = _agent_forest(F, a)
     for k in range(n):
         _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
@@ -4237,6 +4241,7 @@ def _router_tree_rebuild_nb(a, n, cfg, F, r):
     same trees and histograms as :func:`_router_tree_replay_nb`, without the
     intermediate refits.
     """
+    cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
     fa = _agent_forest(F, a)
     m = (n // cfg.refit_every) * cfg.refit_every
     for k in range(n + 1):          # k == n: after the last row (the refit when m == n)
@@ -4260,6 +4265,7 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
     """
     if not _all_finite_nb(X):
         return -2
+    L = _Logistic(*L)
     A, p = L.theta.shape
     for i in range(X.shape[0]):
         xd[0] = 1.0
@@ -4278,7 +4284,8 @@ def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
     xd[0] = 1.0
     for j in range(x.shape[0]):
         xd[j + 1] = x[j]
-    _laplace_update_nb(L.theta[a], L.Sigma[a], xd, y, w_min, w_max, Sx)
+    theta, Sigma, _ = L
+    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
 
 
 @njit(cache=True)
@@ -4767,6 +4774,7 @@ class Router:
             nxt[:, :, :old] = self._nxt
         self._Xa, self._ya, self._W, self._nxt = Xa, ya, W, nxt
         self._cap = cap
+        self._tree_args = None
 
     # --- properties -------------------------------------------------------------
 
@@ -4855,7 +4863,7 @@ class Router:
         if _ROUTER_COLD[kind]:
             _router_first_use(kind)
         if kind == 2:
-            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._forests(),
+            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._tree_state()[3],
                                    self._thompson, self._rng, mu, step, self._Q, self._alpha,
                                    self._constrained, self.eta)
         elif kind == 1:
@@ -5062,8 +5070,9 @@ class Router:
                 self._alloc_rows(2 * self._cap)
             if self._raw is not None:
                 self._raw[a].append(x)
-            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges,
-                                   self._tree_config(), self._rng, self._forests(), self._refit)
+            cfg, F = self._tree_state()[:2]
+            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, cfg, self._rng, F,
+                                   self._refit.stats)
         elif kind == 1:
             _router_logistic_update_nb(a, x, r, self._xd, self._logistic(), self._w_min,
                                        self._w_max, self._Sx)
@@ -5323,22 +5332,30 @@ class Router:
 
     def _replay(self, a, kernel=_router_tree_replay_nb):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
-        kernel(a, int(self._nobs[a]), self._tree_config(), self._forests(), self._refit)
+        kernel(a, int(self._nobs[a]), *self._tree_state()[:3])
+
+    # The model state goes to the kernels as plain tuples of the fields of
+    # _Logistic, _Forests, _TreeConfig and _Refit (numba types a plain tuple of
+    # arrays at C speed, a named one in Python: microseconds per call); the
+    # kernels name the fields again.  Cached until an array is reallocated.
 
     def _logistic(self):
-        """The logistic model's state as the kernels take it (:data:`_Logistic`)."""
-        return _Logistic(self._theta, self._Sigma, self._gauss)
+        """The fields of :data:`_Logistic` for the kernels."""
+        return (self._theta, self._Sigma, self._gauss)
 
-    def _forests(self):
-        """The tree model's state as the kernels take it (:data:`_Forests`)."""
-        return _Forests(self._W, self._H, self._HS, self._node_c, self._node_s, self._feat,
-                        self._thr, self._val, self._head, self._nxt, self._Xa, self._ya,
-                        self._nobs, self._fitted)
-
-    def _tree_config(self):
-        s = self.settings
-        return _TreeConfig(self._n_bins, self._max_bins, s.n_trees, s.max_depth,
-                           s.min_samples_leaf, s.refit_every)
+    def _tree_state(self):
+        """``(cfg, F, r, trees)``: the fields of :data:`_TreeConfig`,
+        :data:`_Forests`, :data:`_Refit` and :data:`_Trees` for the kernels."""
+        if self._tree_args is None:
+            s = self.settings
+            self._tree_args = (
+                (self._n_bins, self._max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
+                 s.refit_every),
+                (self._W, self._H, self._HS, self._node_c, self._node_s, self._feat, self._thr,
+                 self._val, self._head, self._nxt, self._Xa, self._ya, self._nobs,
+                 self._fitted), tuple(self._refit),
+                (self._feat, self._thr, self._val, self._fitted))
+        return self._tree_args
 
     # --- bin edges from the stream (tree policies without X_reference) -------------
 
@@ -5442,6 +5459,7 @@ class Router:
             self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
             self._HS = np.zeros_like(self._H)
             self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
+        self._tree_args = None
 
 
 _STARTUP_CASES = (
