@@ -2355,6 +2355,29 @@ def _logistic_mu_nb(L, a, z, thompson, kappa, rng):
     return _logistic_score_nb(L.theta[a], L.Sigma[a], z, thompson, kappa, g)
 
 
+@njit(cache=True, inline="always")
+def _marginal_mu_nb(n, s, a):
+    """The ``marginal`` estimate of agent a (App. D.5): its mean reward so far
+    (``s[a]`` rewards in ``n[a]`` tasks), 0.5 before its first reward."""
+    return s[a] / n[a] if n[a] > 0 else 0.5
+
+
+@njit(cache=True, inline="always")
+def _random_agent_nb(rng, share, cum):
+    """The ``random`` policy's agent: a with probability ``share[a]`` (alpha_a,
+    or the free agents' remainder), by inversion of the cumulative shares
+    ``cum`` with one uniform; the last agent with a share if rounding leaves
+    the uniform above them all."""
+    u = _uniform(rng)
+    last = 0
+    for b in range(share.shape[0]):
+        if share[b] > 0.0:
+            if u < cum[b]:
+                return b
+            last = b
+    return last
+
+
 # =============================================================================
 # 4. Capacity control
 # =============================================================================
@@ -3563,10 +3586,6 @@ def _noncontextual_run(R, order, rule, learned, rng, out):
     s = np.zeros(A)
     share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
     cum = np.cumsum(share)
-    last = 0
-    for a in range(A):
-        if share[a] > 0.0:
-            last = a
     dead = _initial_dead(alpha, constrained, batch, not learned)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
@@ -3581,15 +3600,10 @@ def _noncontextual_run(R, order, rule, learned, rng, out):
         if learned:
             for j in range(nb):
                 for a in range(A):
-                    S[j, a] = s[a] / n[a] if n[a] > 0 else 0.5
+                    S[j, a] = _marginal_mu_nb(n, s, a)
             _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         elif batch == 0:
-            u = _uniform(rng)
-            agent[0] = last
-            for b in range(A):
-                if u < cum[b] and share[b] > 0.0:
-                    agent[0] = b
-                    break
+            agent[0] = _random_agent_nb(rng, share, cum)
         else:
             _batch_counts_nb(nb, alpha, Q, constrained, N)
             j = 0
@@ -4300,34 +4314,18 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
     """
     if not _all_finite_nb(X):
         return -2
-    n_rows = X.shape[0]
     A = Q.shape[0]
     share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
-    last = 0
-    for a in range(A):
-        if share[a] > 0.0:
-            last = a
-    for i in range(n_rows):
-        if learned:
-            for a in range(A):
-                mu[i, a] = s[a] / n[a] if n[a] > 0 else 0.5
-        else:
-            u = _uniform(rng)
-            pick = last
-            for b in range(A):
-                if u < cum[b] and share[b] > 0.0:
-                    pick = b
-                    break
-            for a in range(A):
-                mu[i, a] = 1.0 if a == pick else 0.0
+    chosen = 0
+    for i in range(X.shape[0]):
+        if not learned:
+            chosen = _random_agent_nb(rng, share, cum)
+        for a in range(A):
+            mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
     if not step:
         return -1
     if learned:
         return _online_step_nb(mu[0], Q, eta, alpha, constrained)
-    chosen = 0
-    for a in range(A):
-        if mu[0, a] == 1.0:
-            chosen = a
     N = np.zeros(A, dtype=np.int64)
     N[chosen] = 1
     _queue_update_nb(Q, alpha, constrained, N, 1)
