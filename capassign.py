@@ -4225,46 +4225,27 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, stats):
 
 
 @njit(cache=True)
-def _router_tree_replay_nb(a, n, cfg, F, r):
+def _router_tree_replay_nb(a, n, cfg, F, r, every_refit):
     """Rebuild agent a's forest from its first n stored rows and their weights.
 
     Repeats what :func:`_online_observe_nb` did for each row, with the stored
-    Poisson weights instead of fresh draws, and refits at the same counts, so
-    the rebuilt forest (trees and histograms) is the one the live router had.
-    """
-    cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
-    fa = _agent_forest(F, a)
-    for k in range(n):
-        _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
-        if (k + 1) % cfg.refit_every == 0:
-            _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                             cfg.min_leaf, fa, r)
-            F.fitted[a] = True
-
-
-@njit(cache=True)
-def _router_tree_rebuild_nb(a, n, cfg, F, r):
-    """Agent a's forest after its first n stored rows, with one refit only.
-
-    Each refit makes every tree the exact histogram CART fit on the rows seen
-    so far (see the notes above :func:`_poisson1_nb`), so the forest a live
-    router holds after n rows is the fit on the first m = refit_every *
-    floor(n / refit_every) rows, with the last n - m rows added to the
-    histograms on their paths.  This builds that state directly: the first m
-    rows into the root histograms, one refit, then the remaining rows - the
-    same trees and histograms as :func:`_router_tree_replay_nb`, without the
-    intermediate refits.
+    Poisson weights instead of fresh draws.  With ``every_refit`` it refits
+    at the same counts as the live router did, so the rebuilt forest (trees
+    and histograms) is the one the live router had.  Without, it refits only
+    at the last of those counts, m = refit_every floor(n / refit_every): each
+    refit makes every tree the exact histogram CART fit on the rows seen so
+    far (see the notes above :func:`_poisson1_nb`), so this gives the same
+    trees and histograms without the intermediate refits.
     """
     cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
     fa = _agent_forest(F, a)
     m = (n // cfg.refit_every) * cfg.refit_every
-    for k in range(n + 1):          # k == n: after the last row (the refit when m == n)
-        if k == m and m > 0:
-            _online_refit_nb(F.Xa[a], F.ya[a], m, cfg.n_bins, cfg.max_bins, cfg.max_depth,
+    for k in range(n):
+        _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
+        if (k + 1) % cfg.refit_every == 0 and (every_refit or k + 1 == m):
+            _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_bins, cfg.max_depth,
                              cfg.min_leaf, fa, r)
             F.fitted[a] = True
-        if k < n:
-            _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
 
 
 @njit(cache=True)
@@ -5328,9 +5309,9 @@ class Router:
             self._nobs[a] = nobs[a]
             self._replay(a)
 
-    def _replay(self, a, kernel=_router_tree_replay_nb):
+    def _replay(self, a, every_refit=True):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
-        kernel(a, int(self._nobs[a]), *self._tree_state()[:3])
+        _router_tree_replay_nb(a, int(self._nobs[a]), *self._tree_state()[:3], every_refit)
 
     # The model state goes to the kernels as plain tuples of the fields of
     # _Logistic, _Forests, _TreeConfig and _Refit (numba types a plain tuple of
@@ -5393,7 +5374,7 @@ class Router:
             n = int(self._nobs[a])
             if n:
                 self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
-                self._replay(a, _router_tree_rebuild_nb)
+                self._replay(a, every_refit=False)
 
     def _restore_stream(self, stream, edges, rows, nobs):
         """Check and install the stream-bin buffers of a saved state."""
