@@ -4711,14 +4711,6 @@ class Router:
                 self._next_cut = ROUTER_STREAM_CUTS[0]
                 self._stream = True
                 self._extra = True
-            self._edges_list = [list(map(float, e)) for e in edges]
-            n_edges = np.array([len(e) for e in edges], dtype=np.int64)
-            self._n_bins = n_edges + 1
-            self._max_bins = int(self._n_bins.max())
-            self._edges = np.zeros((d, max(self._max_bins - 1, 1)))
-            for j, e in enumerate(edges):
-                self._edges[j, :len(e)] = e
-            self._n_edges = n_edges
             B = s.n_trees
             n_nodes = 2 ** (s.max_depth + 1) - 1
             n_int = 2 ** s.max_depth - 1
@@ -4727,11 +4719,10 @@ class Router:
             self._val = np.zeros((A, B, n_nodes))
             self._fitted = np.zeros(A, dtype=np.bool_)
             self._nobs = np.zeros(A, dtype=np.int64)
-            self._H = np.zeros((A, n_int, d * self._max_bins, B), dtype=np.int32)
-            self._HS = np.zeros_like(self._H)
             self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
             self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
-            self._head = np.full((A, d, self._max_bins), -1, dtype=np.int32)
+            self._max_bins = 0
+            self._install_edges(edges)        # with the histograms H, HS and bin lists head
             self._refit = _Refit(np.zeros((n_int, B), dtype=np.bool_),
                                  np.empty(B, dtype=np.bool_), *(np.empty(B) for _ in range(6)),
                                  np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64),
@@ -5421,7 +5412,8 @@ class Router:
         self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > n_seen], default=2 ** 63)
 
     def _install_edges(self, edges):
-        """Replace the tree bin edges (before any row is stored)."""
+        """Install the tree bin edges (before any row is stored), with
+        histograms and bin lists for their number of bins."""
         d = self.n_features
         self._edges_list = [list(map(float, e)) for e in edges]
         self._n_edges = np.array([len(e) for e in edges], dtype=np.int64)
@@ -5433,7 +5425,7 @@ class Router:
         self._n_bins = n_bins
         if max_bins != self._max_bins:
             A, B = self._A, self.settings.n_trees
-            n_int = self._H.shape[1]
+            n_int = 2 ** self.settings.max_depth - 1
             self._max_bins = max_bins
             self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
             self._HS = np.zeros_like(self._H)
