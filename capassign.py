@@ -2120,6 +2120,8 @@ _Forest = namedtuple("_Forest", "W H HS node_c node_s feat thr val head nxt")
 #: agent axis), with each agent's rows ``Xa[a, k]`` (bins), ``ya[a, k]``
 #: (reward), their number ``nobs[a]`` and whether the agent was ever refit.
 _Forests = namedtuple("_Forests", _Forest._fields + ("Xa", "ya", "nobs", "fitted"))
+#: The fitted trees of all agents, the part of :data:`_Forests` that scores.
+_Trees = namedtuple("_Trees", "feat thr val fitted")
 #: Scratch of a refit (per tree b): ``stale[u, b]`` (histogram to rebuild), the
 #: split search buffers of :func:`_split_node_nb` and the refit counters ``stats``.
 _Refit = namedtuple("_Refit", "stale can cl sl best bpos tot_c tot_s nfeat nthr stats")
@@ -2547,8 +2549,9 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
 
 @njit(cache=True, inline="always")
 def _tree_mu_nb(F, a, xb, thompson, rng):
-    """Agent a's estimate for the binned context ``xb`` (App. E.2), as both
-    the simulation and the router score: before the first refit 0.5 (greedy)
+    """Agent a's estimate for the binned context ``xb`` (App. E.2) from the
+    trees ``F`` (:data:`_Trees` or :data:`_Forests`), as both the simulation
+    and the router score: before the first refit 0.5 (greedy)
     or a U[0, 1] draw (Thompson); then the mean of the B trees (greedy) or
     one tree drawn uniformly (Thompson)."""
     n_trees = F.feat.shape[1]
@@ -2564,13 +2567,13 @@ def _tree_mu_nb(F, a, xb, thompson, rng):
 
 
 @njit(cache=True)
-def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
+def _tree_learn_nb(F, a, xb, y, cfg, rng, stats):
     """Agent a observed reward y for the binned context ``xb`` (App. E.2).
 
     The row is stored, given its Poisson weights and added to the forest
     (:func:`_online_observe_nb`); every ``cfg.refit_every`` rewards of the
-    agent the forest is refit (:func:`_online_refit_nb`, scratch ``r``).
-    The caller keeps the row arrays of ``F`` large enough.
+    agent the forest is refit (:func:`_online_refit_nb`, its counters added
+    to ``stats``).  The caller keeps the row arrays of ``F`` large enough.
     """
     k = F.nobs[a]
     for j in range(xb.shape[0]):
@@ -2581,7 +2584,7 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     F.nobs[a] = k + 1
     if F.nobs[a] % cfg.refit_every == 0:
         _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                         cfg.min_leaf, fa, r)
+                         cfg.min_leaf, fa, _new_refit(cfg.n_trees, cfg.max_depth, stats))
         F.fitted[a] = True
 
 
@@ -2601,6 +2604,29 @@ def _logistic_mu_nb(L, a, z, thompson, kappa, rng):
             L.gauss[0] = 1.0
             L.gauss[1] = spare
     return _logistic_score_nb(L.theta[a], L.Sigma[a], z, thompson, kappa, g)
+
+
+@njit(cache=True, inline="always")
+def _marginal_mu_nb(n, s, a):
+    """The ``marginal`` estimate of agent a (App. D.5): its mean reward so far
+    (``s[a]`` rewards in ``n[a]`` tasks), 0.5 before its first reward."""
+    return s[a] / n[a] if n[a] > 0 else 0.5
+
+
+@njit(cache=True, inline="always")
+def _random_agent_nb(rng, share, cum):
+    """The ``random`` policy's agent: a with probability ``share[a]`` (alpha_a,
+    or the free agents' remainder), by inversion of the cumulative shares
+    ``cum`` with one uniform; the last agent with a share if rounding leaves
+    the uniform above them all."""
+    u = _uniform(rng)
+    last = 0
+    for b in range(share.shape[0]):
+        if share[b] > 0.0:
+            if u < cum[b]:
+                return b
+            last = b
+    return last
 
 
 # =============================================================================
@@ -3900,10 +3926,6 @@ def _noncontextual_run(R, order, rule, learned, rng, out):
     s = np.zeros(A)
     share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
     cum = np.cumsum(share)
-    last = 0
-    for a in range(A):
-        if share[a] > 0.0:
-            last = a
     dead = _initial_dead(alpha, constrained, batch, not learned)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
@@ -3918,15 +3940,10 @@ def _noncontextual_run(R, order, rule, learned, rng, out):
         if learned:
             for j in range(nb):
                 for a in range(A):
-                    S[j, a] = s[a] / n[a] if n[a] > 0 else 0.5
+                    S[j, a] = _marginal_mu_nb(n, s, a)
             _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         elif batch == 0:
-            u = _uniform(rng)
-            agent[0] = last
-            for b in range(A):
-                if u < cum[b] and share[b] > 0.0:
-                    agent[0] = b
-                    break
+            agent[0] = _random_agent_nb(rng, share, cum)
         else:
             _batch_counts_nb(nb, alpha, Q, constrained, N)
             j = 0
@@ -4061,7 +4078,6 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
                  np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=np.uint8),
                  np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
     val, fitted = F.val, F.fitted
-    r_scratch = _new_refit(n_trees, max_depth, stats)
     Q = np.zeros(A)
     dead = _initial_dead(alpha, constrained, batch, False)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
@@ -4086,7 +4102,7 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
             a = agent[jj]
             r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
             total += r
-            _tree_learn_nb(F, a, xb, r, cfg, rng, r_scratch)
+            _tree_learn_nb(F, a, xb, r, cfg, rng, stats)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         if batch == 0:
             a = agent[0]
@@ -4603,6 +4619,7 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
     """
     if not _all_finite_nb(X):
         return -2
+    F = _Trees(*F)
     xb = np.empty(X.shape[1], dtype=np.uint8)
     for i in range(X.shape[0]):
         _bin_row_nb(X[i], edges, n_edges, xb)
@@ -4614,53 +4631,36 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
 
 
 @njit(cache=True)
-def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
+def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, stats):
     """Agent a observed reward y for context x: the row is binned and learnt
     as in :func:`_tree_run` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
-    _tree_learn_nb(F, a, xb, y, cfg, rng, r)
+    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, stats)
 
 
 @njit(cache=True)
-def _router_tree_replay_nb(a, n, cfg, F, r):
+def _router_tree_replay_nb(a, n, cfg, F, r, every_refit):
     """Rebuild agent a's forest from its first n stored rows and their weights.
 
     Repeats what :func:`_online_observe_nb` did for each row, with the stored
-    Poisson weights instead of fresh draws, and refits at the same counts, so
-    the rebuilt forest (trees and histograms) is the one the live router had.
+    Poisson weights instead of fresh draws.  With ``every_refit`` it refits
+    at the same counts as the live router did, so the rebuilt forest (trees
+    and histograms) is the one the live router had.  Without, it refits only
+    at the last of those counts, m = refit_every floor(n / refit_every): each
+    refit makes every tree the exact histogram CART fit on the rows seen so
+    far (see the notes above :func:`_poisson1_nb`), so this gives the same
+    trees and histograms without the intermediate refits.
     """
+    cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
     fa = _agent_forest(F, a)
+    m = (n // cfg.refit_every) * cfg.refit_every
     for k in range(n):
         _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
-        if (k + 1) % cfg.refit_every == 0:
+        if (k + 1) % cfg.refit_every == 0 and (every_refit or k + 1 == m):
             _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_bins, cfg.max_depth,
                              cfg.min_leaf, fa, r)
             F.fitted[a] = True
-
-
-@njit(cache=True)
-def _router_tree_rebuild_nb(a, n, cfg, F, r):
-    """Agent a's forest after its first n stored rows, with one refit only.
-
-    Each refit makes every tree the exact histogram CART fit on the rows seen
-    so far (see the notes above :func:`_poisson1_nb`), so the forest a live
-    router holds after n rows is the fit on the first m = refit_every *
-    floor(n / refit_every) rows, with the last n - m rows added to the
-    histograms on their paths.  This builds that state directly: the first m
-    rows into the root histograms, one refit, then the remaining rows - the
-    same trees and histograms as :func:`_router_tree_replay_nb`, without the
-    intermediate refits.
-    """
-    fa = _agent_forest(F, a)
-    m = (n // cfg.refit_every) * cfg.refit_every
-    for k in range(n + 1):          # k == n: after the last row (the refit when m == n)
-        if k == m and m > 0:
-            _online_refit_nb(F.Xa[a], F.ya[a], m, cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                             cfg.min_leaf, fa, r)
-            F.fitted[a] = True
-        if k < n:
-            _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
 
 
 @njit(cache=True)
@@ -4675,6 +4675,7 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
     """
     if not _all_finite_nb(X):
         return -2
+    L = _Logistic(*L)
     A, p = L.theta.shape
     for i in range(X.shape[0]):
         xd[0] = 1.0
@@ -4693,7 +4694,8 @@ def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
     xd[0] = 1.0
     for j in range(x.shape[0]):
         xd[j + 1] = x[j]
-    _laplace_update_nb(L.theta[a], L.Sigma[a], xd, y, w_min, w_max, Sx)
+    theta, Sigma, _ = L
+    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
 
 
 @njit(cache=True)
@@ -4708,34 +4710,18 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
     """
     if not _all_finite_nb(X):
         return -2
-    n_rows = X.shape[0]
     A = Q.shape[0]
     share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
-    last = 0
-    for a in range(A):
-        if share[a] > 0.0:
-            last = a
-    for i in range(n_rows):
-        if learned:
-            for a in range(A):
-                mu[i, a] = s[a] / n[a] if n[a] > 0 else 0.5
-        else:
-            u = _uniform(rng)
-            pick = last
-            for b in range(A):
-                if u < cum[b] and share[b] > 0.0:
-                    pick = b
-                    break
-            for a in range(A):
-                mu[i, a] = 1.0 if a == pick else 0.0
+    chosen = 0
+    for i in range(X.shape[0]):
+        if not learned:
+            chosen = _random_agent_nb(rng, share, cum)
+        for a in range(A):
+            mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
     if not step:
         return -1
     if learned:
         return _online_step_nb(mu[0], Q, eta, alpha, constrained)
-    chosen = 0
-    for a in range(A):
-        if mu[0, a] == 1.0:
-            chosen = a
     N = np.zeros(A, dtype=np.int64)
     N[chosen] = 1
     _queue_update_nb(Q, alpha, constrained, N, 1)
@@ -5140,14 +5126,6 @@ class Router:
                 self._next_cut = ROUTER_STREAM_CUTS[0]
                 self._stream = True
                 self._extra = True
-            self._edges_list = [list(map(float, e)) for e in edges]
-            n_edges = np.array([len(e) for e in edges], dtype=np.int64)
-            self._n_bins = n_edges + 1
-            self._max_bins = int(self._n_bins.max())
-            self._edges = np.zeros((d, max(self._max_bins - 1, 1)))
-            for j, e in enumerate(edges):
-                self._edges[j, :len(e)] = e
-            self._n_edges = n_edges
             B = s.n_trees
             n_nodes = 2 ** (s.max_depth + 1) - 1
             n_int = 2 ** s.max_depth - 1
@@ -5156,11 +5134,10 @@ class Router:
             self._val = np.zeros((A, B, n_nodes))
             self._fitted = np.zeros(A, dtype=np.bool_)
             self._nobs = np.zeros(A, dtype=np.int64)
-            self._H = np.zeros((A, n_int, d * self._max_bins, B), dtype=np.int32)
-            self._HS = np.zeros_like(self._H)
             self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
             self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
-            self._head = np.full((A, d, self._max_bins), -1, dtype=np.int32)
+            self._max_bins = 0
+            self._install_edges(edges)        # with the histograms H, HS and bin lists head
             self._refit = _Refit(np.zeros((n_int, B), dtype=np.bool_),
                                  np.empty(B, dtype=np.bool_), *(np.empty(B) for _ in range(6)),
                                  np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64),
@@ -5182,6 +5159,7 @@ class Router:
             nxt[:, :, :old] = self._nxt
         self._Xa, self._ya, self._W, self._nxt = Xa, ya, W, nxt
         self._cap = cap
+        self._tree_args = None
 
     # --- properties -------------------------------------------------------------
 
@@ -5270,7 +5248,7 @@ class Router:
         if _ROUTER_COLD[kind]:
             _router_first_use(kind)
         if kind == 2:
-            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._forests(),
+            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._tree_state()[3],
                                    self._thompson, self._rng, mu, step, self._Q, self._alpha,
                                    self._constrained, self.eta)
         elif kind == 1:
@@ -5477,8 +5455,9 @@ class Router:
                 self._alloc_rows(2 * self._cap)
             if self._raw is not None:
                 self._raw[a].append(x)
-            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges,
-                                   self._tree_config(), self._rng, self._forests(), self._refit)
+            cfg, F = self._tree_state()[:2]
+            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, cfg, self._rng, F,
+                                   self._refit.stats)
         elif kind == 1:
             _router_logistic_update_nb(a, x, r, self._xd, self._logistic(), self._w_min,
                                        self._w_max, self._Sx)
@@ -5736,24 +5715,32 @@ class Router:
             self._nobs[a] = nobs[a]
             self._replay(a)
 
-    def _replay(self, a, kernel=_router_tree_replay_nb):
+    def _replay(self, a, every_refit=True):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
-        kernel(a, int(self._nobs[a]), self._tree_config(), self._forests(), self._refit)
+        _router_tree_replay_nb(a, int(self._nobs[a]), *self._tree_state()[:3], every_refit)
+
+    # The model state goes to the kernels as plain tuples of the fields of
+    # _Logistic, _Forests, _TreeConfig and _Refit (numba types a plain tuple of
+    # arrays at C speed, a named one in Python: microseconds per call); the
+    # kernels name the fields again.  Cached until an array is reallocated.
 
     def _logistic(self):
-        """The logistic model's state as the kernels take it (:data:`_Logistic`)."""
-        return _Logistic(self._theta, self._Sigma, self._gauss)
+        """The fields of :data:`_Logistic` for the kernels."""
+        return (self._theta, self._Sigma, self._gauss)
 
-    def _forests(self):
-        """The tree model's state as the kernels take it (:data:`_Forests`)."""
-        return _Forests(self._W, self._H, self._HS, self._node_c, self._node_s, self._feat,
-                        self._thr, self._val, self._head, self._nxt, self._Xa, self._ya,
-                        self._nobs, self._fitted)
-
-    def _tree_config(self):
-        s = self.settings
-        return _TreeConfig(self._n_bins, self._max_bins, s.n_trees, s.max_depth,
-                           s.min_samples_leaf, s.refit_every)
+    def _tree_state(self):
+        """``(cfg, F, r, trees)``: the fields of :data:`_TreeConfig`,
+        :data:`_Forests`, :data:`_Refit` and :data:`_Trees` for the kernels."""
+        if self._tree_args is None:
+            s = self.settings
+            self._tree_args = (
+                (self._n_bins, self._max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
+                 s.refit_every),
+                (self._W, self._H, self._HS, self._node_c, self._node_s, self._feat, self._thr,
+                 self._val, self._head, self._nxt, self._Xa, self._ya, self._nobs,
+                 self._fitted), tuple(self._refit),
+                (self._feat, self._thr, self._val, self._fitted))
+        return self._tree_args
 
     # --- bin edges from the stream (tree policies without X_reference) -------------
 
@@ -5793,7 +5780,7 @@ class Router:
             n = int(self._nobs[a])
             if n:
                 self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
-                self._replay(a, _router_tree_rebuild_nb)
+                self._replay(a, every_refit=False)
 
     def _restore_stream(self, stream, edges, rows, nobs):
         """Check and install the stream-bin buffers of a saved state."""
@@ -5840,7 +5827,8 @@ class Router:
         self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > n_seen], default=2 ** 63)
 
     def _install_edges(self, edges):
-        """Replace the tree bin edges (before any row is stored)."""
+        """Install the tree bin edges (before any row is stored), with
+        histograms and bin lists for their number of bins."""
         d = self.n_features
         self._edges_list = [list(map(float, e)) for e in edges]
         self._n_edges = np.array([len(e) for e in edges], dtype=np.int64)
@@ -5852,11 +5840,12 @@ class Router:
         self._n_bins = n_bins
         if max_bins != self._max_bins:
             A, B = self._A, self.settings.n_trees
-            n_int = self._H.shape[1]
+            n_int = 2 ** self.settings.max_depth - 1
             self._max_bins = max_bins
             self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
             self._HS = np.zeros_like(self._H)
             self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
+        self._tree_args = None
 
 
 _STARTUP_CASES = (
