@@ -9704,13 +9704,15 @@ def _sweep_task_data(task, task_seed):
     return task
 
 
-def _sweep_cell(spec, data, eta, seed, engine, settings, threads):
-    """Compute one cell (in a worker); returns ``(spec, errors, assigned)``."""
+def _sweep_cell(spec, data, sim, threads):
+    """Compute one cell of a :class:`_SweepPlan` (in a worker); returns
+    ``(spec, errors, assigned)``."""
     if threads is not None:
         import numba
 
         numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
     task, policy, caps, k0, k1 = spec
+    eta, seed, engine, settings = sim
     X, R = _sweep_task_data(*data)
     errors, assigned = _simulate_block(X, R, list(caps), policy, k0, k1, eta=eta, seed=seed,
                                        engine=engine, settings=settings)
@@ -9771,16 +9773,22 @@ def _sweep_backend(backend, client, scheduler, n_jobs):
     return backend
 
 
-def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, sim):
-    """A sweep's manifest, its cells ``(task, policy, capacities, run_start,
-    run_stop)`` with their keys, and the tasks' shapes.
+#: What :func:`sweep` computes, fixed before it takes the folder's lock: the
+#: manifest (``sweep.json``), the cells ``(task, policy, capacities, run_start,
+#: run_stop)`` in grid order with their keys, each task's shape, what a worker
+#: loads a task from (name -> (arrays or name, task_seed)) and
+#: ``(eta, seed, engine, settings)``.
+_SweepPlan = namedtuple("_SweepPlan", "manifest specs keys shapes data sim")
+
+
+def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_seed, sim):
+    """The :class:`_SweepPlan` of a sweep whose arguments are checked.
 
     Every task's data is loaded, checked and hashed here, and every capacity
-    vector checked against its number of agents; ``sim`` holds the checked
-    ``eta``, ``seed``, ``task_seed``, ``engine`` and ``settings``.
+    vector checked against its number of agents; ``sim`` is the checked
+    ``(eta, seed, engine, settings)``.
     """
-    eta, seed, task_seed, engine, settings = (sim[k] for k in ("eta", "seed", "task_seed",
-                                                               "engine", "settings"))
+    eta, seed, engine, settings = sim
     shapes, hashes = {}, {}
     for name, pair in task_items:
         X, R = pair if pair is not None else _sweep_task_data(name, task_seed)
@@ -9809,7 +9817,8 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, sim):
         {"task": spec[0], "policy": spec[1], "capacities": list(spec[2]), "run_start": spec[3],
          "run_stop": spec[4], "data": hashes[spec[0]], "settings": settings_hash}))
         for spec in specs}
-    return manifest, specs, keys, shapes
+    data = {name: (pair if pair is not None else name, task_seed) for name, pair in task_items}
+    return _SweepPlan(manifest, specs, keys, shapes, data, sim)
 
 
 def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
@@ -9914,9 +9923,8 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     if not isinstance(settings, ModelSettings):
         raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
     backend = _sweep_backend(backend, client, scheduler, n_jobs)
-    manifest, specs, keys, shapes = _sweep_plan(
-        task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
-        dict(eta=eta, seed=seed, task_seed=task_seed, engine=engine, settings=settings))
+    plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
+                       task_seed, (eta, seed, engine, settings))
 
     out_dir = Path(out_dir)
     cells = out_dir / "cells"
@@ -9927,20 +9935,20 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
                          f"place)") from None
     lock = _lock_sweep_dir(out_dir)
     try:
-        return _sweep_locked(out_dir, cells, manifest, specs, keys, task_items, shapes,
-                             task_seed, eta, seed, engine, settings, n_jobs, backend, client,
-                             scheduler, progress, out)
+        return _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, out)
     finally:
         os.close(lock)
 
 
-def _sweep_locked(out_dir, cells, manifest, specs, keys, task_items, shapes, task_seed, eta,
-                  seed, engine, settings, n_jobs, backend, client, scheduler, progress, out):
-    """The part of :func:`sweep` that runs while it holds the folder's lock."""
+def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, out):
+    """The part of :func:`sweep` that runs while it holds the folder's lock:
+    compute or reuse the cells of the :class:`_SweepPlan` ``plan``."""
     import warnings
 
     import pandas as pd
 
+    manifest, specs, keys, shapes = plan.manifest, plan.specs, plan.keys, plan.shapes
+    cells = out_dir / "cells"
     for stale in cells.glob(".tmp-*.json"):
         stale.unlink()  # a write cut short by a kill; its cell was never stored
     mpath = out_dir / "sweep.json"
@@ -9976,15 +9984,14 @@ def _sweep_locked(out_dir, cells, manifest, specs, keys, task_items, shapes, tas
             warnings.warn(f"sweep: stored cell {path} {why}; it is computed again",
                           RuntimeWarning, stacklevel=3)
     reused = len(records)
-    data = {name: (pair if pair is not None else name, task_seed) for name, pair in task_items}
     threads = 1 if (backend != "sequential" and n_jobs != 1) else None
     if todo:
         import joblib
         from tqdm.auto import tqdm
 
         show = sys.stderr.isatty() if progress is None else bool(progress)
-        calls = (joblib.delayed(_sweep_cell)(spec, data[spec[0]], eta, seed, engine, settings,
-                                             threads) for spec in todo)
+        calls = (joblib.delayed(_sweep_cell)(spec, plan.data[spec[0]], plan.sim, threads)
+                 for spec in todo)
         if backend == "sequential":
             ctx = joblib.parallel_config(backend="sequential")
         elif backend == "dask":
