@@ -10965,84 +10965,25 @@ def sync_text(chapters=()):
         meta.pop("capassign", None)
         if "capassign" in src_nb.metadata:
             meta["capassign"] = src_nb.metadata["capassign"]
-        new = nbformat.v4.new_notebook(cells=cells, metadata=meta)
-        new = _clean_executed(new)
-        before = nbformat.writes(exe)
-        after = nbformat.writes(new)
-        if before != after:
+        new = _clean_executed(nbformat.v4.new_notebook(cells=cells, metadata=meta))
+        if nbformat.writes(new) != nbformat.writes(exe):
             nbformat.write(new, path)
             updated.append(name)
             print(f"synced text of {name}")
     return updated
 
 
-def _build_parser():
-    parser = argparse.ArgumentParser(
-        prog="capassign",
-        description="Assign prediction tasks to agents with capacity constraints "
-                    "(Wu, Kher & Smyth) - simulation, reproduction and benchmarks.")
-    parser.add_argument("--version", action="version", version=f"capassign {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = sub.add_parser("reproduce", help="re-execute book chapters through papermill",
-                       description="Re-execute chapters (all by default) through papermill "
-                                   "at the paper's settings and write book/executed/*.ipynb.")
-    p.add_argument("chapters", nargs="*", metavar="CHAPTER",
-                   help="chapter names (stems of book/chapters/*.md); default: all")
-    p.add_argument("--list", action="store_true", help="list the chapters and exit")
-    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
-                   metavar=("NAME", "VALUE"),
-                   help="override a parameter (VALUE is read as JSON, else as a string)")
-    p.set_defaults(func=_cmd_reproduce)
-
-    p = sub.add_parser("sync-text", help="copy edited prose into executed notebooks",
-                       description="Copy markdown edits from chapter sources into the executed "
-                                   "notebooks when no code cell changed.")
-    p.add_argument("chapters", nargs="*", metavar="CHAPTER",
-                   help="chapter names (stems of book/chapters/*.md); default: all")
-    p.set_defaults(func=lambda a: sync_text(a.chapters))
-    _add_data_parser(sub)
-    _add_bench_parser(sub)
-    _add_simulate_parser(sub)
-    _add_sweep_parser(sub)
-    _add_validate_parser(sub)
-    return parser
-
-
-def _add_data_parser(sub):
-    """``python -m capassign data list|verify|fetch|embed-mmlu``."""
-    p = sub.add_parser("data", help="list, verify and fetch the data files",
-                       description="Manage the data files of the paper's experiments. Files are "
-                                   f"read from ${DATA_ENV} when it is set, otherwise from the "
-                                   f"download cache (${CACHE_ENV}, default data/cache).")
-    dsub = p.add_subparsers(dest="data_command", metavar="ACTION")
-    q = dsub.add_parser("list", help="list the registry: path, size, dataset, public URL",
-                        description="List every file of the data registry.")
-    q.set_defaults(func=_cmd_data_list)
-    q = dsub.add_parser("verify", help="check every file's sha256 (ok / missing / MISMATCH)",
-                        description="Check the sha256 of every registry file where it is read "
-                                    "from, without downloading anything.")
-    q.set_defaults(func=_cmd_data_verify)
-    q = dsub.add_parser("fetch", help="download (or rebuild) the files into the cache",
-                        description="Download every file with a public URL into the cache with "
-                                    "pooch (sha256-checked) and rebuild derived files.")
-    q.add_argument("paths", nargs="*", metavar="PATH", help="registry paths (default: all)")
-    q.set_defaults(func=_cmd_data_fetch)
-    q = dsub.add_parser("embed-mmlu", help="recompute data/mmlu_embeddings.npz",
-                        description="Embed the MMLU question stems with all-MiniLM-L6-v2 "
-                                    "(needs the mmlu-embed extra).")
-    q.add_argument("--out", default=None, help="output .npz (default data/mmlu_embeddings.npz)")
-    q.set_defaults(func=_cmd_data_embed)
-    p.set_defaults(func=lambda a: p.print_help())
-
-
-def _print_status(rows):
-    bad = 0
-    for path, status, detail in rows:
-        print(f"{status:8s} {path}" + (f"  ({detail})" if detail else ""))
-        bad += status != "ok"
-    print(f"{len(rows) - bad} ok, {bad} not ok")
-    return bad
+def _cmd_reproduce(args):
+    if args.list:
+        print("\n".join(chapter_names()))
+        return
+    params = {}
+    for k, v in args.parameter:
+        try:
+            params[k] = json.loads(v)
+        except json.JSONDecodeError:
+            params[k] = v
+    reproduce(args.chapters, parameters=params)
 
 
 def _cmd_data_list(args):
@@ -11059,10 +11000,17 @@ def _cmd_data_list(args):
         print(f"{e['path']:50s} {e['bytes']:>9d}  {e['dataset']:14s} {src}")
 
 
-def _cmd_data_verify(args):
+def _cmd_data_check(args):
+    """``data verify`` and ``data fetch``: one status line per file, then the
+    counts; exit status 1 when a file is not ok."""
     reg = data_registry()
     reg._check_data_dir()  # a missing CAPASSIGN_DATA folder is one clear error
-    if _print_status(reg.verify()):
+    rows = reg.fetch(args.paths or None) if args.data_command == "fetch" else reg.verify()
+    for path, status, detail in rows:
+        print(f"{status:8s} {path}" + (f"  ({detail})" if detail else ""))
+    bad = sum(status != "ok" for _, status, _ in rows)
+    print(f"{len(rows) - bad} ok, {bad} not ok")
+    if bad:
         sys.exit(1)
 
 
@@ -11071,47 +11019,6 @@ def _cmd_data_embed(args):
         print(f"wrote {embed_mmlu_questions(args.out)}")
     except DataUnavailable as exc:
         sys.exit(f"capassign data embed-mmlu: {exc}")
-
-
-def _cmd_data_fetch(args):
-    reg = data_registry()
-    reg._check_data_dir()
-    if _print_status(reg.fetch(args.paths or None)):
-        sys.exit(1)
-
-
-
-def _add_bench_parser(sub):
-    p = sub.add_parser("bench", help="time the fast and reference engines",
-                       description="Microseconds per decision of every online policy on both "
-                                   "engines (synthetic stream), the speed-up, and the time of the "
-                                   "paper's full grid for its largest task shape.")
-    p.add_argument("--T", type=int, default=5000, help="tasks in the stream (default 5000)")
-    p.add_argument("--d", type=int, default=12, help="context features (default 12)")
-    p.add_argument("--fast-runs", type=int, default=20, help="runs timed on the fast engine")
-    p.add_argument("--reference-runs", type=int, default=1,
-                   help="runs timed on the reference engine")
-    p.add_argument("--reference-T", type=int, default=None,
-                   help="time the reference engine on the first N tasks only")
-    p.add_argument("--grid-runs", type=int, default=100, help="runs per grid point (default 100)")
-    p.add_argument("--no-grid", action="store_true", help="skip the full-grid timing")
-    p.add_argument("--quick", action="store_true",
-                   help="a short check: T=2000, reference on 1000 tasks, grid with 2 runs "
-                        "per point (scaled to 100)")
-    p.add_argument("--policies", default=None,
-                   help="comma-separated online policies to time (default: all six)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the synthetic stream and the runs (default 0)")
-    p.add_argument("--startup", action="store_true",
-                   help="time 'import capassign' and the first call of the Router and of "
-                        "simulate, cold (empty numba cache) and warm, each in a fresh process")
-    p.add_argument("--router", action="store_true",
-                   help="time the streaming Router instead (microseconds per assign + update, "
-                        "per policy, on T tasks)")
-    p.add_argument("--oracle", action="store_true",
-                   help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts "
-                        "and A = 2 and 5 agents")
-    p.set_defaults(func=_cmd_bench)
 
 
 def _cmd_bench(args):
@@ -11127,30 +11034,261 @@ def _cmd_bench(args):
         _validate_int(v, name, lo=1)
     if args.oracle:
         benchmark_oracle(seed=args.seed)
-        return
-    if args.startup:
+    elif args.startup:
         benchmark_startup()
-        return
-    if args.router:
+    elif args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed,
                          policies=kwargs.get("policies", ROUTER_POLICIES))
-        return
-    benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs, reference_runs=args.reference_runs,
-                      reference_T=ref_T, seed=args.seed, grid=not args.no_grid,
-                      grid_runs=grid_runs, **kwargs)
+    else:
+        benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs,
+                          reference_runs=args.reference_runs, reference_T=ref_T, seed=args.seed,
+                          grid=not args.no_grid, grid_runs=grid_runs, **kwargs)
 
 
-def _cmd_reproduce(args):
-    if args.list:
-        print("\n".join(chapter_names()))
-        return
-    params = {}
-    for k, v in args.parameter:
+def _parse_capacities(text, name="--capacities"):
+    """``"0.3,0.7"`` -> [0.3, 0.7]; ``free`` (or ``none``) marks a free agent."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.lower() in ("free", "none"):
+            out.append(None)
+            continue
         try:
-            params[k] = json.loads(v)
-        except json.JSONDecodeError:
-            params[k] = v
-    reproduce(args.chapters, parameters=params)
+            out.append(float(part))
+        except ValueError:
+            raise ValueError(f"{name}: {part!r} is neither a number nor 'free' "
+                             f"(expected e.g. 0.3,0.7 or 0.5,0.5,free)") from None
+    return out
+
+
+def _split_names(text):
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _cmd_simulate(args):
+    task = load_task(args.task, seed=args.task_seed)
+    caps = _parse_capacities(args.capacities)
+    res = simulate(task.X, task.R, caps, args.policy, eta=args.eta, runs=args.runs,
+                   seed=args.seed, engine=args.engine)
+    shares = res.assigned.mean(axis=0)
+    if args.json:
+        print(json.dumps({
+            "task": args.task, "task_seed": args.task_seed, "policy": res.policy,
+            "capacities": list(res.capacities), "eta": res.eta, "runs": res.runs,
+            "seed": res.seed, "engine": res.engine, "agents": list(task.agent_names),
+            "error": res.error, "std": res.std, "stderr": res.stderr,
+            "shares": [float(v) for v in shares],
+            "errors": [float(v) for v in res.errors]}))
+        return
+    print(f"task {args.task} (T={task.R.shape[0]}, d={task.X.shape[1]}), policy {res.policy}, "
+          f"capacities {_capacity_label(res.capacities)}, eta {res.eta}, {res.runs} runs, "
+          f"seed {res.seed}, {res.engine} engine")
+    print(f"error {res.error:.4f} +/- {res.stderr:.4f} (std {res.std:.4f})")
+    for name, v in zip(task.agent_names, shares):
+        print(f"  share of {name}: {v:.4f}")
+
+
+def _cmd_sweep(args):
+    if args.alphas is not None:
+        caps = _parse_capacities(args.alphas, "--alphas")
+        if any(v is None for v in caps):
+            raise ValueError(f"--alphas {args.alphas!r}: 'free' is not an alpha_1 value; "
+                             f"--alphas takes numbers in [0, 1] (two agents), give vectors "
+                             f"with free agents to --capacities, e.g. --capacities 0.5,0.5,free")
+    else:
+        caps = [_parse_capacities(v) for v in args.capacities]
+    if args.backend == "dask" and not args.scheduler:
+        raise ValueError("--backend dask needs --scheduler ADDRESS")
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {args.out!r} is an existing file, not a folder; give a "
+                         f"results folder (created if missing)")
+    df = sweep(_split_names(args.tasks), _split_names(args.policies), caps, args.out,
+               runs=args.runs, block=args.block, eta=args.eta, seed=args.seed,
+               task_seed=args.task_seed, engine=args.engine, n_jobs=args.jobs,
+               backend=args.backend, scheduler=args.scheduler, out=print)
+    summary = df.groupby(["task", "policy", "capacities"], sort=False)["error"].agg(
+        ["mean", "std", "count"])
+    print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
+
+
+def _cmd_validate(args):
+    tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
+    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
+    for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
+                        ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
+        _validate_int(v, name, lo=lo)
+    path = validate_engines(args.out, tasks=tasks, prefix=args.prefix, pilot=args.pilot,
+                            max_runs=args.max_runs, seed=args.seed, collect=args.collect,
+                            out=print)
+    if path is not None:
+        print(f"wrote {path}")
+
+
+def _opt(*flags, **kw):
+    """One option of a command: the arguments of ``parser.add_argument``."""
+    return flags, kw
+
+
+def _int_opt(flag, default, help):
+    """An integer option whose help ends with its default."""
+    return _opt(flag, type=int, default=default, help=f"{help} (default {default})")
+
+
+# options shared by several commands
+_CHAPTERS_ARG = _opt("chapters", nargs="*", metavar="CHAPTER",
+                     help="chapter names (stems of book/chapters/*.md); default: all")
+_ETA_OPT = _opt("--eta", type=float, default=DEFAULT_ETA,
+                help=f"queue penalty (default {DEFAULT_ETA})")
+_SEED_OPT = _int_opt("--seed", 0, "seed of the runs")
+_ENGINE_OPT = _opt("--engine", default="fast", choices=ENGINES,
+                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
+                        "Algorithm 1, slow)")
+
+#: The sub-commands: ``(name, help, description, function, options)``; a list
+#: of options is a required choice of one of them, function ``None`` prints the
+#: command's help (a command with actions of its own, :data:`_DATA_ACTIONS`).
+_COMMANDS = [
+    ("reproduce", "re-execute book chapters through papermill",
+     "Re-execute chapters (all by default) through papermill at the paper's settings and "
+     "write book/executed/*.ipynb.", _cmd_reproduce, [
+         _CHAPTERS_ARG,
+         _opt("--list", action="store_true", help="list the chapters and exit"),
+         _opt("-p", "--parameter", nargs=2, action="append", default=[],
+              metavar=("NAME", "VALUE"),
+              help="override a parameter (VALUE is read as JSON, else as a string)")]),
+    ("sync-text", "copy edited prose into executed notebooks",
+     "Copy markdown edits from chapter sources into the executed notebooks when no code "
+     "cell changed.", lambda a: sync_text(a.chapters), [_CHAPTERS_ARG]),
+    ("data", "list, verify and fetch the data files",
+     f"Manage the data files of the paper's experiments. Files are read from ${DATA_ENV} "
+     f"when it is set, otherwise from the download cache (${CACHE_ENV}, default data/cache).",
+     None, []),
+    ("bench", "time the fast and reference engines",
+     "Microseconds per decision of every online policy on both engines (synthetic stream), "
+     "the speed-up, and the time of the paper's full grid for its largest task shape.",
+     _cmd_bench, [
+         _int_opt("--T", 5000, "tasks in the stream"),
+         _int_opt("--d", 12, "context features"),
+         _opt("--fast-runs", type=int, default=20, help="runs timed on the fast engine"),
+         _opt("--reference-runs", type=int, default=1,
+              help="runs timed on the reference engine"),
+         _opt("--reference-T", type=int, default=None,
+              help="time the reference engine on the first N tasks only"),
+         _int_opt("--grid-runs", 100, "runs per grid point"),
+         _opt("--no-grid", action="store_true", help="skip the full-grid timing"),
+         _opt("--quick", action="store_true",
+              help="a short check: T=2000, reference on 1000 tasks, grid with 2 runs per "
+                   "point (scaled to 100)"),
+         _opt("--policies", default=None,
+              help="comma-separated online policies to time (default: all six)"),
+         _int_opt("--seed", 0, "seed of the synthetic stream and the runs"),
+         _opt("--startup", action="store_true",
+              help="time 'import capassign' and the first call of the Router and of "
+                   "simulate, cold (empty numba cache) and warm, each in a fresh process"),
+         _opt("--router", action="store_true",
+              help="time the streaming Router instead (microseconds per assign + update, per "
+                   "policy, on T tasks)"),
+         _opt("--oracle", action="store_true",
+              help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts and A = 2 "
+                   "and 5 agents")]),
+    ("simulate", "simulate one policy on one task",
+     "Run one online policy (or offline benchmark) on one task at one capacity vector, over "
+     "randomised task orders (Algorithm 1), and print the error rate.", _cmd_simulate, [
+         _opt("--task", required=True, help=f"task name: {', '.join(TASK_NAMES)}"),
+         _int_opt("--task-seed", 0, "seed of the task's agent construction"),
+         _opt("--policy", required=True, help=f"one of {', '.join(POLICIES)}"),
+         _opt("--capacities", required=True,
+              help="one share per agent, comma-separated, 'free' for an unconstrained agent "
+                   "(e.g. 0.3,0.7 or 0.5,0.5,free)"),
+         _ETA_OPT,
+         _int_opt("--runs", PAPER_RUNS, "randomised task orders"),
+         _SEED_OPT,
+         _ENGINE_OPT,
+         _opt("--json", action="store_true", help="print the result as one JSON object")]),
+    ("sweep", "a resumable grid of simulations -> tidy CSV",
+     "Simulate every (task, policy, capacities) combination over --runs task orders, in cells "
+     "of --block runs stored one by one in --out; a killed sweep started again resumes where "
+     "it stopped. Writes OUT/results.csv (one row per run).", _cmd_sweep, [
+         _opt("--tasks", required=True, help="comma-separated task names"),
+         _opt("--policies", required=True, help="comma-separated policy names"),
+         [_opt("--alphas", help="comma-separated alpha_1 values of two-agent capacities "
+                                "(alpha_1, 1 - alpha_1), e.g. 0.2,0.4,0.5,0.6,0.8"),
+          _opt("--capacities", nargs="+", metavar="VECTOR",
+               help="capacity vectors, each comma-separated ('free' for a free agent)")],
+         _opt("--out", required=True, help="results directory"),
+         _int_opt("--runs", PAPER_RUNS, "runs per grid point"),
+         _opt("--block", type=int, default=None,
+              help="runs per stored cell (default: all runs of a grid point)"),
+         _ETA_OPT,
+         _SEED_OPT,
+         _int_opt("--task-seed", 0, "seed of the tasks' agent construction"),
+         _ENGINE_OPT,
+         _opt("--jobs", type=int, default=-1, help="parallel jobs (-1: all cores)"),
+         _opt("--backend", default="loky", choices=SWEEP_BACKENDS,
+              help="joblib backend; 'dask' needs --scheduler"),
+         _opt("--scheduler", default=None,
+              help="Dask scheduler address for --backend dask, e.g. tcp://host:8786")]),
+    ("validate-engines",
+     "compare the fast and reference engines on the tabular tasks -> a checksummed results "
+     "file",
+     "Paired runs of every online policy on Bank, Credit, Coupon and Cardio at three "
+     "capacities on both engines (about an hour on one core); writes the file the "
+     "fast_engine chapter reads.  Interrupted runs resume; --tasks computes some tasks only "
+     "(e.g. in parallel), a final call without it writes the file.", _cmd_validate, [
+         _opt("--out", default=None,
+              help="results file (default book/results/engine_validation.json)"),
+         _opt("--tasks", default=None,
+              help=f"comma-separated subset of {','.join(TABULAR_TASKS)} (default: all)"),
+         _int_opt("--prefix", 2000, "tasks per run"),
+         _int_opt("--pilot", 10, "paired runs before the sample-size rule"),
+         _int_opt("--max-runs", 60, "cap of paired runs per cell"),
+         _int_opt("--seed", 0, "seed of the rows and runs"),
+         _opt("--collect", action="store_true",
+              help="compute nothing: write the file from the cells stored so far, listing "
+                   "the missing ones (a later call completes it)")]),
+]
+
+#: The actions of ``python -m capassign data``, as in :data:`_COMMANDS`.
+_DATA_ACTIONS = [
+    ("list", "list the registry: path, size, dataset, public URL",
+     "List every file of the data registry.", _cmd_data_list, []),
+    ("verify", "check every file's sha256 (ok / missing / MISMATCH)",
+     "Check the sha256 of every registry file where it is read from, without downloading "
+     "anything.", _cmd_data_check, []),
+    ("fetch", "download (or rebuild) the files into the cache",
+     "Download every file with a public URL into the cache with pooch (sha256-checked) and "
+     "rebuild derived files.", _cmd_data_check,
+     [_opt("paths", nargs="*", metavar="PATH", help="registry paths (default: all)")]),
+    ("embed-mmlu", "recompute data/mmlu_embeddings.npz",
+     "Embed the MMLU question stems with all-MiniLM-L6-v2 (needs the mmlu-embed extra).",
+     _cmd_data_embed,
+     [_opt("--out", default=None, help="output .npz (default data/mmlu_embeddings.npz)")]),
+]
+
+
+def _add_commands(sub, commands):
+    """Add the ``commands`` (a table like :data:`_COMMANDS`) to the sub-parsers ``sub``."""
+    for name, help_, description, func, options in commands:
+        p = sub.add_parser(name, help=help_, description=description)
+        for opt in options:
+            group = p.add_mutually_exclusive_group(required=True) if isinstance(opt, list) else p
+            for flags, kw in (opt if isinstance(opt, list) else [opt]):
+                group.add_argument(*flags, **kw)
+        p.set_defaults(func=func or (lambda a, p=p: p.print_help()))
+
+
+def _build_parser():
+    parser = argparse.ArgumentParser(
+        prog="capassign",
+        description="Assign prediction tasks to agents with capacity constraints "
+                    "(Wu, Kher & Smyth) - simulation, reproduction and benchmarks.")
+    parser.add_argument("--version", action="version", version=f"capassign {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_commands(sub, _COMMANDS)
+    _add_commands(sub.choices["data"].add_subparsers(dest="data_command", metavar="ACTION"),
+                  _DATA_ACTIONS)
+    return parser
 
 
 def main(argv=None):
@@ -11202,12 +11340,8 @@ _EXPECTED_ERRORS = (ValueError, TypeError, OSError, ImportError, DataUnavailable
 
 def _command_name(args):
     """``capassign data verify`` etc., for error messages."""
-    words = ["capassign"]
-    for attr in ("command", "data_command"):
-        w = getattr(args, attr, None)
-        if w:
-            words.append(w)
-    return " ".join(words)
+    words = (getattr(args, attr, None) for attr in ("command", "data_command"))
+    return " ".join(["capassign", *filter(None, words)])
 
 
 def _error_line(exc):
@@ -11226,173 +11360,6 @@ def _error_line(exc):
     else:
         msg = str(exc) or type(exc).__name__
     return " ".join(msg.split())
-
-
-def _parse_capacities(text, name="--capacities"):
-    """``"0.3,0.7"`` -> [0.3, 0.7]; ``free`` (or ``none``) marks a free agent."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if part.lower() in ("free", "none"):
-            out.append(None)
-            continue
-        try:
-            out.append(float(part))
-        except ValueError:
-            raise ValueError(f"{name}: {part!r} is neither a number nor 'free' "
-                             f"(expected e.g. 0.3,0.7 or 0.5,0.5,free)") from None
-    return out
-
-
-def _split_names(text):
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def _add_simulate_parser(sub):
-    """``python -m capassign simulate``: one task, policy and capacity vector."""
-    p = sub.add_parser("simulate", help="simulate one policy on one task",
-                       description="Run one online policy (or offline benchmark) on one task "
-                                   "at one capacity vector, over randomised task orders "
-                                   "(Algorithm 1), and print the error rate.")
-    p.add_argument("--task", required=True, help=f"task name: {', '.join(TASK_NAMES)}")
-    p.add_argument("--task-seed", type=int, default=0,
-                   help="seed of the task's agent construction (default 0)")
-    p.add_argument("--policy", required=True, help=f"one of {', '.join(POLICIES)}")
-    p.add_argument("--capacities", required=True,
-                   help="one share per agent, comma-separated, 'free' for an unconstrained "
-                        "agent (e.g. 0.3,0.7 or 0.5,0.5,free)")
-    p.add_argument("--eta", type=float, default=DEFAULT_ETA,
-                   help=f"queue penalty (default {DEFAULT_ETA})")
-    p.add_argument("--runs", type=int, default=PAPER_RUNS,
-                   help=f"randomised task orders (default {PAPER_RUNS})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    p.add_argument("--engine", default="fast", choices=ENGINES,
-                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
-                        "Algorithm 1, slow)")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.set_defaults(func=_cmd_simulate)
-
-
-def _cmd_simulate(args):
-    task = load_task(args.task, seed=args.task_seed)
-    caps = _parse_capacities(args.capacities)
-    res = simulate(task.X, task.R, caps, args.policy, eta=args.eta, runs=args.runs,
-                   seed=args.seed, engine=args.engine)
-    shares = res.assigned.mean(axis=0)
-    if args.json:
-        print(json.dumps({
-            "task": args.task, "task_seed": args.task_seed, "policy": res.policy,
-            "capacities": list(res.capacities), "eta": res.eta, "runs": res.runs,
-            "seed": res.seed, "engine": res.engine, "agents": list(task.agent_names),
-            "error": res.error, "std": res.std, "stderr": res.stderr,
-            "shares": [float(v) for v in shares],
-            "errors": [float(v) for v in res.errors]}))
-        return
-    print(f"task {args.task} (T={task.R.shape[0]}, d={task.X.shape[1]}), policy {res.policy}, "
-          f"capacities {_capacity_label(res.capacities)}, eta {res.eta}, {res.runs} runs, "
-          f"seed {res.seed}, {res.engine} engine")
-    print(f"error {res.error:.4f} +/- {res.stderr:.4f} (std {res.std:.4f})")
-    for name, v in zip(task.agent_names, shares):
-        print(f"  share of {name}: {v:.4f}")
-
-
-def _add_sweep_parser(sub):
-    """``python -m capassign sweep``: a resumable grid of simulations."""
-    p = sub.add_parser("sweep", help="a resumable grid of simulations -> tidy CSV",
-                       description="Simulate every (task, policy, capacities) combination "
-                                   "over --runs task orders, in cells of --block runs stored "
-                                   "one by one in --out; a killed sweep started again resumes "
-                                   "where it stopped. Writes OUT/results.csv (one row per run).")
-    p.add_argument("--tasks", required=True, help="comma-separated task names")
-    p.add_argument("--policies", required=True, help="comma-separated policy names")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--alphas", help="comma-separated alpha_1 values of two-agent capacities "
-                                    "(alpha_1, 1 - alpha_1), e.g. 0.2,0.4,0.5,0.6,0.8")
-    g.add_argument("--capacities", nargs="+", metavar="VECTOR",
-                   help="capacity vectors, each comma-separated ('free' for a free agent)")
-    p.add_argument("--out", required=True, help="results directory")
-    p.add_argument("--runs", type=int, default=PAPER_RUNS, help=f"runs per grid point "
-                                                                f"(default {PAPER_RUNS})")
-    p.add_argument("--block", type=int, default=None,
-                   help="runs per stored cell (default: all runs of a grid point)")
-    p.add_argument("--eta", type=float, default=DEFAULT_ETA,
-                   help=f"queue penalty (default {DEFAULT_ETA})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    p.add_argument("--task-seed", type=int, default=0,
-                   help="seed of the tasks' agent construction (default 0)")
-    p.add_argument("--engine", default="fast", choices=ENGINES,
-                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
-                        "Algorithm 1, slow)")
-    p.add_argument("--jobs", type=int, default=-1, help="parallel jobs (-1: all cores)")
-    p.add_argument("--backend", default="loky", choices=SWEEP_BACKENDS,
-                   help="joblib backend; 'dask' needs --scheduler")
-    p.add_argument("--scheduler", default=None,
-                   help="Dask scheduler address for --backend dask, e.g. tcp://host:8786")
-    p.set_defaults(func=_cmd_sweep)
-
-
-def _cmd_sweep(args):
-    if args.alphas is not None:
-        caps = _parse_capacities(args.alphas, "--alphas")
-        if any(v is None for v in caps):
-            raise ValueError(f"--alphas {args.alphas!r}: 'free' is not an alpha_1 value; "
-                             f"--alphas takes numbers in [0, 1] (two agents), give vectors "
-                             f"with free agents to --capacities, e.g. --capacities 0.5,0.5,free")
-    else:
-        caps = [_parse_capacities(v) for v in args.capacities]
-    if args.backend == "dask" and not args.scheduler:
-        raise ValueError("--backend dask needs --scheduler ADDRESS")
-    out = Path(args.out).expanduser()
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {args.out!r} is an existing file, not a folder; give a "
-                         f"results folder (created if missing)")
-    df = sweep(_split_names(args.tasks), _split_names(args.policies), caps, args.out,
-               runs=args.runs, block=args.block, eta=args.eta, seed=args.seed,
-               task_seed=args.task_seed, engine=args.engine, n_jobs=args.jobs,
-               backend=args.backend, scheduler=args.scheduler, out=print)
-    summary = df.groupby(["task", "policy", "capacities"], sort=False)["error"].agg(
-        ["mean", "std", "count"])
-    print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
-
-
-
-def _add_validate_parser(sub):
-    """``python -m capassign validate-engines``: fast vs reference on the tabular tasks."""
-    p = sub.add_parser("validate-engines", help="compare the fast and reference engines on the "
-                                                "tabular tasks -> a checksummed results file",
-                       description="Paired runs of every online policy on Bank, Credit, Coupon "
-                                   "and Cardio at three capacities on both engines (about an "
-                                   "hour on one core); writes the file the fast_engine chapter "
-                                   "reads.  Interrupted runs resume; --tasks computes some tasks "
-                                   "only (e.g. in parallel), a final call without it writes "
-                                   "the file.")
-    p.add_argument("--out", default=None,
-                   help="results file (default book/results/engine_validation.json)")
-    p.add_argument("--tasks", default=None,
-                   help=f"comma-separated subset of {','.join(TABULAR_TASKS)} (default: all)")
-    p.add_argument("--prefix", type=int, default=2000, help="tasks per run (default 2000)")
-    p.add_argument("--pilot", type=int, default=10,
-                   help="paired runs before the sample-size rule (default 10)")
-    p.add_argument("--max-runs", type=int, default=60,
-                   help="cap of paired runs per cell (default 60)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the rows and runs (default 0)")
-    p.add_argument("--collect", action="store_true",
-                   help="compute nothing: write the file from the cells stored so far, "
-                        "listing the missing ones (a later call completes it)")
-    p.set_defaults(func=_cmd_validate)
-
-
-def _cmd_validate(args):
-    tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
-    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
-    for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
-                        ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
-        _validate_int(v, name, lo=lo)
-    path = validate_engines(args.out, tasks=tasks, prefix=args.prefix, pilot=args.pilot,
-                            max_runs=args.max_runs, seed=args.seed, collect=args.collect,
-                            out=print)
-    if path is not None:
-        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
