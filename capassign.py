@@ -8058,6 +8058,19 @@ def _errors_vector(e, name):
     return e
 
 
+def _error_pair(errors, baseline_errors, paired, level):
+    """``(paired, errors, baseline_errors, level)`` checked for :func:`difference_ci`
+    and :func:`runs_needed` (as many runs in both when ``paired``)."""
+    paired = _validate_bool(paired, "paired")
+    a = _errors_vector(errors, "errors")
+    b = _errors_vector(baseline_errors, "baseline_errors")
+    level = _check_level(level)
+    if paired and a.size != b.size:
+        raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
+                         f"as in baseline_errors ({b.size})")
+    return paired, a, b, level
+
+
 def difference_ci(errors, baseline_errors, *, paired=True, level=0.95):
     """Mean error difference ``errors - baseline_errors`` with a t confidence interval.
 
@@ -8096,14 +8109,8 @@ def difference_ci(errors, baseline_errors, *, paired=True, level=0.95):
     >>> [round(v, 4) for v in difference_ci(e, b, paired=False)]
     [-0.1, -0.167, -0.033]
     """
-    paired = _validate_bool(paired, "paired")
-    a = _errors_vector(errors, "errors")
-    b = _errors_vector(baseline_errors, "baseline_errors")
-    level = _check_level(level)
+    paired, a, b, level = _error_pair(errors, baseline_errors, paired, level)
     if paired:
-        if a.size != b.size:
-            raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
-                             f"as in baseline_errors ({b.size})")
         return (float((a - b).mean()), *_t_interval("rel", a, b, level=level))
     m = float(a.mean() - b.mean())
     if a.var(ddof=1) / a.size + b.var(ddof=1) / b.size == 0:
@@ -8145,15 +8152,9 @@ def runs_needed(errors, baseline_errors, *, paired=True, level=0.95, max_runs=1_
     """
     from scipy import stats
 
-    paired = _validate_bool(paired, "paired")
-    a = _errors_vector(errors, "errors")
-    b = _errors_vector(baseline_errors, "baseline_errors")
-    level = _check_level(level)
+    paired, a, b, level = _error_pair(errors, baseline_errors, paired, level)
     max_runs = _validate_int(max_runs, "max_runs", lo=2)
     if paired:
-        if a.size != b.size:
-            raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
-                             f"as in baseline_errors ({b.size})")
         d = a - b
         gap, s2 = abs(float(d.mean())), float(d.var(ddof=1))
         s4 = None
@@ -8829,17 +8830,9 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     seed = _validate_int(seed, "seed", lo=0)
     T, A = mu.shape
     orders, _ = _stream_orders(int(seed), int(runs), T)
-    Q = np.zeros((runs, A))
     queues = np.zeros((runs, T, A))
     assign = np.zeros((runs, T), dtype=np.int32)
-    rows = np.arange(runs)
-    for t in range(T):
-        queues[:, t] = Q
-        a = np.argmax(mu[orders[:, t]] - eta * Q, axis=1)
-        assign[:, t] = a
-        step = np.zeros((runs, A))
-        step[rows, a] = 1.0
-        Q = np.where(constrained, np.maximum((Q + step) - alpha, 0.0), 0.0)
+    _known_mu_runs_nb(mu, orders, eta, alpha, constrained, assign, queues)
     rewards = R[orders, assign].sum(axis=1)
     counts = np.stack([np.bincount(assign[k], minlength=A) for k in range(runs)])
     caps = tuple(None if c is None else float(c) for c in capacities)
@@ -8847,6 +8840,17 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
                             seed=int(seed), engine="reference", errors=1.0 - rewards / T,
                             assigned=counts / T, orders=orders, assignments=assign,
                             queues=queues)
+
+
+@njit(cache=True)
+def _known_mu_runs_nb(mu, orders, eta, alpha, constrained, assign, queues):
+    """Every run of :func:`simulate_known_mu`: the online step (Eq. 2, then
+    Eq. 1) on the true ``mu``; fills ``assign`` and the queues before each task."""
+    for k in range(orders.shape[0]):
+        Q = np.zeros(mu.shape[1])
+        for t in range(orders.shape[1]):
+            queues[k, t] = Q
+            assign[k, t] = _online_step_nb(mu[orders[k, t]], Q, eta, alpha, constrained)
 
 
 @dataclass(frozen=True)
@@ -9011,7 +9015,7 @@ def loglog_slope(y, *, t_min=None, t_max=None, points=50):
     if not 1 <= t_min < t_max <= T:
         raise ValueError(f"need 1 <= t_min < t_max <= {T}, got t_min={t_min}, t_max={t_max}")
     _validate_int(points, "points", lo=2)
-    t = np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
+    t = _log_times(t_max, points, t_min)
     v = y[t - 1]
     if np.any(v <= 0):
         raise ValueError("y must be positive at the fitted times to take logarithms")
@@ -9186,9 +9190,7 @@ def _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power,
     """The checked settings of :func:`validate_engines`, as stored in its file."""
     from dataclasses import asdict
 
-    policies = list(policies)
-    for i, p in enumerate(policies):
-        _validate_choice(p, ONLINE_POLICIES, f"policies[{i}]")
+    policies = _validate_names(policies, ONLINE_POLICIES, "policies", min_count=0)
     alphas = [float(_validate_real(a, "alphas", 0.0, 1.0, lo_open=True, hi_open=True))
               for a in alphas]
     prefix = _validate_int(prefix, "prefix", lo=10)
@@ -9992,13 +9994,11 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
         show = sys.stderr.isatty() if progress is None else bool(progress)
         calls = (joblib.delayed(_sweep_cell)(spec, plan.data[spec[0]], plan.sim, threads)
                  for spec in todo)
-        if backend == "sequential":
-            ctx = joblib.parallel_config(backend="sequential")
-        elif backend == "dask":
-            ctx = joblib.parallel_config(backend="dask", n_jobs=n_jobs, **(
-                {"client": client} if client is not None else {"scheduler_host": scheduler}))
-        else:
-            ctx = joblib.parallel_config(backend=backend, n_jobs=n_jobs)
+        opts = {} if backend == "sequential" else {"n_jobs": n_jobs}
+        if backend == "dask":
+            opts.update({"client": client} if client is not None
+                        else {"scheduler_host": scheduler})
+        ctx = joblib.parallel_config(backend=backend, **opts)
         with ctx, tqdm(total=len(todo), disable=not show, desc="sweep cells") as bar:
             results = joblib.Parallel(return_as="generator_unordered")(calls)
             for spec, errors, assigned in results:
@@ -10134,8 +10134,9 @@ def _style(policy):
     return dict(style)
 
 
-def _log_times(T, points):
-    return np.unique(np.rint(np.geomspace(1, T, points)).astype(np.int64))
+def _log_times(t_max, points, t_min=1):
+    """About ``points`` integer times from ``t_min`` to ``t_max``, evenly spaced in log t."""
+    return np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
 
 
 def _loglog_lines(ax, series, points, lw, ylabel, title, legend):
