@@ -36,12 +36,18 @@ or ValueError (right type, bad value), worded the same at every entry point
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
 import json
 import math
+import operator
 import os
 import sys
+import tempfile
+import time
+import warnings
 from collections import deque, namedtuple
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -7578,8 +7584,6 @@ def write_tabular_agent_search(path=None, seeds=AGENT_SEED_SEARCH, names=None):
 def _write_text_atomic(path, text):
     """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same
     folder, fsync, rename; the temporary file is removed if anything fails."""
-    import tempfile
-
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
@@ -7772,7 +7776,6 @@ def _t_interval(kind, *samples, level):
     ``"ind"`` (Welch); a sample without spread gives the point interval,
     without SciPy's warnings about it.
     """
-    import warnings
     from scipy import stats
 
     with warnings.catch_warnings():
@@ -8213,7 +8216,6 @@ def _paired_t_pvalue(d):
 
 def _paired_pvalues(d):
     """Two-sided p-values of the paired t-test and the Wilcoxon signed-rank test."""
-    import warnings
     from scipy import stats
 
     p_t = _paired_t_pvalue(d)
@@ -9171,8 +9173,6 @@ def _runs_for_power(sd, diff, power, level, lo, hi):
 
 def _validation_run(task, policy, a1, r, prefix, seed, eta):
     """Paired run r of one cell on both engines: errors and agent-1 shares."""
-    import time
-
     rows, sim_seed = _validation_draw(seed, r, task.R.shape[0], prefix)
     X, R = task.X[rows], task.R[rows]
     out = {}
@@ -9188,8 +9188,6 @@ def _validation_run(task, policy, a1, r, prefix, seed, eta):
 def _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power, level, eta,
                          seed):
     """The checked settings of :func:`validate_engines`, as stored in its file."""
-    from dataclasses import asdict
-
     policies = _validate_names(policies, ONLINE_POLICIES, "policies", min_count=0)
     alphas = [float(_validate_real(a, "alphas", 0.0, 1.0, lo_open=True, hi_open=True))
               for a in alphas]
@@ -9554,8 +9552,6 @@ def _cell_file(task, policy, caps, run_start, run_stop):
     and is cut to :data:`_CELL_NAME_CHARS` characters, so any task name gives a
     valid file name; two keys share a name only if their hashes collide.
     """
-    import hashlib
-
     key = json.dumps([task, policy, list(caps), run_start, run_stop])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-.") else "_" for ch in
@@ -9571,15 +9567,11 @@ def _canonical_json(obj):
 
 
 def _json_digest(obj):
-    import hashlib
-
     return hashlib.sha256(_canonical_json(obj).encode()).hexdigest()
 
 
 def _task_digest(X, R):
     """sha256 of a task's arrays: dtype, shape and bytes of X, then of R."""
-    import hashlib
-
     h = hashlib.sha256()
     for label, arr in (("X", X), ("R", R)):
         arr = np.ascontiguousarray(arr)
@@ -9945,8 +9937,6 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
 def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, out):
     """The part of :func:`sweep` that runs while it holds the folder's lock:
     compute or reuse the cells of the :class:`_SweepPlan` ``plan``."""
-    import warnings
-
     import pandas as pd
 
     manifest, specs, keys, shapes = plan.manifest, plan.specs, plan.keys, plan.shapes
@@ -10565,8 +10555,6 @@ def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, 
                         and abs(float(v) - float(p)) > tol:
                     flag.at[i, col] = True
             text.at[i, col] = s
-    import hashlib
-
     # ids unique per table (several tables share a page) yet the same on every run
     uid = hashlib.sha256(repr((caption, text.to_string(), flag.to_numpy().tolist())).encode())
     styler = text.style.set_uuid(uid.hexdigest()[:10]).set_table_attributes('class="ca-table"')
@@ -10616,8 +10604,6 @@ def glued_values(chapter, path=None):
     >>> glued_values("ext_eta")["eta_runs"]
     100
     """
-    import ast
-
     nb_path = Path(path) if path is not None else EXECUTED_DIR / f"{chapter}.ipynb"
     if not nb_path.is_file():
         raise ValueError(f"no executed notebook for chapter {chapter!r} at {nb_path}")
@@ -10672,8 +10658,6 @@ def scorecard_verdict(item, values):
     >>> scorecard_verdict({"kind": "claim", "holds": "all of n", "ours": "k"}, {"k": 20, "n": 20})
     ('reproduced', 20)
     """
-    import operator as op
-
     kind = _validate_choice(item.get("kind"), (*SCORECARD_TOL, "claim"), "item['kind']")
     if "not_rerun" in item:
         return "not re-run", None
@@ -10684,7 +10668,8 @@ def scorecard_verdict(item, values):
         tol = float(item.get("tol", SCORECARD_TOL[kind]))
         return ("reproduced" if abs(float(v) - float(item["paper"])) <= tol + 1e-9
                 else "differs"), v
-    ops = {"<": op.lt, "<=": op.le, ">": op.gt, ">=": op.ge, "==": op.eq, "all": op.eq,
+    ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+           "==": operator.eq, "all": operator.eq,
            "most": lambda a, b: 2 * a > b, "true": lambda a, _: bool(a)}
     rel, _, rhs = str(item.get("holds")).partition(" ")
     _validate_choice(rel, ops, "the first word of item['holds']")
@@ -10843,8 +10828,6 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
 
 def _execute_chapter(name, parameters, kernel_name, log_output):
     """Execute one chapter source with papermill; write and return its notebook."""
-    import tempfile
-
     import jupytext
     import nbformat
     import papermill
