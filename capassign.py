@@ -8599,10 +8599,10 @@ def analyse_experiment(results):
         claims[name] = paper_claims(df)
         if (df.policy == "hindsight").any():
             gaps[name] = hindsight_gaps(df)
-        keep = df.policy.isin(["random", *CONTEXTUAL_POLICIES])
-        if keep.any() and (df.policy == "random").any() and keep.sum() > (df.policy == "random").sum():
+        keep, is_random = df.policy.isin(["random", *CONTEXTUAL_POLICIES]), df.policy == "random"
+        if is_random.any() and keep.sum() > is_random.sum():
             paired[name] = paired_tests(df[keep])
-        rnd = df[df.policy == "random"].set_index("alpha1")["error"]
+        rnd = df[is_random].set_index("alpha1")["error"]
         ends.append({"agent 1": float(rnd.get(1.0, np.nan)), "agent 2": float(rnd.get(0.0, np.nan))})
         acc = paper_accuracies(name) if name in PAPER_TABLE3 else (np.nan, np.nan)
         paper.append({"agent 1": 1 - acc[0], "agent 2": 1 - acc[1]})
@@ -9459,13 +9459,12 @@ def engine_validation(path=None, *, check_data=True):
     for c in obj["cells"]:
         f, r = np.asarray(c["fast"]["errors"]), np.asarray(c["reference"]["errors"])
         d = f - r
+        sd = float(d.std(ddof=1))
         m, lo, hi = difference_ci(f, r, paired=True)
         rows.append({"task": c["task"], "policy": c["policy"], "alpha1": c["alpha1"],
                      "runs": c["runs"], "fast": f.mean(), "reference": r.mean(), "diff": m,
                      "ci_low": lo, "ci_high": hi, "p": _paired_t_pvalue(d),
-                     "power": _paired_power(float(d.std(ddof=1)), d.size, st["diff"],
-                                            st["level"]),
-                     "sd": float(d.std(ddof=1)),
+                     "power": _paired_power(sd, d.size, st["diff"], st["level"]), "sd": sd,
                      "share_fast": float(np.mean(c["fast"]["share1"])),
                      "share_reference": float(np.mean(c["reference"]["share1"]))})
     df = pd.DataFrame(rows)
@@ -9727,9 +9726,8 @@ def _sweep_task_items(tasks):
     else:
         if isinstance(tasks, str) or not hasattr(tasks, "__iter__"):
             raise TypeError("tasks must be a list of task names or a dict name -> (X, R)")
-        task_items = []
-        for i, name in enumerate(tasks):
-            task_items.append((_validate_choice(name, TASK_NAMES, f"tasks[{i}]"), None))
+        task_items = [(_validate_choice(name, TASK_NAMES, f"tasks[{i}]"), None)
+                      for i, name in enumerate(tasks)]
     if not task_items:
         raise ValueError("tasks must name at least one task")
     if len({n for n, _ in task_items}) != len(task_items):
