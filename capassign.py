@@ -36,12 +36,18 @@ or ValueError (right type, bad value), worded the same at every entry point
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
 import json
 import math
+import operator
 import os
 import sys
+import tempfile
+import time
+import warnings
 from collections import deque, namedtuple
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -7570,8 +7576,6 @@ def write_tabular_agent_search(path=None, seeds=AGENT_SEED_SEARCH, names=None):
 def _write_text_atomic(path, text):
     """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same
     folder, fsync, rename; the temporary file is removed if anything fails."""
-    import tempfile
-
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
@@ -7764,7 +7768,6 @@ def _t_interval(kind, *samples, level):
     ``"ind"`` (Welch); a sample without spread gives the point interval,
     without SciPy's warnings about it.
     """
-    import warnings
     from scipy import stats
 
     with warnings.catch_warnings():
@@ -8050,6 +8053,19 @@ def _errors_vector(e, name):
     return e
 
 
+def _error_pair(errors, baseline_errors, paired, level):
+    """``(paired, errors, baseline_errors, level)`` checked for :func:`difference_ci`
+    and :func:`runs_needed` (as many runs in both when ``paired``)."""
+    paired = _validate_bool(paired, "paired")
+    a = _errors_vector(errors, "errors")
+    b = _errors_vector(baseline_errors, "baseline_errors")
+    level = _check_level(level)
+    if paired and a.size != b.size:
+        raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
+                         f"as in baseline_errors ({b.size})")
+    return paired, a, b, level
+
+
 def difference_ci(errors, baseline_errors, *, paired=True, level=0.95):
     """Mean error difference ``errors - baseline_errors`` with a t confidence interval.
 
@@ -8088,14 +8104,8 @@ def difference_ci(errors, baseline_errors, *, paired=True, level=0.95):
     >>> [round(v, 4) for v in difference_ci(e, b, paired=False)]
     [-0.1, -0.167, -0.033]
     """
-    paired = _validate_bool(paired, "paired")
-    a = _errors_vector(errors, "errors")
-    b = _errors_vector(baseline_errors, "baseline_errors")
-    level = _check_level(level)
+    paired, a, b, level = _error_pair(errors, baseline_errors, paired, level)
     if paired:
-        if a.size != b.size:
-            raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
-                             f"as in baseline_errors ({b.size})")
         return (float((a - b).mean()), *_t_interval("rel", a, b, level=level))
     m = float(a.mean() - b.mean())
     if a.var(ddof=1) / a.size + b.var(ddof=1) / b.size == 0:
@@ -8137,15 +8147,9 @@ def runs_needed(errors, baseline_errors, *, paired=True, level=0.95, max_runs=1_
     """
     from scipy import stats
 
-    paired = _validate_bool(paired, "paired")
-    a = _errors_vector(errors, "errors")
-    b = _errors_vector(baseline_errors, "baseline_errors")
-    level = _check_level(level)
+    paired, a, b, level = _error_pair(errors, baseline_errors, paired, level)
     max_runs = _validate_int(max_runs, "max_runs", lo=2)
     if paired:
-        if a.size != b.size:
-            raise ValueError(f"paired comparison needs as many runs in errors ({a.size}) "
-                             f"as in baseline_errors ({b.size})")
         d = a - b
         gap, s2 = abs(float(d.mean())), float(d.var(ddof=1))
         s4 = None
@@ -8204,7 +8208,6 @@ def _paired_t_pvalue(d):
 
 def _paired_pvalues(d):
     """Two-sided p-values of the paired t-test and the Wilcoxon signed-rank test."""
-    import warnings
     from scipy import stats
 
     p_t = _paired_t_pvalue(d)
@@ -8588,10 +8591,10 @@ def analyse_experiment(results):
         claims[name] = paper_claims(df)
         if (df.policy == "hindsight").any():
             gaps[name] = hindsight_gaps(df)
-        keep = df.policy.isin(["random", *CONTEXTUAL_POLICIES])
-        if keep.any() and (df.policy == "random").any() and keep.sum() > (df.policy == "random").sum():
+        keep, is_random = df.policy.isin(["random", *CONTEXTUAL_POLICIES]), df.policy == "random"
+        if is_random.any() and keep.sum() > is_random.sum():
             paired[name] = paired_tests(df[keep])
-        rnd = df[df.policy == "random"].set_index("alpha1")["error"]
+        rnd = df[is_random].set_index("alpha1")["error"]
         ends.append({"agent 1": float(rnd.get(1.0, np.nan)), "agent 2": float(rnd.get(0.0, np.nan))})
         acc = paper_accuracies(name) if name in PAPER_TABLE3 else (np.nan, np.nan)
         paper.append({"agent 1": 1 - acc[0], "agent 2": 1 - acc[1]})
@@ -8821,17 +8824,9 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     seed = _validate_int(seed, "seed", lo=0)
     T, A = mu.shape
     orders, _ = _stream_orders(int(seed), int(runs), T)
-    Q = np.zeros((runs, A))
     queues = np.zeros((runs, T, A))
     assign = np.zeros((runs, T), dtype=np.int32)
-    rows = np.arange(runs)
-    for t in range(T):
-        queues[:, t] = Q
-        a = np.argmax(mu[orders[:, t]] - eta * Q, axis=1)
-        assign[:, t] = a
-        step = np.zeros((runs, A))
-        step[rows, a] = 1.0
-        Q = np.where(constrained, np.maximum((Q + step) - alpha, 0.0), 0.0)
+    _known_mu_runs_nb(mu, orders, eta, alpha, constrained, assign, queues)
     rewards = R[orders, assign].sum(axis=1)
     counts = np.stack([np.bincount(assign[k], minlength=A) for k in range(runs)])
     caps = tuple(None if c is None else float(c) for c in capacities)
@@ -8839,6 +8834,17 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
                             seed=int(seed), engine="reference", errors=1.0 - rewards / T,
                             assigned=counts / T, orders=orders, assignments=assign,
                             queues=queues)
+
+
+@njit(cache=True)
+def _known_mu_runs_nb(mu, orders, eta, alpha, constrained, assign, queues):
+    """Every run of :func:`simulate_known_mu`: the online step (Eq. 2, then
+    Eq. 1) on the true ``mu``; fills ``assign`` and the queues before each task."""
+    for k in range(orders.shape[0]):
+        Q = np.zeros(mu.shape[1])
+        for t in range(orders.shape[1]):
+            queues[k, t] = Q
+            assign[k, t] = _online_step_nb(mu[orders[k, t]], Q, eta, alpha, constrained)
 
 
 @dataclass(frozen=True)
@@ -9003,7 +9009,7 @@ def loglog_slope(y, *, t_min=None, t_max=None, points=50):
     if not 1 <= t_min < t_max <= T:
         raise ValueError(f"need 1 <= t_min < t_max <= {T}, got t_min={t_min}, t_max={t_max}")
     _validate_int(points, "points", lo=2)
-    t = np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
+    t = _log_times(t_max, points, t_min)
     v = y[t - 1]
     if np.any(v <= 0):
         raise ValueError("y must be positive at the fitted times to take logarithms")
@@ -9159,8 +9165,6 @@ def _runs_for_power(sd, diff, power, level, lo, hi):
 
 def _validation_run(task, policy, a1, r, prefix, seed, eta):
     """Paired run r of one cell on both engines: errors and agent-1 shares."""
-    import time
-
     rows, sim_seed = _validation_draw(seed, r, task.R.shape[0], prefix)
     X, R = task.X[rows], task.R[rows]
     out = {}
@@ -9176,11 +9180,7 @@ def _validation_run(task, policy, a1, r, prefix, seed, eta):
 def _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power, level, eta,
                          seed):
     """The checked settings of :func:`validate_engines`, as stored in its file."""
-    from dataclasses import asdict
-
-    policies = list(policies)
-    for i, p in enumerate(policies):
-        _validate_choice(p, ONLINE_POLICIES, f"policies[{i}]")
+    policies = _validate_names(policies, ONLINE_POLICIES, "policies", min_count=0)
     alphas = [float(_validate_real(a, "alphas", 0.0, 1.0, lo_open=True, hi_open=True))
               for a in alphas]
     prefix = _validate_int(prefix, "prefix", lo=10)
@@ -9451,13 +9451,12 @@ def engine_validation(path=None, *, check_data=True):
     for c in obj["cells"]:
         f, r = np.asarray(c["fast"]["errors"]), np.asarray(c["reference"]["errors"])
         d = f - r
+        sd = float(d.std(ddof=1))
         m, lo, hi = difference_ci(f, r, paired=True)
         rows.append({"task": c["task"], "policy": c["policy"], "alpha1": c["alpha1"],
                      "runs": c["runs"], "fast": f.mean(), "reference": r.mean(), "diff": m,
                      "ci_low": lo, "ci_high": hi, "p": _paired_t_pvalue(d),
-                     "power": _paired_power(float(d.std(ddof=1)), d.size, st["diff"],
-                                            st["level"]),
-                     "sd": float(d.std(ddof=1)),
+                     "power": _paired_power(sd, d.size, st["diff"], st["level"]), "sd": sd,
                      "share_fast": float(np.mean(c["fast"]["share1"])),
                      "share_reference": float(np.mean(c["reference"]["share1"]))})
     df = pd.DataFrame(rows)
@@ -9544,8 +9543,6 @@ def _cell_file(task, policy, caps, run_start, run_stop):
     and is cut to :data:`_CELL_NAME_CHARS` characters, so any task name gives a
     valid file name; two keys share a name only if their hashes collide.
     """
-    import hashlib
-
     key = json.dumps([task, policy, list(caps), run_start, run_stop])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-.") else "_" for ch in
@@ -9561,15 +9558,11 @@ def _canonical_json(obj):
 
 
 def _json_digest(obj):
-    import hashlib
-
     return hashlib.sha256(_canonical_json(obj).encode()).hexdigest()
 
 
 def _task_digest(X, R):
     """sha256 of a task's arrays: dtype, shape and bytes of X, then of R."""
-    import hashlib
-
     h = hashlib.sha256()
     for label, arr in (("X", X), ("R", R)):
         arr = np.ascontiguousarray(arr)
@@ -9696,13 +9689,15 @@ def _sweep_task_data(task, task_seed):
     return task
 
 
-def _sweep_cell(spec, data, eta, seed, engine, settings, threads):
-    """Compute one cell (in a worker); returns ``(spec, errors, assigned)``."""
+def _sweep_cell(spec, data, sim, threads):
+    """Compute one cell of a :class:`_SweepPlan` (in a worker); returns
+    ``(spec, errors, assigned)``."""
     if threads is not None:
         import numba
 
         numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
     task, policy, caps, k0, k1 = spec
+    eta, seed, engine, settings = sim
     X, R = _sweep_task_data(*data)
     errors, assigned = _simulate_block(X, R, list(caps), policy, k0, k1, eta=eta, seed=seed,
                                        engine=engine, settings=settings)
@@ -9723,9 +9718,8 @@ def _sweep_task_items(tasks):
     else:
         if isinstance(tasks, str) or not hasattr(tasks, "__iter__"):
             raise TypeError("tasks must be a list of task names or a dict name -> (X, R)")
-        task_items = []
-        for i, name in enumerate(tasks):
-            task_items.append((_validate_choice(name, TASK_NAMES, f"tasks[{i}]"), None))
+        task_items = [(_validate_choice(name, TASK_NAMES, f"tasks[{i}]"), None)
+                      for i, name in enumerate(tasks)]
     if not task_items:
         raise ValueError("tasks must name at least one task")
     if len({n for n, _ in task_items}) != len(task_items):
@@ -9763,16 +9757,22 @@ def _sweep_backend(backend, client, scheduler, n_jobs):
     return backend
 
 
-def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, sim):
-    """A sweep's manifest, its cells ``(task, policy, capacities, run_start,
-    run_stop)`` with their keys, and the tasks' shapes.
+#: What :func:`sweep` computes, fixed before it takes the folder's lock: the
+#: manifest (``sweep.json``), the cells ``(task, policy, capacities, run_start,
+#: run_stop)`` in grid order with their keys, each task's shape, what a worker
+#: loads a task from (name -> (arrays or name, task_seed)) and
+#: ``(eta, seed, engine, settings)``.
+_SweepPlan = namedtuple("_SweepPlan", "manifest specs keys shapes data sim")
+
+
+def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_seed, sim):
+    """The :class:`_SweepPlan` of a sweep whose arguments are checked.
 
     Every task's data is loaded, checked and hashed here, and every capacity
-    vector checked against its number of agents; ``sim`` holds the checked
-    ``eta``, ``seed``, ``task_seed``, ``engine`` and ``settings``.
+    vector checked against its number of agents; ``sim`` is the checked
+    ``(eta, seed, engine, settings)``.
     """
-    eta, seed, task_seed, engine, settings = (sim[k] for k in ("eta", "seed", "task_seed",
-                                                               "engine", "settings"))
+    eta, seed, engine, settings = sim
     shapes, hashes = {}, {}
     for name, pair in task_items:
         X, R = pair if pair is not None else _sweep_task_data(name, task_seed)
@@ -9801,7 +9801,8 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, sim):
         {"task": spec[0], "policy": spec[1], "capacities": list(spec[2]), "run_start": spec[3],
          "run_stop": spec[4], "data": hashes[spec[0]], "settings": settings_hash}))
         for spec in specs}
-    return manifest, specs, keys, shapes
+    data = {name: (pair if pair is not None else name, task_seed) for name, pair in task_items}
+    return _SweepPlan(manifest, specs, keys, shapes, data, sim)
 
 
 def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
@@ -9906,9 +9907,8 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     if not isinstance(settings, ModelSettings):
         raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
     backend = _sweep_backend(backend, client, scheduler, n_jobs)
-    manifest, specs, keys, shapes = _sweep_plan(
-        task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
-        dict(eta=eta, seed=seed, task_seed=task_seed, engine=engine, settings=settings))
+    plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
+                       task_seed, (eta, seed, engine, settings))
 
     out_dir = Path(out_dir)
     cells = out_dir / "cells"
@@ -9919,20 +9919,18 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
                          f"place)") from None
     lock = _lock_sweep_dir(out_dir)
     try:
-        return _sweep_locked(out_dir, cells, manifest, specs, keys, task_items, shapes,
-                             task_seed, eta, seed, engine, settings, n_jobs, backend, client,
-                             scheduler, progress, out)
+        return _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, out)
     finally:
         os.close(lock)
 
 
-def _sweep_locked(out_dir, cells, manifest, specs, keys, task_items, shapes, task_seed, eta,
-                  seed, engine, settings, n_jobs, backend, client, scheduler, progress, out):
-    """The part of :func:`sweep` that runs while it holds the folder's lock."""
-    import warnings
-
+def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, out):
+    """The part of :func:`sweep` that runs while it holds the folder's lock:
+    compute or reuse the cells of the :class:`_SweepPlan` ``plan``."""
     import pandas as pd
 
+    manifest, specs, keys, shapes = plan.manifest, plan.specs, plan.keys, plan.shapes
+    cells = out_dir / "cells"
     for stale in cells.glob(".tmp-*.json"):
         stale.unlink()  # a write cut short by a kill; its cell was never stored
     mpath = out_dir / "sweep.json"
@@ -9968,22 +9966,19 @@ def _sweep_locked(out_dir, cells, manifest, specs, keys, task_items, shapes, tas
             warnings.warn(f"sweep: stored cell {path} {why}; it is computed again",
                           RuntimeWarning, stacklevel=3)
     reused = len(records)
-    data = {name: (pair if pair is not None else name, task_seed) for name, pair in task_items}
     threads = 1 if (backend != "sequential" and n_jobs != 1) else None
     if todo:
         import joblib
         from tqdm.auto import tqdm
 
         show = sys.stderr.isatty() if progress is None else bool(progress)
-        calls = (joblib.delayed(_sweep_cell)(spec, data[spec[0]], eta, seed, engine, settings,
-                                             threads) for spec in todo)
-        if backend == "sequential":
-            ctx = joblib.parallel_config(backend="sequential")
-        elif backend == "dask":
-            ctx = joblib.parallel_config(backend="dask", n_jobs=n_jobs, **(
-                {"client": client} if client is not None else {"scheduler_host": scheduler}))
-        else:
-            ctx = joblib.parallel_config(backend=backend, n_jobs=n_jobs)
+        calls = (joblib.delayed(_sweep_cell)(spec, plan.data[spec[0]], plan.sim, threads)
+                 for spec in todo)
+        opts = {} if backend == "sequential" else {"n_jobs": n_jobs}
+        if backend == "dask":
+            opts.update({"client": client} if client is not None
+                        else {"scheduler_host": scheduler})
+        ctx = joblib.parallel_config(backend=backend, **opts)
         with ctx, tqdm(total=len(todo), disable=not show, desc="sweep cells") as bar:
             results = joblib.Parallel(return_as="generator_unordered")(calls)
             for spec, errors, assigned in results:
@@ -10119,8 +10114,9 @@ def _style(policy):
     return dict(style)
 
 
-def _log_times(T, points):
-    return np.unique(np.rint(np.geomspace(1, T, points)).astype(np.int64))
+def _log_times(t_max, points, t_min=1):
+    """About ``points`` integer times from ``t_min`` to ``t_max``, evenly spaced in log t."""
+    return np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
 
 
 def _loglog_lines(ax, series, points, lw, ylabel, title, legend):
@@ -10549,8 +10545,6 @@ def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, 
                         and abs(float(v) - float(p)) > tol:
                     flag.at[i, col] = True
             text.at[i, col] = s
-    import hashlib
-
     # ids unique per table (several tables share a page) yet the same on every run
     uid = hashlib.sha256(repr((caption, text.to_string(), flag.to_numpy().tolist())).encode())
     styler = text.style.set_uuid(uid.hexdigest()[:10]).set_table_attributes('class="ca-table"')
@@ -10600,8 +10594,6 @@ def glued_values(chapter, path=None):
     >>> glued_values("ext_eta")["eta_runs"]
     100
     """
-    import ast
-
     nb_path = Path(path) if path is not None else EXECUTED_DIR / f"{chapter}.ipynb"
     if not nb_path.is_file():
         raise ValueError(f"no executed notebook for chapter {chapter!r} at {nb_path}")
@@ -10656,8 +10648,6 @@ def scorecard_verdict(item, values):
     >>> scorecard_verdict({"kind": "claim", "holds": "all of n", "ours": "k"}, {"k": 20, "n": 20})
     ('reproduced', 20)
     """
-    import operator as op
-
     kind = _validate_choice(item.get("kind"), (*SCORECARD_TOL, "claim"), "item['kind']")
     if "not_rerun" in item:
         return "not re-run", None
@@ -10668,7 +10658,8 @@ def scorecard_verdict(item, values):
         tol = float(item.get("tol", SCORECARD_TOL[kind]))
         return ("reproduced" if abs(float(v) - float(item["paper"])) <= tol + 1e-9
                 else "differs"), v
-    ops = {"<": op.lt, "<=": op.le, ">": op.gt, ">=": op.ge, "==": op.eq, "all": op.eq,
+    ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+           "==": operator.eq, "all": operator.eq,
            "most": lambda a, b: 2 * a > b, "true": lambda a, _: bool(a)}
     rel, _, rhs = str(item.get("holds")).partition(" ")
     _validate_choice(rel, ops, "the first word of item['holds']")
@@ -10827,8 +10818,6 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
 
 def _execute_chapter(name, parameters, kernel_name, log_output):
     """Execute one chapter source with papermill; write and return its notebook."""
-    import tempfile
-
     import jupytext
     import nbformat
     import papermill
@@ -10950,84 +10939,25 @@ def sync_text(chapters=()):
         meta.pop("capassign", None)
         if "capassign" in src_nb.metadata:
             meta["capassign"] = src_nb.metadata["capassign"]
-        new = nbformat.v4.new_notebook(cells=cells, metadata=meta)
-        new = _clean_executed(new)
-        before = nbformat.writes(exe)
-        after = nbformat.writes(new)
-        if before != after:
+        new = _clean_executed(nbformat.v4.new_notebook(cells=cells, metadata=meta))
+        if nbformat.writes(new) != nbformat.writes(exe):
             nbformat.write(new, path)
             updated.append(name)
             print(f"synced text of {name}")
     return updated
 
 
-def _build_parser():
-    parser = argparse.ArgumentParser(
-        prog="capassign",
-        description="Assign prediction tasks to agents with capacity constraints "
-                    "(Wu, Kher & Smyth) - simulation, reproduction and benchmarks.")
-    parser.add_argument("--version", action="version", version=f"capassign {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = sub.add_parser("reproduce", help="re-execute book chapters through papermill",
-                       description="Re-execute chapters (all by default) through papermill "
-                                   "at the paper's settings and write book/executed/*.ipynb.")
-    p.add_argument("chapters", nargs="*", metavar="CHAPTER",
-                   help="chapter names (stems of book/chapters/*.md); default: all")
-    p.add_argument("--list", action="store_true", help="list the chapters and exit")
-    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
-                   metavar=("NAME", "VALUE"),
-                   help="override a parameter (VALUE is read as JSON, else as a string)")
-    p.set_defaults(func=_cmd_reproduce)
-
-    p = sub.add_parser("sync-text", help="copy edited prose into executed notebooks",
-                       description="Copy markdown edits from chapter sources into the executed "
-                                   "notebooks when no code cell changed.")
-    p.add_argument("chapters", nargs="*", metavar="CHAPTER",
-                   help="chapter names (stems of book/chapters/*.md); default: all")
-    p.set_defaults(func=lambda a: sync_text(a.chapters))
-    _add_data_parser(sub)
-    _add_bench_parser(sub)
-    _add_simulate_parser(sub)
-    _add_sweep_parser(sub)
-    _add_validate_parser(sub)
-    return parser
-
-
-def _add_data_parser(sub):
-    """``python -m capassign data list|verify|fetch|embed-mmlu``."""
-    p = sub.add_parser("data", help="list, verify and fetch the data files",
-                       description="Manage the data files of the paper's experiments. Files are "
-                                   f"read from ${DATA_ENV} when it is set, otherwise from the "
-                                   f"download cache (${CACHE_ENV}, default data/cache).")
-    dsub = p.add_subparsers(dest="data_command", metavar="ACTION")
-    q = dsub.add_parser("list", help="list the registry: path, size, dataset, public URL",
-                        description="List every file of the data registry.")
-    q.set_defaults(func=_cmd_data_list)
-    q = dsub.add_parser("verify", help="check every file's sha256 (ok / missing / MISMATCH)",
-                        description="Check the sha256 of every registry file where it is read "
-                                    "from, without downloading anything.")
-    q.set_defaults(func=_cmd_data_verify)
-    q = dsub.add_parser("fetch", help="download (or rebuild) the files into the cache",
-                        description="Download every file with a public URL into the cache with "
-                                    "pooch (sha256-checked) and rebuild derived files.")
-    q.add_argument("paths", nargs="*", metavar="PATH", help="registry paths (default: all)")
-    q.set_defaults(func=_cmd_data_fetch)
-    q = dsub.add_parser("embed-mmlu", help="recompute data/mmlu_embeddings.npz",
-                        description="Embed the MMLU question stems with all-MiniLM-L6-v2 "
-                                    "(needs the mmlu-embed extra).")
-    q.add_argument("--out", default=None, help="output .npz (default data/mmlu_embeddings.npz)")
-    q.set_defaults(func=_cmd_data_embed)
-    p.set_defaults(func=lambda a: p.print_help())
-
-
-def _print_status(rows):
-    bad = 0
-    for path, status, detail in rows:
-        print(f"{status:8s} {path}" + (f"  ({detail})" if detail else ""))
-        bad += status != "ok"
-    print(f"{len(rows) - bad} ok, {bad} not ok")
-    return bad
+def _cmd_reproduce(args):
+    if args.list:
+        print("\n".join(chapter_names()))
+        return
+    params = {}
+    for k, v in args.parameter:
+        try:
+            params[k] = json.loads(v)
+        except json.JSONDecodeError:
+            params[k] = v
+    reproduce(args.chapters, parameters=params)
 
 
 def _cmd_data_list(args):
@@ -11044,10 +10974,17 @@ def _cmd_data_list(args):
         print(f"{e['path']:50s} {e['bytes']:>9d}  {e['dataset']:14s} {src}")
 
 
-def _cmd_data_verify(args):
+def _cmd_data_check(args):
+    """``data verify`` and ``data fetch``: one status line per file, then the
+    counts; exit status 1 when a file is not ok."""
     reg = data_registry()
     reg._check_data_dir()  # a missing CAPASSIGN_DATA folder is one clear error
-    if _print_status(reg.verify()):
+    rows = reg.fetch(args.paths or None) if args.data_command == "fetch" else reg.verify()
+    for path, status, detail in rows:
+        print(f"{status:8s} {path}" + (f"  ({detail})" if detail else ""))
+    bad = sum(status != "ok" for _, status, _ in rows)
+    print(f"{len(rows) - bad} ok, {bad} not ok")
+    if bad:
         sys.exit(1)
 
 
@@ -11056,47 +10993,6 @@ def _cmd_data_embed(args):
         print(f"wrote {embed_mmlu_questions(args.out)}")
     except DataUnavailable as exc:
         sys.exit(f"capassign data embed-mmlu: {exc}")
-
-
-def _cmd_data_fetch(args):
-    reg = data_registry()
-    reg._check_data_dir()
-    if _print_status(reg.fetch(args.paths or None)):
-        sys.exit(1)
-
-
-
-def _add_bench_parser(sub):
-    p = sub.add_parser("bench", help="time the fast and reference engines",
-                       description="Microseconds per decision of every online policy on both "
-                                   "engines (synthetic stream), the speed-up, and the time of the "
-                                   "paper's full grid for its largest task shape.")
-    p.add_argument("--T", type=int, default=5000, help="tasks in the stream (default 5000)")
-    p.add_argument("--d", type=int, default=12, help="context features (default 12)")
-    p.add_argument("--fast-runs", type=int, default=20, help="runs timed on the fast engine")
-    p.add_argument("--reference-runs", type=int, default=1,
-                   help="runs timed on the reference engine")
-    p.add_argument("--reference-T", type=int, default=None,
-                   help="time the reference engine on the first N tasks only")
-    p.add_argument("--grid-runs", type=int, default=100, help="runs per grid point (default 100)")
-    p.add_argument("--no-grid", action="store_true", help="skip the full-grid timing")
-    p.add_argument("--quick", action="store_true",
-                   help="a short check: T=2000, reference on 1000 tasks, grid with 2 runs "
-                        "per point (scaled to 100)")
-    p.add_argument("--policies", default=None,
-                   help="comma-separated online policies to time (default: all six)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the synthetic stream and the runs (default 0)")
-    p.add_argument("--startup", action="store_true",
-                   help="time 'import capassign' and the first call of the Router and of "
-                        "simulate, cold (empty numba cache) and warm, each in a fresh process")
-    p.add_argument("--router", action="store_true",
-                   help="time the streaming Router instead (microseconds per assign + update, "
-                        "per policy, on T tasks)")
-    p.add_argument("--oracle", action="store_true",
-                   help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts "
-                        "and A = 2 and 5 agents")
-    p.set_defaults(func=_cmd_bench)
 
 
 def _cmd_bench(args):
@@ -11112,30 +11008,261 @@ def _cmd_bench(args):
         _validate_int(v, name, lo=1)
     if args.oracle:
         benchmark_oracle(seed=args.seed)
-        return
-    if args.startup:
+    elif args.startup:
         benchmark_startup()
-        return
-    if args.router:
+    elif args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed,
                          policies=kwargs.get("policies", ROUTER_POLICIES))
-        return
-    benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs, reference_runs=args.reference_runs,
-                      reference_T=ref_T, seed=args.seed, grid=not args.no_grid,
-                      grid_runs=grid_runs, **kwargs)
+    else:
+        benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs,
+                          reference_runs=args.reference_runs, reference_T=ref_T, seed=args.seed,
+                          grid=not args.no_grid, grid_runs=grid_runs, **kwargs)
 
 
-def _cmd_reproduce(args):
-    if args.list:
-        print("\n".join(chapter_names()))
-        return
-    params = {}
-    for k, v in args.parameter:
+def _parse_capacities(text, name="--capacities"):
+    """``"0.3,0.7"`` -> [0.3, 0.7]; ``free`` (or ``none``) marks a free agent."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.lower() in ("free", "none"):
+            out.append(None)
+            continue
         try:
-            params[k] = json.loads(v)
-        except json.JSONDecodeError:
-            params[k] = v
-    reproduce(args.chapters, parameters=params)
+            out.append(float(part))
+        except ValueError:
+            raise ValueError(f"{name}: {part!r} is neither a number nor 'free' "
+                             f"(expected e.g. 0.3,0.7 or 0.5,0.5,free)") from None
+    return out
+
+
+def _split_names(text):
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _cmd_simulate(args):
+    task = load_task(args.task, seed=args.task_seed)
+    caps = _parse_capacities(args.capacities)
+    res = simulate(task.X, task.R, caps, args.policy, eta=args.eta, runs=args.runs,
+                   seed=args.seed, engine=args.engine)
+    shares = res.assigned.mean(axis=0)
+    if args.json:
+        print(json.dumps({
+            "task": args.task, "task_seed": args.task_seed, "policy": res.policy,
+            "capacities": list(res.capacities), "eta": res.eta, "runs": res.runs,
+            "seed": res.seed, "engine": res.engine, "agents": list(task.agent_names),
+            "error": res.error, "std": res.std, "stderr": res.stderr,
+            "shares": [float(v) for v in shares],
+            "errors": [float(v) for v in res.errors]}))
+        return
+    print(f"task {args.task} (T={task.R.shape[0]}, d={task.X.shape[1]}), policy {res.policy}, "
+          f"capacities {_capacity_label(res.capacities)}, eta {res.eta}, {res.runs} runs, "
+          f"seed {res.seed}, {res.engine} engine")
+    print(f"error {res.error:.4f} +/- {res.stderr:.4f} (std {res.std:.4f})")
+    for name, v in zip(task.agent_names, shares):
+        print(f"  share of {name}: {v:.4f}")
+
+
+def _cmd_sweep(args):
+    if args.alphas is not None:
+        caps = _parse_capacities(args.alphas, "--alphas")
+        if any(v is None for v in caps):
+            raise ValueError(f"--alphas {args.alphas!r}: 'free' is not an alpha_1 value; "
+                             f"--alphas takes numbers in [0, 1] (two agents), give vectors "
+                             f"with free agents to --capacities, e.g. --capacities 0.5,0.5,free")
+    else:
+        caps = [_parse_capacities(v) for v in args.capacities]
+    if args.backend == "dask" and not args.scheduler:
+        raise ValueError("--backend dask needs --scheduler ADDRESS")
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {args.out!r} is an existing file, not a folder; give a "
+                         f"results folder (created if missing)")
+    df = sweep(_split_names(args.tasks), _split_names(args.policies), caps, args.out,
+               runs=args.runs, block=args.block, eta=args.eta, seed=args.seed,
+               task_seed=args.task_seed, engine=args.engine, n_jobs=args.jobs,
+               backend=args.backend, scheduler=args.scheduler, out=print)
+    summary = df.groupby(["task", "policy", "capacities"], sort=False)["error"].agg(
+        ["mean", "std", "count"])
+    print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
+
+
+def _cmd_validate(args):
+    tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
+    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
+    for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
+                        ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
+        _validate_int(v, name, lo=lo)
+    path = validate_engines(args.out, tasks=tasks, prefix=args.prefix, pilot=args.pilot,
+                            max_runs=args.max_runs, seed=args.seed, collect=args.collect,
+                            out=print)
+    if path is not None:
+        print(f"wrote {path}")
+
+
+def _opt(*flags, **kw):
+    """One option of a command: the arguments of ``parser.add_argument``."""
+    return flags, kw
+
+
+def _int_opt(flag, default, help):
+    """An integer option whose help ends with its default."""
+    return _opt(flag, type=int, default=default, help=f"{help} (default {default})")
+
+
+# options shared by several commands
+_CHAPTERS_ARG = _opt("chapters", nargs="*", metavar="CHAPTER",
+                     help="chapter names (stems of book/chapters/*.md); default: all")
+_ETA_OPT = _opt("--eta", type=float, default=DEFAULT_ETA,
+                help=f"queue penalty (default {DEFAULT_ETA})")
+_SEED_OPT = _int_opt("--seed", 0, "seed of the runs")
+_ENGINE_OPT = _opt("--engine", default="fast", choices=ENGINES,
+                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
+                        "Algorithm 1, slow)")
+
+#: The sub-commands: ``(name, help, description, function, options)``; a list
+#: of options is a required choice of one of them, function ``None`` prints the
+#: command's help (a command with actions of its own, :data:`_DATA_ACTIONS`).
+_COMMANDS = [
+    ("reproduce", "re-execute book chapters through papermill",
+     "Re-execute chapters (all by default) through papermill at the paper's settings and "
+     "write book/executed/*.ipynb.", _cmd_reproduce, [
+         _CHAPTERS_ARG,
+         _opt("--list", action="store_true", help="list the chapters and exit"),
+         _opt("-p", "--parameter", nargs=2, action="append", default=[],
+              metavar=("NAME", "VALUE"),
+              help="override a parameter (VALUE is read as JSON, else as a string)")]),
+    ("sync-text", "copy edited prose into executed notebooks",
+     "Copy markdown edits from chapter sources into the executed notebooks when no code "
+     "cell changed.", lambda a: sync_text(a.chapters), [_CHAPTERS_ARG]),
+    ("data", "list, verify and fetch the data files",
+     f"Manage the data files of the paper's experiments. Files are read from ${DATA_ENV} "
+     f"when it is set, otherwise from the download cache (${CACHE_ENV}, default data/cache).",
+     None, []),
+    ("bench", "time the fast and reference engines",
+     "Microseconds per decision of every online policy on both engines (synthetic stream), "
+     "the speed-up, and the time of the paper's full grid for its largest task shape.",
+     _cmd_bench, [
+         _int_opt("--T", 5000, "tasks in the stream"),
+         _int_opt("--d", 12, "context features"),
+         _opt("--fast-runs", type=int, default=20, help="runs timed on the fast engine"),
+         _opt("--reference-runs", type=int, default=1,
+              help="runs timed on the reference engine"),
+         _opt("--reference-T", type=int, default=None,
+              help="time the reference engine on the first N tasks only"),
+         _int_opt("--grid-runs", 100, "runs per grid point"),
+         _opt("--no-grid", action="store_true", help="skip the full-grid timing"),
+         _opt("--quick", action="store_true",
+              help="a short check: T=2000, reference on 1000 tasks, grid with 2 runs per "
+                   "point (scaled to 100)"),
+         _opt("--policies", default=None,
+              help="comma-separated online policies to time (default: all six)"),
+         _int_opt("--seed", 0, "seed of the synthetic stream and the runs"),
+         _opt("--startup", action="store_true",
+              help="time 'import capassign' and the first call of the Router and of "
+                   "simulate, cold (empty numba cache) and warm, each in a fresh process"),
+         _opt("--router", action="store_true",
+              help="time the streaming Router instead (microseconds per assign + update, per "
+                   "policy, on T tasks)"),
+         _opt("--oracle", action="store_true",
+              help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts and A = 2 "
+                   "and 5 agents")]),
+    ("simulate", "simulate one policy on one task",
+     "Run one online policy (or offline benchmark) on one task at one capacity vector, over "
+     "randomised task orders (Algorithm 1), and print the error rate.", _cmd_simulate, [
+         _opt("--task", required=True, help=f"task name: {', '.join(TASK_NAMES)}"),
+         _int_opt("--task-seed", 0, "seed of the task's agent construction"),
+         _opt("--policy", required=True, help=f"one of {', '.join(POLICIES)}"),
+         _opt("--capacities", required=True,
+              help="one share per agent, comma-separated, 'free' for an unconstrained agent "
+                   "(e.g. 0.3,0.7 or 0.5,0.5,free)"),
+         _ETA_OPT,
+         _int_opt("--runs", PAPER_RUNS, "randomised task orders"),
+         _SEED_OPT,
+         _ENGINE_OPT,
+         _opt("--json", action="store_true", help="print the result as one JSON object")]),
+    ("sweep", "a resumable grid of simulations -> tidy CSV",
+     "Simulate every (task, policy, capacities) combination over --runs task orders, in cells "
+     "of --block runs stored one by one in --out; a killed sweep started again resumes where "
+     "it stopped. Writes OUT/results.csv (one row per run).", _cmd_sweep, [
+         _opt("--tasks", required=True, help="comma-separated task names"),
+         _opt("--policies", required=True, help="comma-separated policy names"),
+         [_opt("--alphas", help="comma-separated alpha_1 values of two-agent capacities "
+                                "(alpha_1, 1 - alpha_1), e.g. 0.2,0.4,0.5,0.6,0.8"),
+          _opt("--capacities", nargs="+", metavar="VECTOR",
+               help="capacity vectors, each comma-separated ('free' for a free agent)")],
+         _opt("--out", required=True, help="results directory"),
+         _int_opt("--runs", PAPER_RUNS, "runs per grid point"),
+         _opt("--block", type=int, default=None,
+              help="runs per stored cell (default: all runs of a grid point)"),
+         _ETA_OPT,
+         _SEED_OPT,
+         _int_opt("--task-seed", 0, "seed of the tasks' agent construction"),
+         _ENGINE_OPT,
+         _opt("--jobs", type=int, default=-1, help="parallel jobs (-1: all cores)"),
+         _opt("--backend", default="loky", choices=SWEEP_BACKENDS,
+              help="joblib backend; 'dask' needs --scheduler"),
+         _opt("--scheduler", default=None,
+              help="Dask scheduler address for --backend dask, e.g. tcp://host:8786")]),
+    ("validate-engines",
+     "compare the fast and reference engines on the tabular tasks -> a checksummed results "
+     "file",
+     "Paired runs of every online policy on Bank, Credit, Coupon and Cardio at three "
+     "capacities on both engines (about an hour on one core); writes the file the "
+     "fast_engine chapter reads.  Interrupted runs resume; --tasks computes some tasks only "
+     "(e.g. in parallel), a final call without it writes the file.", _cmd_validate, [
+         _opt("--out", default=None,
+              help="results file (default book/results/engine_validation.json)"),
+         _opt("--tasks", default=None,
+              help=f"comma-separated subset of {','.join(TABULAR_TASKS)} (default: all)"),
+         _int_opt("--prefix", 2000, "tasks per run"),
+         _int_opt("--pilot", 10, "paired runs before the sample-size rule"),
+         _int_opt("--max-runs", 60, "cap of paired runs per cell"),
+         _int_opt("--seed", 0, "seed of the rows and runs"),
+         _opt("--collect", action="store_true",
+              help="compute nothing: write the file from the cells stored so far, listing "
+                   "the missing ones (a later call completes it)")]),
+]
+
+#: The actions of ``python -m capassign data``, as in :data:`_COMMANDS`.
+_DATA_ACTIONS = [
+    ("list", "list the registry: path, size, dataset, public URL",
+     "List every file of the data registry.", _cmd_data_list, []),
+    ("verify", "check every file's sha256 (ok / missing / MISMATCH)",
+     "Check the sha256 of every registry file where it is read from, without downloading "
+     "anything.", _cmd_data_check, []),
+    ("fetch", "download (or rebuild) the files into the cache",
+     "Download every file with a public URL into the cache with pooch (sha256-checked) and "
+     "rebuild derived files.", _cmd_data_check,
+     [_opt("paths", nargs="*", metavar="PATH", help="registry paths (default: all)")]),
+    ("embed-mmlu", "recompute data/mmlu_embeddings.npz",
+     "Embed the MMLU question stems with all-MiniLM-L6-v2 (needs the mmlu-embed extra).",
+     _cmd_data_embed,
+     [_opt("--out", default=None, help="output .npz (default data/mmlu_embeddings.npz)")]),
+]
+
+
+def _add_commands(sub, commands):
+    """Add the ``commands`` (a table like :data:`_COMMANDS`) to the sub-parsers ``sub``."""
+    for name, help_, description, func, options in commands:
+        p = sub.add_parser(name, help=help_, description=description)
+        for opt in options:
+            group = p.add_mutually_exclusive_group(required=True) if isinstance(opt, list) else p
+            for flags, kw in (opt if isinstance(opt, list) else [opt]):
+                group.add_argument(*flags, **kw)
+        p.set_defaults(func=func or (lambda a, p=p: p.print_help()))
+
+
+def _build_parser():
+    parser = argparse.ArgumentParser(
+        prog="capassign",
+        description="Assign prediction tasks to agents with capacity constraints "
+                    "(Wu, Kher & Smyth) - simulation, reproduction and benchmarks.")
+    parser.add_argument("--version", action="version", version=f"capassign {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_commands(sub, _COMMANDS)
+    _add_commands(sub.choices["data"].add_subparsers(dest="data_command", metavar="ACTION"),
+                  _DATA_ACTIONS)
+    return parser
 
 
 def main(argv=None):
@@ -11187,12 +11314,8 @@ _EXPECTED_ERRORS = (ValueError, TypeError, OSError, ImportError, DataUnavailable
 
 def _command_name(args):
     """``capassign data verify`` etc., for error messages."""
-    words = ["capassign"]
-    for attr in ("command", "data_command"):
-        w = getattr(args, attr, None)
-        if w:
-            words.append(w)
-    return " ".join(words)
+    words = (getattr(args, attr, None) for attr in ("command", "data_command"))
+    return " ".join(["capassign", *filter(None, words)])
 
 
 def _error_line(exc):
@@ -11211,173 +11334,6 @@ def _error_line(exc):
     else:
         msg = str(exc) or type(exc).__name__
     return " ".join(msg.split())
-
-
-def _parse_capacities(text, name="--capacities"):
-    """``"0.3,0.7"`` -> [0.3, 0.7]; ``free`` (or ``none``) marks a free agent."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if part.lower() in ("free", "none"):
-            out.append(None)
-            continue
-        try:
-            out.append(float(part))
-        except ValueError:
-            raise ValueError(f"{name}: {part!r} is neither a number nor 'free' "
-                             f"(expected e.g. 0.3,0.7 or 0.5,0.5,free)") from None
-    return out
-
-
-def _split_names(text):
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def _add_simulate_parser(sub):
-    """``python -m capassign simulate``: one task, policy and capacity vector."""
-    p = sub.add_parser("simulate", help="simulate one policy on one task",
-                       description="Run one online policy (or offline benchmark) on one task "
-                                   "at one capacity vector, over randomised task orders "
-                                   "(Algorithm 1), and print the error rate.")
-    p.add_argument("--task", required=True, help=f"task name: {', '.join(TASK_NAMES)}")
-    p.add_argument("--task-seed", type=int, default=0,
-                   help="seed of the task's agent construction (default 0)")
-    p.add_argument("--policy", required=True, help=f"one of {', '.join(POLICIES)}")
-    p.add_argument("--capacities", required=True,
-                   help="one share per agent, comma-separated, 'free' for an unconstrained "
-                        "agent (e.g. 0.3,0.7 or 0.5,0.5,free)")
-    p.add_argument("--eta", type=float, default=DEFAULT_ETA,
-                   help=f"queue penalty (default {DEFAULT_ETA})")
-    p.add_argument("--runs", type=int, default=PAPER_RUNS,
-                   help=f"randomised task orders (default {PAPER_RUNS})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    p.add_argument("--engine", default="fast", choices=ENGINES,
-                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
-                        "Algorithm 1, slow)")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.set_defaults(func=_cmd_simulate)
-
-
-def _cmd_simulate(args):
-    task = load_task(args.task, seed=args.task_seed)
-    caps = _parse_capacities(args.capacities)
-    res = simulate(task.X, task.R, caps, args.policy, eta=args.eta, runs=args.runs,
-                   seed=args.seed, engine=args.engine)
-    shares = res.assigned.mean(axis=0)
-    if args.json:
-        print(json.dumps({
-            "task": args.task, "task_seed": args.task_seed, "policy": res.policy,
-            "capacities": list(res.capacities), "eta": res.eta, "runs": res.runs,
-            "seed": res.seed, "engine": res.engine, "agents": list(task.agent_names),
-            "error": res.error, "std": res.std, "stderr": res.stderr,
-            "shares": [float(v) for v in shares],
-            "errors": [float(v) for v in res.errors]}))
-        return
-    print(f"task {args.task} (T={task.R.shape[0]}, d={task.X.shape[1]}), policy {res.policy}, "
-          f"capacities {_capacity_label(res.capacities)}, eta {res.eta}, {res.runs} runs, "
-          f"seed {res.seed}, {res.engine} engine")
-    print(f"error {res.error:.4f} +/- {res.stderr:.4f} (std {res.std:.4f})")
-    for name, v in zip(task.agent_names, shares):
-        print(f"  share of {name}: {v:.4f}")
-
-
-def _add_sweep_parser(sub):
-    """``python -m capassign sweep``: a resumable grid of simulations."""
-    p = sub.add_parser("sweep", help="a resumable grid of simulations -> tidy CSV",
-                       description="Simulate every (task, policy, capacities) combination "
-                                   "over --runs task orders, in cells of --block runs stored "
-                                   "one by one in --out; a killed sweep started again resumes "
-                                   "where it stopped. Writes OUT/results.csv (one row per run).")
-    p.add_argument("--tasks", required=True, help="comma-separated task names")
-    p.add_argument("--policies", required=True, help="comma-separated policy names")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--alphas", help="comma-separated alpha_1 values of two-agent capacities "
-                                    "(alpha_1, 1 - alpha_1), e.g. 0.2,0.4,0.5,0.6,0.8")
-    g.add_argument("--capacities", nargs="+", metavar="VECTOR",
-                   help="capacity vectors, each comma-separated ('free' for a free agent)")
-    p.add_argument("--out", required=True, help="results directory")
-    p.add_argument("--runs", type=int, default=PAPER_RUNS, help=f"runs per grid point "
-                                                                f"(default {PAPER_RUNS})")
-    p.add_argument("--block", type=int, default=None,
-                   help="runs per stored cell (default: all runs of a grid point)")
-    p.add_argument("--eta", type=float, default=DEFAULT_ETA,
-                   help=f"queue penalty (default {DEFAULT_ETA})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    p.add_argument("--task-seed", type=int, default=0,
-                   help="seed of the tasks' agent construction (default 0)")
-    p.add_argument("--engine", default="fast", choices=ENGINES,
-                   help="'fast' (compiled kernels, default) or 'reference' (the literal "
-                        "Algorithm 1, slow)")
-    p.add_argument("--jobs", type=int, default=-1, help="parallel jobs (-1: all cores)")
-    p.add_argument("--backend", default="loky", choices=SWEEP_BACKENDS,
-                   help="joblib backend; 'dask' needs --scheduler")
-    p.add_argument("--scheduler", default=None,
-                   help="Dask scheduler address for --backend dask, e.g. tcp://host:8786")
-    p.set_defaults(func=_cmd_sweep)
-
-
-def _cmd_sweep(args):
-    if args.alphas is not None:
-        caps = _parse_capacities(args.alphas, "--alphas")
-        if any(v is None for v in caps):
-            raise ValueError(f"--alphas {args.alphas!r}: 'free' is not an alpha_1 value; "
-                             f"--alphas takes numbers in [0, 1] (two agents), give vectors "
-                             f"with free agents to --capacities, e.g. --capacities 0.5,0.5,free")
-    else:
-        caps = [_parse_capacities(v) for v in args.capacities]
-    if args.backend == "dask" and not args.scheduler:
-        raise ValueError("--backend dask needs --scheduler ADDRESS")
-    out = Path(args.out).expanduser()
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {args.out!r} is an existing file, not a folder; give a "
-                         f"results folder (created if missing)")
-    df = sweep(_split_names(args.tasks), _split_names(args.policies), caps, args.out,
-               runs=args.runs, block=args.block, eta=args.eta, seed=args.seed,
-               task_seed=args.task_seed, engine=args.engine, n_jobs=args.jobs,
-               backend=args.backend, scheduler=args.scheduler, out=print)
-    summary = df.groupby(["task", "policy", "capacities"], sort=False)["error"].agg(
-        ["mean", "std", "count"])
-    print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
-
-
-
-def _add_validate_parser(sub):
-    """``python -m capassign validate-engines``: fast vs reference on the tabular tasks."""
-    p = sub.add_parser("validate-engines", help="compare the fast and reference engines on the "
-                                                "tabular tasks -> a checksummed results file",
-                       description="Paired runs of every online policy on Bank, Credit, Coupon "
-                                   "and Cardio at three capacities on both engines (about an "
-                                   "hour on one core); writes the file the fast_engine chapter "
-                                   "reads.  Interrupted runs resume; --tasks computes some tasks "
-                                   "only (e.g. in parallel), a final call without it writes "
-                                   "the file.")
-    p.add_argument("--out", default=None,
-                   help="results file (default book/results/engine_validation.json)")
-    p.add_argument("--tasks", default=None,
-                   help=f"comma-separated subset of {','.join(TABULAR_TASKS)} (default: all)")
-    p.add_argument("--prefix", type=int, default=2000, help="tasks per run (default 2000)")
-    p.add_argument("--pilot", type=int, default=10,
-                   help="paired runs before the sample-size rule (default 10)")
-    p.add_argument("--max-runs", type=int, default=60,
-                   help="cap of paired runs per cell (default 60)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the rows and runs (default 0)")
-    p.add_argument("--collect", action="store_true",
-                   help="compute nothing: write the file from the cells stored so far, "
-                        "listing the missing ones (a later call completes it)")
-    p.set_defaults(func=_cmd_validate)
-
-
-def _cmd_validate(args):
-    tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
-    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
-    for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
-                        ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
-        _validate_int(v, name, lo=lo)
-    path = validate_engines(args.out, tasks=tasks, prefix=args.prefix, pilot=args.pilot,
-                            max_runs=args.max_runs, seed=args.seed, collect=args.collect,
-                            out=print)
-    if path is not None:
-        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
