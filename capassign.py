@@ -568,24 +568,18 @@ def _assignment_lp(mu, w, cap, constrained):
     rows_ctx, agent_cols = _transport_incidence(m, A)
     cons_agents = np.flatnonzero(constrained)
     capm = agent_cols[cons_agents]
-    c = -mu.ravel()
     all_constrained = bool(constrained.all())
     if all_constrained:
-        res = linprog(c, A_eq=sparse.vstack([rows_ctx, capm]).tocsr(),
-                      b_eq=np.concatenate([w, cap[cons_agents]]),
-                      bounds=(0, None), method="highs", options=_HIGHS_OPTIONS)
+        rows = dict(A_eq=sparse.vstack([rows_ctx, capm]).tocsr(),
+                    b_eq=np.concatenate([w, cap[cons_agents]]))
     else:
-        res = linprog(c, A_ub=capm, b_ub=cap[cons_agents], A_eq=rows_ctx,
-                      b_eq=w, bounds=(0, None), method="highs",
-                      options=_HIGHS_OPTIONS)
+        rows = dict(A_ub=capm, b_ub=cap[cons_agents], A_eq=rows_ctx, b_eq=w)
+    res = linprog(-mu.ravel(), bounds=(0, None), method="highs", options=_HIGHS_OPTIONS, **rows)
     if res.status != 0:  # pragma: no cover - the programme is always feasible and bounded
         raise RuntimeError(f"HiGHS failed on the assignment programme: {res.message}")
-    if all_constrained:
-        duals = -np.asarray(res.eqlin.marginals)[m:]
-    else:
-        duals = -np.asarray(res.ineqlin.marginals)
     lam = np.zeros(A)
-    lam[cons_agents] = duals
+    lam[cons_agents] = -np.asarray(res.eqlin.marginals[m:] if all_constrained
+                                   else res.ineqlin.marginals)
     P = np.clip(np.asarray(res.x).reshape(m, A), 0.0, None)
     return P / P.sum(axis=1, keepdims=True), lam
 
@@ -860,12 +854,10 @@ def optimal_assignment(mu, capacities, weights=None):
     idle = np.flatnonzero(w == 0)
     if idle.size:
         P[idle, np.argmax(mu[idle] - lam, axis=1)] = 1.0
-    caps = np.where(constrained, alpha, np.nan)
     return OptimalAssignment(
         assignment=P, shadow_prices=lam, value=float(np.sum(w[:, None] * P * mu)),
         random_value=float(w @ mu @ _selection_shares(alpha, constrained)), loads=w @ P,
-        capacities=caps,
-        weights=w, mu=mu)
+        capacities=np.where(constrained, alpha, np.nan), weights=w, mu=mu)
 
 
 def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, out=print):
@@ -6109,6 +6101,14 @@ def _sha256(path, chunk=1 << 20):
     return h.hexdigest()
 
 
+def _write_part(target, blob):
+    """Write ``blob`` next to ``target`` as ``<name>.part`` (folders created); return that path."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".part")
+    tmp.write_bytes(blob)
+    return tmp
+
+
 def _nested_unzip(members, target):
     """Return a pooch processor that extracts a member of nested zip archives.
 
@@ -6133,10 +6133,7 @@ def _nested_unzip(members, target):
                         raise DataUnavailable(f"archive member {name!r} not found in "
                                               f"{Path(fname).name} (members: {zf.namelist()[:10]})")
                     blob = zf.read(name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".part")
-            tmp.write_bytes(blob)
-            os.replace(tmp, target)
+            os.replace(_write_part(target, blob), target)
         return str(target)
 
     return processor
@@ -6222,15 +6219,13 @@ class DataRegistry:
                     f"in the registry (`python -m capassign data list`); or unset {DATA_ENV} "
                     f"to read the download cache, which `python -m capassign data fetch` fills")
         if e.get("urls"):
-            how = ("run `python -m capassign data fetch` with network access, or set "
-                   f"{DATA_ENV} to a folder that holds the data files")
-        elif e.get("rebuild"):
-            how = (f"it is rebuilt from {len(e.get('derived_from', []))} public files: fetch them "
-                   f"(`python -m capassign data fetch`) or set {DATA_ENV}")
-        else:
-            how = (f"it has no public download URL, so it is only available through {DATA_ENV} "
-                   "(a folder holding the project's data files; see data/README.md)")
-        return how
+            return ("run `python -m capassign data fetch` with network access, or set "
+                    f"{DATA_ENV} to a folder that holds the data files")
+        if e.get("rebuild"):
+            return (f"it is rebuilt from {len(e.get('derived_from', []))} public files: fetch "
+                    f"them (`python -m capassign data fetch`) or set {DATA_ENV}")
+        return (f"it has no public download URL, so it is only available through {DATA_ENV} "
+                "(a folder holding the project's data files; see data/README.md)")
 
     # verification -----------------------------------------------------------
     def check(self, relpath, path=None):
@@ -6320,9 +6315,7 @@ class DataRegistry:
         except DataUnavailable as exc:
             raise DataUnavailable(f"data file {relpath} is rebuilt from public files, and one of "
                                   f"them is missing: {exc}") from None
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".part")
-        tmp.write_bytes(_REBUILDERS[e["rebuild"]](inputs))
+        tmp = _write_part(target, _REBUILDERS[e["rebuild"]](inputs))
         got = _sha256(tmp)
         if got != e["sha256"]:
             tmp.unlink()
@@ -7142,10 +7135,9 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
 
 @functools.lru_cache(maxsize=512)
 def _cached_mmlu_task(models, subjects):
-    available, questions, C = _cached_mmlu_models(subjects)
+    available, questions, C, pc1 = _mmlu_question_set(subjects)
     _validate_names(models, available, "models")
     R = C[:, [available.index(m) for m in models]]
-    pc1 = _mmlu_pc1(subjects)
     X = ((pc1 - pc1.mean()) / pc1.std())[:, None]
     meta = dict(source="mmlu/agents/correctness.csv (source == helm_v0.2.2_efficbench), "
                        "mmlu/questions, data/mmlu_embeddings.npz",
@@ -7156,16 +7148,9 @@ def _cached_mmlu_task(models, subjects):
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_mmlu_models(subjects):
+def _mmlu_question_set(subjects):
+    """:func:`mmlu_models` of ``subjects`` and the PC1 scores of the questions' embeddings."""
     models, questions, C = mmlu_models(subjects)
-    C.setflags(write=False)
-    return models, questions, C
-
-
-@functools.lru_cache(maxsize=16)
-def _mmlu_pc1(subjects):
-    """PC1 scores of the embeddings of the question set of ``subjects``."""
-    _, questions, _ = _cached_mmlu_models(subjects)
     keys, E = mmlu_embeddings()
     pos = {k: i for i, k in enumerate(zip(keys["subject"], keys["split"], keys["question_index"]))}
     try:
@@ -7175,8 +7160,9 @@ def _mmlu_pc1(subjects):
         raise DataUnavailable(f"no embedding for MMLU question {exc}; recompute "
                               "data/mmlu_embeddings.npz") from None
     pc1 = first_pc(E[rows])
-    pc1.setflags(write=False)
-    return pc1
+    for arr in (C, pc1):
+        arr.setflags(write=False)
+    return models, questions, C, pc1
 
 
 def _mmlu_task(name):
@@ -7257,13 +7243,10 @@ def _freeze(task):
 
 @functools.lru_cache(maxsize=64)
 def _cached_task(name, seed, split):
-    if name in ("bank", "credit", "coupon", "cardio"):
-        return _freeze(_tabular_task(name, seed, split))
-    if name == "imagenet16h":
-        return _freeze(_imagenet16h_task())
-    if name in MMLU_EXPERIMENTS:
-        return _freeze(_mmlu_task(name))
-    return _freeze(synthetic_task(seed=seed))
+    return _freeze(_tabular_task(name, seed, split) if name in TABULAR_TASKS
+                   else _imagenet16h_task() if name == "imagenet16h"
+                   else _mmlu_task(name) if name in MMLU_EXPERIMENTS
+                   else synthetic_task(seed=seed))
 
 
 def load_task(name, seed=None, *, split="random"):
@@ -7330,7 +7313,7 @@ def _sync_data_caches():
     key = data_registry().root_key()
     if key != _DATA_ROOT_SEEN:
         if _DATA_ROOT_SEEN is not None:
-            for cached in (_cached_task, _cached_mmlu_task, _cached_mmlu_models, _mmlu_pc1):
+            for cached in (_cached_task, _cached_mmlu_task, _mmlu_question_set):
                 cached.cache_clear()
         _DATA_ROOT_SEEN = key
 
