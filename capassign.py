@@ -426,13 +426,12 @@ class OptimalAssignment:
     value : float
         Expected reward per task, sum_i w_i sum_a P[i, a] mu[i, a].
     random_value : float
-        Expected reward of the non-contextual policy that picks agent a with
-        probability alpha_a, sum_a alpha_a mu_a (Sec. 2.3); free agents get share 0.
+        Expected reward of random assignment (:func:`random_assignment_value`).
     loads : ndarray, shape (A,)
         Realised shares sum_i w_i P[i, a]; equal to the capacities for
         constrained agents (at most the capacities when a free agent exists).
     capacities : ndarray, shape (A,)
-        The capacities alpha_a, with NaN for unconstrained agents.
+        The capacities alpha_a, with NaN for free agents.
     weights : ndarray, shape (n,)
         Probabilities of the context points.
     mu : ndarray, shape (n, A)
@@ -498,9 +497,9 @@ def random_assignment_value(mu, capacities, weights=None):
     mu : array_like, shape (n, A)
         Conditional expected rewards mu_a(x_i) at n context points.
     capacities : sequence of length A
-        One share alpha_a per agent, or ``None`` for a free agent, which then
-        gets the share the constrained agents leave, split equally among the
-        free agents (:func:`_selection_shares`).
+        One share alpha_a per agent, ``None`` for a free agent
+        (:func:`_validate_capacities`); the free agents split the share the
+        constrained agents leave (:func:`_selection_shares`).
     weights : array_like, shape (n,), optional
         Probabilities of the context points (uniform by default).
 
@@ -774,24 +773,23 @@ def optimal_assignment(mu, capacities, weights=None):
     contexts and A <= 5 (``python -m capassign bench --oracle``).  Rewards of
     magnitude above 1e6 are first shifted by each context's best reward and
     scaled (the assignment is unchanged, the prices are scaled back); rewards
-    whose differences within a context overflow raise ``ValueError``.  When some agent is unconstrained
-    (capacity ``None``, the paper, App. H.4) the capacity rows become long-run
-    upper bounds ``<= alpha_a`` (App. F) and the free agent's shadow price is 0.
+    whose differences within a context overflow raise ``ValueError``.  With a
+    free agent (App. H.4, :func:`_validate_capacities`) the capacity rows
+    become upper bounds ``<= alpha_a`` (App. F) and the free agent's shadow
+    price is 0.
 
     Parameters
     ----------
     mu : array_like, shape (n, A)
         Conditional expected rewards mu_a(x_i) at n context points.
     capacities : sequence of length A
-        Shares alpha_a in [0, 1] of the constrained agents, summing to one
-        within :data:`CAPACITY_TOL`, or ``None`` for an unconstrained agent;
-        with an unconstrained agent the shares are upper bounds and may sum
-        to less than one.
+        One share alpha_a per agent, ``None`` for a free agent
+        (:func:`_validate_capacities`).
     weights : array_like, shape (n,), optional
-        Probabilities of the context points (uniform by default).  They must be
-        non-negative and sum to one within :data:`CAPACITY_TOL`; they are not
-        normalised for you.  Points of weight zero do not enter the programme;
-        their rows are filled with the rule argmax_a mu_a(x) - lambda_a.
+        Probabilities of the context points (uniform by default; checked, not
+        normalised, by :func:`_validate_weights`).  Points of weight zero do
+        not enter the programme; their rows are filled with the rule
+        argmax_a mu_a(x) - lambda_a.
 
     Returns
     -------
@@ -1144,15 +1142,14 @@ def two_agent_threshold(delta, alpha, weights=None):
 class DisagreementRegions:
     """Masses and mean gaps of the disagreement regions (App. B.4, App. D.4).
 
-    ``p1`` = P(Delta > 0), ``p2`` = P(Delta < 0), ``mean_gap_1`` =
-    E[Delta | D1] and ``mean_gap_2`` = E[-Delta | D2] (NaN for an empty
-    region).  Full exploitation of disagreement is feasible for capacities
-    ``alpha_range`` = (p1, 1 - p2) (Prop. 2).
+    The regions are D1 = {Delta > 0} and D2 = {Delta < 0}.  Full
+    exploitation of disagreement is feasible for capacities ``alpha_range``
+    = (p1, 1 - p2) (Prop. 2).
 
     Attributes
     ----------
     p1, p2 : float
-        The masses P(Delta > 0) and P(Delta < 0).
+        The masses P(D1) = P(Delta > 0) and P(D2) = P(Delta < 0).
     mean_gap_1, mean_gap_2 : float
         E[Delta | D1] and E[-Delta | D2], NaN for an empty region.
 
@@ -1209,8 +1206,8 @@ def _disagreement(delta, weights):
 def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
     """Closed-form gain over random assignment (Prop. 2-3, App. D.4).
 
-    Returns (1 - alpha) p1 E[Delta | D1] + alpha p2 E[-Delta | D2], with
-    D1 = {Delta > 0}, D2 = {Delta < 0}, p_k = P(D_k).  For capacities
+    Returns (1 - alpha) p1 E[Delta | D1] + alpha p2 E[-Delta | D2], in the
+    notation of :class:`DisagreementRegions`.  For capacities
     p1 <= alpha <= 1 - p2 (checked within :data:`CAPACITY_TOL`) this is exactly
     the gain mu^{phi*} - mu^rand of the optimal constrained policy (Prop. 2).
 
@@ -1273,11 +1270,9 @@ _DS_MAX_VARIABLES = 20_000
 def _count_bounds(total, alpha, constrained):
     """Integer count bounds ``(lower, upper)`` for ``total`` tasks.
 
-    A constrained agent's share alpha_a * total is rounded down for the lower
-    and up for the upper bound (values within 1e-8 * total of an integer count
-    as that integer, so that e.g. 0.1 * 10 is exactly 1).  When some agent is
-    free, the capacities are long-run upper bounds (the paper, App. F and
-    App. H.4): every lower bound becomes 0 and a free agent may take all tasks.
+    The rule is stated in :func:`hindsight_optimum`; a share alpha_a * total
+    within 1e-8 * total of an integer counts as that integer, so that e.g.
+    0.1 * 10 is exactly 1.
     """
     x = np.asarray(alpha, dtype=float) * total
     r = np.rint(x)
@@ -1435,12 +1430,11 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     Parameters
     ----------
     R : array_like, shape (T, A)
-        Rewards 0 or 1 of every agent on every task, r_{t,a} = 1{prediction
-        of agent a on task t is correct} (Sec. 4); other values are refused
-        as everywhere else (:data:`REWARD_RULE`).
+        Every agent's reward on every task (Sec. 4), 0 or 1 as
+        :data:`REWARD_RULE` requires.
     capacities : sequence of length A
-        As in :func:`optimal_assignment`: shares summing to one, ``None`` for a
-        free agent.
+        One share alpha_a per agent, ``None`` for a free agent
+        (:func:`_validate_capacities`).
     method : {"auto", "sort", "lp"}
         ``"sort"`` (two agents only): agent 1 takes the tasks with the largest
         R[:, 0] - R[:, 1] (Prop. 1), with the best count in the bounds.
@@ -6027,13 +6021,11 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
 
 import functools  # noqa: E402  (used by the task cache below)
 
-# --- 6a. Data registry and verified access ----------------------------------
+# --- 7a. Data registry and verified access ----------------------------------
 #
 # Every file the project reads is listed in ``data/registry.json`` with its
-# size, sha256, public URLs and provenance.  A file is taken from the folder
-# named by ``CAPASSIGN_DATA`` when that variable is set, otherwise from the
-# download cache (``data/cache`` in a checkout, or ``CAPASSIGN_CACHE``), where
-# pooch puts it.  Its sha256 is checked before the first use in a process.
+# size, sha256, public URLs and provenance; where a file is read from is the
+# rule of :meth:`DataRegistry.path`.
 
 #: Environment variable naming a folder that already holds the data files.
 DATA_ENV = "CAPASSIGN_DATA"
@@ -6061,7 +6053,7 @@ MMLU_EMBEDDINGS_PATH = DATA_DIR / "mmlu_embeddings.npz"
 
 
 class DataUnavailable(RuntimeError):
-    """A data file is neither in ``CAPASSIGN_DATA`` nor downloadable.
+    """A data file cannot be obtained under the rule of :meth:`DataRegistry.path`.
 
     The message says which file is missing and how to obtain it.  Tests and
     chapters that need real data skip (or stop) on this exception.
@@ -6154,9 +6146,8 @@ class DataRegistry:
     cache_dir : path, optional
         Download cache (default: ``$CAPASSIGN_CACHE`` or ``data/cache``).
 
-    Files are verified once per process (keyed by path, size and mtime); a
-    checksum mismatch raises :class:`DataIntegrityError` naming the file and
-    both hashes, and the file is neither used nor overwritten.
+    Where files are read from: :meth:`path`; how they are verified:
+    :meth:`check`.
 
     Examples
     --------
@@ -6231,7 +6222,9 @@ class DataRegistry:
     def check(self, relpath, path=None):
         """Verify ``path`` (default: the file's location) against the registry.
 
-        Returns the path; raises :class:`DataIntegrityError` on a mismatch.
+        A file is hashed once per process (keyed by path, size and mtime).
+        Returns the path; a mismatch raises :class:`DataIntegrityError` naming
+        the file and both hashes, and the file is neither used nor overwritten.
         """
         e = self.entry(relpath)
         path = Path(path) if path is not None else self.location(relpath)
@@ -6284,10 +6277,13 @@ class DataRegistry:
     def path(self, relpath, *, download=True):
         """Local, verified path of a registry file, fetching it if needed.
 
-        With ``CAPASSIGN_DATA`` set the file must be in that folder.  Otherwise
-        the cache is used; a missing file is downloaded with pooch (public
-        URLs, sha256-checked) or rebuilt from its public inputs.  Raises
-        :class:`DataUnavailable` with instructions when that is impossible.
+        The data-availability rule: with ``CAPASSIGN_DATA`` set the file must
+        be in that folder.  Otherwise it is read from the download cache
+        (``CAPASSIGN_CACHE``, or ``data/cache`` in a checkout), where a
+        missing file is downloaded with pooch (public URLs, sha256-checked) or
+        rebuilt from its public inputs.  Either way its sha256 is checked
+        before its first use in a process (:meth:`check`).  Raises
+        :class:`DataUnavailable` with instructions when the file cannot be had.
         """
         e = self.entry(relpath)
         self._check_data_dir()
@@ -6388,7 +6384,7 @@ def data_registry():
 
 
 def data_path(relpath):
-    """Verified local path of a registry file (see :meth:`DataRegistry.path`).
+    """Verified local path of a registry file (the rule is :meth:`DataRegistry.path`).
 
     Parameters
     ----------
@@ -6456,7 +6452,7 @@ IMAGENET16H_CLASSES = ("knife", "keyboard", "elephant", "bicycle", "airplane", "
 _REBUILDERS = {"imagenet16h_human48": _rebuild_imagenet16h_human48}
 
 
-# --- 6b. Tasks ---------------------------------------------------------------
+# --- 7b. Tasks ---------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -6550,8 +6546,8 @@ def _tabular_design(name):
     The categorical columns are the text columns, then those of
     :data:`_CODED_CATEGORICALS`.
 
-    Not cached: the data folder is resolved at every call (``CAPASSIGN_DATA``
-    may change within a process); tasks are cached by :func:`load_task`.
+    Not cached: tasks are cached by :func:`load_task`, which empties its caches
+    when the data folder changes (:func:`_sync_data_caches`).
     """
     import pandas as pd
 
@@ -6596,9 +6592,12 @@ TABULAR_ENCODING = {"bank": "onehot", "credit": "onehot", "coupon": "onehot",
 
 
 def _tabular_split(n, seed, split):
-    """Training rows and online-stream rows (sorted) of a tabular data set.
+    """Training rows and online-stream rows (both sorted) of a tabular data set.
 
-    ``split`` is ``"random"`` or ``"order"`` (checked by :func:`load_task`).
+    The stream is :data:`TABULAR_STREAM_FRACTION` (30%) of the ``n`` rows,
+    drawn uniformly at random (seeded) for ``split="random"``, the last rows
+    in file order for ``split="order"`` (checked by :func:`load_task`); the
+    agents train on the rest.
     """
     n_stream = int(math.ceil(round(TABULAR_STREAM_FRACTION * n, 9)))
     if split == "random":
@@ -6688,17 +6687,11 @@ def _tabular_agents(design, seed, split, agents):
 def _tabular_task(name, seed, split, encoding=None):
     """Two classifier agents on a tabular data set (the paper, Sec. 4.1 and App. H.1).
 
-    The rows are split into a training part (70%) and an online stream (30%):
-    ``split="random"`` draws the stream uniformly at random (seeded), while
-    ``split="order"`` takes the last 30% of the rows in file order.  Agent 1 is
-    a logistic regression (lbfgs, balanced class weights, 1000 iterations) on
-    a random subset of ``max(1, floor(0.2 d))`` of the d features, its
-    categorical features coded by ``encoding`` (default
-    ``TABULAR_ENCODING[name]``); agent 2 is XGBoost (200 trees, depth 4,
-    learning rate 0.05, subsample and column sample 0.8, log-loss,
-    ``random_state=seed``) on the others, with ordinal codes.  The policies
-    see all d features (ordinal codes), standardised with the training part's
-    mean and sd.
+    The rows are split by :func:`_tabular_split`; the agents are those of
+    :func:`_tabular_agents` on the feature subsets of :func:`_agent_features`,
+    the logistic one with its categorical inputs coded by ``encoding``
+    (default ``TABULAR_ENCODING[name]``).  The policies see all d features
+    (ordinal codes), standardised with the training part's mean and sd.
     """
     encoding = TABULAR_ENCODING[name] if encoding is None else encoding
     design = _tabular_design(name)
@@ -7268,15 +7261,16 @@ def load_task(name, seed=None, *, split="random"):
         seed whose agents are nearest the paper's Table 3
         (:func:`paper_agent_seed`), otherwise 0.
     split : {"random", "order"}
-        Tabular split rule: a seeded random 30% stream (default) or the last
-        30% of the file's rows.
+        Tabular split rule (:func:`_tabular_split`): a seeded random 30%
+        stream (default) or the last 30% of the file's rows.
 
     Returns
     -------
     Task
 
-    The result is cached per process (arrays are read-only).  Raises
-    :class:`DataUnavailable` when the data cannot be obtained.
+    The result is cached per process (arrays are read-only; see
+    :func:`_sync_data_caches`).  Raises :class:`DataUnavailable` when the data
+    cannot be obtained (:meth:`DataRegistry.path`).
 
     Examples
     --------
