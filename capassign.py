@@ -6951,16 +6951,14 @@ def mmlu_substitutes(name="mmlu"):
     out = []
     for label, helm_id, paper_acc, helm_acc in spec["agents"]:
         target, kind = (paper_acc, "paper") if paper_acc is not None else (helm_acc, "helm")
-        if helm_id in acc:
-            out.append(dict(paper_agent=label, paper_model=helm_id, model=helm_id,
-                            substituted=False, target=target, target_kind=kind,
-                            accuracy=float(acc[helm_id])))
-            continue
-        free = sorted(m for m in models if m not in used)
-        best = min(free, key=lambda m: (abs(acc[m] - target), m))
-        used.add(best)
-        out.append(dict(paper_agent=label, paper_model=helm_id, model=best, substituted=True,
-                        target=target, target_kind=kind, accuracy=float(acc[best])))
+        model = helm_id
+        if helm_id not in acc:
+            free = sorted(m for m in models if m not in used)
+            model = min(free, key=lambda m: (abs(acc[m] - target), m))
+            used.add(model)
+        out.append(dict(paper_agent=label, paper_model=helm_id, model=model,
+                        substituted=helm_id not in acc, target=target, target_kind=kind,
+                        accuracy=float(acc[model])))
     return out
 
 
