@@ -422,7 +422,7 @@ class OptimalAssignment:
         solver's dual values.  The optimal policy is argmax_a mu_a(x) - lambda_a
         (Thm 1), so a larger lambda_a makes agent a dearer.  When every agent is
         constrained they are shifted so that the smallest one is 0 (only
-        differences matter then); an unconstrained agent has lambda_a = 0.
+        differences matter then); a free agent has lambda_a = 0.
     value : float
         Expected reward per task, sum_i w_i sum_a P[i, a] mu[i, a].
     random_value : float
@@ -794,14 +794,10 @@ def optimal_assignment(mu, capacities, weights=None):
     Returns
     -------
     OptimalAssignment
-        ``shadow_prices`` are the negated dual values of the capacity rows
-        (``res.eqlin.marginals`` or ``res.ineqlin.marginals``), i.e. the change
-        of the optimal value per unit of extra capacity, with the sign
-        convention that the policy is argmax_a mu_a(x) - lambda_a.  With every
-        agent constrained the duals are determined only up to a common shift
-        (absorbed by the duals of the per-context rows); they are normalised so
-        that the smallest is 0, which makes them comparable with the
-        non-negative queue penalties eta * Q of the online algorithm (Eq. 2).
+        ``shadow_prices`` are the negated dual values of the capacity rows,
+        the change of the optimal value per unit of extra capacity (sign and
+        shift as in :class:`OptimalAssignment`; the shift makes them
+        comparable with the non-negative queue penalties eta * Q of Eq. 2).
         On a discrete distribution the duals may also be non-unique beyond the
         shift (a capacity boundary that falls between two context points); the
         returned values are then one optimal choice, the one HiGHS reports.
@@ -1080,10 +1076,10 @@ def two_agent_threshold(delta, alpha, weights=None):
     mass at the boundary value; both are returned in a
     :class:`TwoAgentThreshold` (``float(result)`` is tau).  Probability masses
     that agree within 1e-12 count as equal (this absorbs the rounding of
-    cumulative sums; a context of smaller weight at the boundary may be left out).  ``tau`` equals the shadow-price
-    difference lambda_1 - lambda_2 of :func:`optimal_assignment` whenever that
-    difference is unique (``result.unique``); otherwise every point of
-    ``result.interval`` is an optimal difference.
+    cumulative sums; a context of smaller weight at the boundary may be left
+    out).  ``tau`` equals the shadow-price difference lambda_1 - lambda_2 of
+    :func:`optimal_assignment` when that difference is unique
+    (``result.unique``; otherwise see ``result.interval``).
 
     Parameters
     ----------
