@@ -991,21 +991,18 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
                                  shape=(ambiguous.size, nv))
     wv = w[ambiguous][ii]
 
-    def cap_matrix(mask):
+    def capacity_rows(mask):   # the loads of the agents in mask and what they have left
         agents = np.flatnonzero(mask)
-        r = np.searchsorted(agents, aa)
         keep = np.isin(aa, agents)
-        return agents, sparse.csr_matrix((wv[keep], (r[keep], np.arange(nv)[keep])),
-                                         shape=(agents.size, nv))
+        rows = sparse.csr_matrix((wv[keep], (np.searchsorted(agents, aa)[keep],
+                                              np.arange(nv)[keep])), shape=(agents.size, nv))
+        return rows, alpha[agents] - load0[agents]
 
-    ex_agents, ex = cap_matrix(exact)
-    up_agents, up = cap_matrix(upper)
-    A_eq = sparse.vstack([rows_ctx, ex]).tocsr()
-    b_eq = np.concatenate([np.ones(ambiguous.size), alpha[ex_agents] - load0[ex_agents]])
-    kw = {}
-    if up_agents.size:
-        kw = dict(A_ub=up, b_ub=alpha[up_agents] - load0[up_agents])
-    res = linprog(np.zeros(nv), A_eq=A_eq, b_eq=b_eq, bounds=(0, None),
+    ex, ex_left = capacity_rows(exact)
+    up, up_left = capacity_rows(upper)
+    kw = dict(A_ub=up, b_ub=up_left) if up_left.size else {}
+    res = linprog(np.zeros(nv), A_eq=sparse.vstack([rows_ctx, ex]).tocsr(),
+                  b_eq=np.concatenate([np.ones(ambiguous.size), ex_left]), bounds=(0, None),
                   method="highs", options=_HIGHS_OPTIONS, **kw)
     if res.status != 0:
         raise ValueError("shadow_prices do not meet the capacities: no split of the "
