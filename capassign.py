@@ -80,7 +80,8 @@ __all__ = [
     "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
     "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
     "PAPER_TABLE3", "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
-    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS", "MMLU_EXPERIMENTS",
+    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS",
+    "MMLU_EXPERIMENTS",
     "tabular_agent_accuracies", "mmlu_questions", "mmlu_models", "mmlu_substitutes",
     "mmlu_embeddings", "embed_mmlu_questions", "first_pc", "mmlu_task", "synthetic_task",
     "load_task", "accuracy_by_context",
@@ -6350,7 +6351,8 @@ class DataRegistry:
                 self.path(p)
                 out.append((p, "ok", ""))
             except (DataUnavailable, DataIntegrityError) as exc:
-                out.append((p, "MISMATCH" if isinstance(exc, DataIntegrityError) else "missing", str(exc)))
+                status = "MISMATCH" if isinstance(exc, DataIntegrityError) else "missing"
+                out.append((p, status, str(exc)))
         return out
 
 
@@ -6420,7 +6422,8 @@ def _rebuild_imagenet16h_human48(inputs):
         pred = pd.read_csv(inputs[f"{base}users/noise{w}/predictions.csv"])
         succ = pd.read_csv(inputs[f"{base}users/noise{w}/success.csv"])
         if not (pred["image_name"].values == succ["image_name"].values).all():
-            raise DataIntegrityError(f"predictions and success files of noise {w} are not row-aligned")
+            raise DataIntegrityError(f"predictions and success files of noise {w} are not "
+                                     "row-aligned")
         h = pred.assign(correct=succ["correct"].values)
         h = h[h["participant_id"] == 48].assign(noise_level=w)
         vgg = pd.read_csv(inputs[f"{base}models/noise{w}/vgg19.csv"])
@@ -6690,14 +6693,13 @@ def _tabular_task(name, seed, split, encoding=None):
     design = _tabular_design(name)
     df, y, src, Xraw, cats = design
     train, stream, f1, f2, pred = _tabular_agents(design, seed, split, (encoding, "xgboost"))
-    n_stream = len(stream)
     Z = _standardise(Xraw, train)
     R = np.column_stack([pred[encoding] == y[stream], pred["xgboost"] == y[stream]]).astype(float)
     names = tuple(str(c) for c in df.columns)
     coding = ("one-hot (one 0/1 column per level)" if encoding == "onehot"
               else "ordinal codes (sorted levels)")
     meta = dict(
-        source=src, seed=seed, split=split, n_rows=len(y), n_train=len(train), n_stream=n_stream,
+        source=src, seed=seed, split=split, n_rows=len(y), n_train=len(train), n_stream=len(stream),
         stream_rows=stream, y=y[stream], positive_rate_stream=float(y[stream].mean()),
         categorical=tuple(cats), logistic_encoding=encoding,
         encoding=f"contexts: ordinal codes (sorted levels), standardised with training "
@@ -6837,9 +6839,8 @@ def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
             q = pd.read_csv(data_path(f"mmlu/questions/{s}_{sp}.csv"), header=None,
                             names=["question", "A", "B", "C", "D", "answer"],
                             keep_default_na=False)
-            q.insert(0, "question_index", np.arange(len(q)))
-            q.insert(0, "split", sp)
-            q.insert(0, "subject", s)
+            for col, v in (("question_index", np.arange(len(q))), ("split", sp), ("subject", s)):
+                q.insert(0, col, v)
             frames.append(q)
     return pd.concat(frames, ignore_index=True)
 
