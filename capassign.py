@@ -344,9 +344,10 @@ def _validate_names(values, allowed, name, *, min_count=1, unique=False):
 REWARD_RULE = "rewards must be 0 or 1 (1 when the agent's prediction is correct, Sec. 4)"
 
 
-def _validate_rewards(R, name="R", min_rows=0):
-    """Check a reward matrix against :data:`REWARD_RULE`; return it as floats."""
-    R = _validate_matrix(R, name, finite=False, min_rows=min_rows)
+def _validate_rewards(R, name="R", min_rows=0, shape=None):
+    """Check a reward matrix against :data:`REWARD_RULE` (and ``shape`` as in
+    :func:`_validate_matrix`); return it as floats."""
+    R = _validate_matrix(R, name, finite=False, min_rows=min_rows, shape=shape)
     bad = ~((R == 0.0) | (R == 1.0))
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
@@ -4119,6 +4120,22 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
                 _check_dead(a, bound, thompson or not fitted[a], Q, eta, dead)
         t += nb
     return total
+
+
+@njit(cache=True)
+def _known_mu_runs(mu, orders, alpha, constrained, eta):
+    """Eq. 2 and Eq. 1 with the true ``mu`` (T x A) on every run's task order:
+    the assignments and the queues in force at every decision (see
+    :func:`simulate_known_mu`)."""
+    runs, T = orders.shape
+    assign = np.zeros((runs, T), dtype=np.int32)
+    queues = np.zeros((runs, T, mu.shape[1]))
+    for k in range(runs):
+        Q = np.zeros(mu.shape[1])
+        for t in range(T):
+            queues[k, t] = Q
+            assign[k, t] = _online_step_nb(mu[orders[k, t]], Q, eta, alpha, constrained)
+    return assign, queues
 
 
 @njit(parallel=True, cache=True)
@@ -8808,35 +8825,20 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     >>> res.policy, round(res.error, 3), res.assigned.mean(axis=0).round(3).tolist()
     ('known-mu', 0.255, [0.307, 0.693])
     """
-    mu = _validate_matrix(mu, "mu")
-    R = _validate_matrix(R, "R")
-    if mu.shape != R.shape:
-        raise ValueError(f"mu has shape {mu.shape} but R has shape {R.shape}; both must be "
-                         f"T x A")
-    if mu.shape[0] < 1:
-        raise ValueError("mu must hold at least one task")
+    mu = _validate_matrix(mu, "mu", min_rows=1)
+    R = _validate_rewards(R, "R", shape=mu.shape)
     alpha, constrained = _validate_capacities(capacities, mu.shape[1])
     eta = _validate_eta(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
     T, A = mu.shape
-    orders, _ = _stream_orders(int(seed), int(runs), T)
-    Q = np.zeros((runs, A))
-    queues = np.zeros((runs, T, A))
-    assign = np.zeros((runs, T), dtype=np.int32)
-    rows = np.arange(runs)
-    for t in range(T):
-        queues[:, t] = Q
-        a = np.argmax(mu[orders[:, t]] - eta * Q, axis=1)
-        assign[:, t] = a
-        step = np.zeros((runs, A))
-        step[rows, a] = 1.0
-        Q = np.where(constrained, np.maximum((Q + step) - alpha, 0.0), 0.0)
+    orders, _ = _stream_orders(seed, runs, T)
+    assign, queues = _known_mu_runs(mu, orders, alpha, constrained, eta)
     rewards = R[orders, assign].sum(axis=1)
     counts = np.stack([np.bincount(assign[k], minlength=A) for k in range(runs)])
     caps = tuple(None if c is None else float(c) for c in capacities)
-    return SimulationResult(policy="known-mu", capacities=caps, eta=eta, runs=int(runs),
-                            seed=int(seed), engine="reference", errors=1.0 - rewards / T,
+    return SimulationResult(policy="known-mu", capacities=caps, eta=eta, runs=runs,
+                            seed=seed, engine="reference", errors=1.0 - rewards / T,
                             assigned=counts / T, orders=orders, assignments=assign,
                             queues=queues)
 
