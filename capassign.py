@@ -3469,7 +3469,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
         raise ValueError("X and R must hold at least one task")
     if "tree" in policy and X.shape[1] < 1:
         raise ValueError(f"X has no feature columns; policy {policy!r} needs at least one")
-    alpha, constrained = _validate_capacities(capacities, R.shape[1])
+    _validate_capacities(capacities, R.shape[1])
     eta = _validate_eta(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
@@ -3484,8 +3484,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
             raise ValueError(f"batch_size must be at most the stream length T = "
                              f"{X.shape[0]}, got {batch_size}")
     caps = tuple(None if c is None else float(c) for c in capacities)
-    return (X, R.astype(np.uint8), alpha, constrained, eta, int(runs), int(seed), caps,
-            batch_size)
+    return X, R.astype(np.uint8), eta, runs, seed, caps, batch_size
 
 
 def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
@@ -3582,13 +3581,13 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
     ([0.35, 0.38], [[0.498, 0.502], [0.5, 0.5]])
     """
-    X, R, alpha, constrained, eta, runs, seed, caps, batch_size = _validate_simulation(
+    X, R, eta, runs, seed, caps, batch_size = _validate_simulation(
         X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
     return_traces = _validate_bool(return_traces, "return_traces")
     orders, policy_seeds = _stream_orders(seed, runs, R.shape[0])
     rewards, counts, assign, queues = _run_policy(
-        X, R, orders, policy_seeds, alpha, constrained, caps, eta, policy, engine, settings,
-        return_traces, batch_size)
+        X, R, orders, policy_seeds, caps, eta, policy, engine, settings, return_traces,
+        batch_size)
     T = R.shape[0]
     result = SimulationResult(policy=policy, capacities=caps, eta=eta, runs=runs, seed=seed,
                               engine=engine, errors=1.0 - rewards / T, assigned=counts / T,
@@ -3600,11 +3599,12 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     return result
 
 
-def _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps, eta, policy, engine,
-                settings, traces, batch_size):
+def _run_policy(X, R, orders, policy_seeds, caps, eta, policy, engine, settings, traces,
+                batch_size):
     """Run one policy over the given task orders on the chosen engine (the
-    arguments already validated by :func:`_validate_simulation`); returns
-    total rewards and counts per run, and assignments and queues (or None)."""
+    arguments already validated by :func:`_validate_simulation`, ``caps`` the
+    capacities with ``None`` for a free agent); returns total rewards and
+    counts per run, and assignments and queues (or None)."""
     runs, T = orders.shape
     A = R.shape[1]
     if policy.startswith("offline-"):
@@ -3623,6 +3623,7 @@ def _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps, eta, polic
             rewards[k] = R[orders[k], a_k].sum()
             counts[k] = np.bincount(a_k, minlength=A)
     else:
+        alpha, constrained = _validate_capacities(caps)
         rewards, counts, assign, queues = _fast_runs(
             X, R, orders, alpha, constrained, eta, policy, _rng_states(policy_seeds),
             settings, traces, batch=batch_size or 0)
@@ -9506,12 +9507,12 @@ def _simulate_block(X, R, capacities, policy, run_start, run_stop, *, eta=DEFAUL
     children is spawned, and every engine computes each run from its own
     child alone (see :func:`_stream_orders`).
     """
-    X, R, alpha, constrained, eta, _, seed, caps, _ = _validate_simulation(
+    X, R, eta, _, seed, caps, _ = _validate_simulation(
         X, R, capacities, policy, eta, max(run_stop, 1), seed, engine, settings)
     T = R.shape[0]
     orders, policy_seeds = _stream_orders(seed, run_stop, T, start=run_start)
-    rewards, counts, _, _ = _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps,
-                                        eta, policy, engine, settings, False, None)
+    rewards, counts, _, _ = _run_policy(X, R, orders, policy_seeds, caps, eta, policy, engine,
+                                        settings, False, None)
     return 1.0 - rewards / T, counts / T
 
 
