@@ -351,9 +351,10 @@ def _validate_names(values, allowed, name, *, min_count=1, unique=False):
 REWARD_RULE = "rewards must be 0 or 1 (1 when the agent's prediction is correct, Sec. 4)"
 
 
-def _validate_rewards(R, name="R", min_rows=0):
-    """Check a reward matrix against :data:`REWARD_RULE`; return it as floats."""
-    R = _validate_matrix(R, name, finite=False, min_rows=min_rows)
+def _validate_rewards(R, name="R", min_rows=0, shape=None):
+    """Check a reward matrix against :data:`REWARD_RULE` (and ``shape`` as in
+    :func:`_validate_matrix`); return it as floats."""
+    R = _validate_matrix(R, name, finite=False, min_rows=min_rows, shape=shape)
     bad = ~((R == 0.0) | (R == 1.0))
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
@@ -370,6 +371,13 @@ def _validate_reward(r, name="reward"):
     if not (r == 0 or r == 1):
         raise ValueError(f"{name}: {REWARD_RULE}; got {r!r}")
     return float(r)
+
+
+def _validate_settings(settings, name="settings"):
+    """Model hyper-parameters: a :class:`ModelSettings` (TypeError otherwise); return them."""
+    if not isinstance(settings, ModelSettings):
+        raise TypeError(f"{name} must be a ModelSettings, got {type(settings).__name__}")
+    return settings
 
 
 def _validate_weights(weights, n, name="weights"):
@@ -2689,14 +2697,8 @@ def select_agent(mu, Q, eta):
     1
     """
     eta = _validate_eta(eta)
-    mu = _validate_matrix(mu, "mu", ndim=1)
-    Q = _validate_matrix(Q, "Q", ndim=1)
-    if mu.size == 0 or Q.shape != mu.shape:
-        raise ValueError(f"mu and Q must hold one number per agent (at least one), got "
-                         f"shapes {mu.shape} and {Q.shape}")
-    if np.any(Q < 0):
-        raise ValueError(f"Q holds negative queues: {Q.tolist()}; virtual queues are >= 0")
-    return int(_select_nb(mu, Q, eta))
+    mu = _validate_matrix(mu, "mu", ndim=1, min_rows=1)
+    return int(_select_nb(mu, _validate_queues(Q, mu.shape[0]), eta))
 
 
 @njit(cache=True)
@@ -2776,40 +2778,40 @@ BATCH_METHODS = ("auto", "sort", "lsa", "lp")
 _LSA_MAX_ENTRIES = 4_000_000
 
 
+def _validate_constrained(constrained, A):
+    """The free-agent mask (App. H.4): A booleans, False for a free agent;
+    ``None`` means every agent is constrained."""
+    if constrained is None:
+        return np.ones(A, dtype=bool)
+    mask = np.asarray(constrained)
+    if mask.dtype != bool:
+        raise TypeError(f"constrained must be a boolean mask, got dtype {mask.dtype}")
+    return _validate_matrix(mask, "constrained", ndim=1, dtype=bool, finite=False, shape=(A,))
+
+
 def _batch_capacities(alpha, constrained, name="alpha"):
     """(alpha, constrained) from a share vector and an optional free-agent mask."""
     alpha = _validate_matrix(alpha, name, ndim=1)
-    if constrained is None:
-        constrained = np.ones(alpha.shape[0], dtype=bool)
-    else:
-        mask = np.asarray(constrained)
-        if mask.dtype != bool:
-            raise TypeError(f"constrained must be a boolean mask, got dtype {mask.dtype}")
-        if mask.shape != alpha.shape:
-            raise ValueError(f"constrained has shape {mask.shape} but {name} has "
-                             f"shape {alpha.shape}")
-        constrained = mask
+    constrained = _validate_constrained(constrained, alpha.shape[0])
     caps = [float(x) if c else None for x, c in zip(alpha, constrained)]
     return _validate_capacities(caps, name=name)
 
 
 def _validate_counts(N, A, name):
+    """Tasks per agent of a batch: A non-negative integers (whole floats too); as int64."""
     arr = np.asarray(N)
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer)
                                  or np.issubdtype(arr.dtype, np.floating)):
         raise TypeError(f"{name} must be an array of non-negative integers")
-    if arr.shape != (A,):
-        raise ValueError(f"{name} must have shape ({A},), got {arr.shape}")
-    if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)) or np.any(arr < 0):
+    arr = _validate_matrix(arr, name, ndim=1, dtype=None, shape=(A,))
+    if np.any(arr != np.round(arr)) or np.any(arr < 0):
         raise ValueError(f"{name} must hold non-negative integers, got {arr.tolist()}")
     return arr.astype(np.int64)
 
 
 def _validate_queues(Q, A):
     """Check virtual queues: A finite, non-negative values (Eq. 1)."""
-    Q = _validate_matrix(Q, "Q", ndim=1)
-    if Q.shape != (A,):
-        raise ValueError(f"Q must have shape ({A},) like alpha, got {Q.shape}")
+    Q = _validate_matrix(Q, "Q", ndim=1, shape=(A,))
     if np.any(Q < 0):
         raise ValueError(f"Q must be non-negative, got minimum {Q.min()!r}")
     return Q
@@ -2980,30 +2982,16 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
     >>> batch_assign([[0.9, 0.1], [0.8, 0.7], [0.2, 0.6]], [1, 2]).tolist()
     [0, 1, 1]
     """
-    S = _validate_matrix(scores, "scores")
+    S = _validate_matrix(scores, "scores", min_rows=1)
     B, A = S.shape
-    if B < 1:
-        raise ValueError("scores must have at least one row (task)")
     if A < 2:
         raise ValueError(f"scores must have a column for each of at least two agents, "
                          f"got {A}")
     counts = _validate_counts(counts, A, "counts")
-    if constrained is None:
-        constrained = np.ones(A, dtype=bool)
-    else:
-        constrained = np.asarray(constrained)
-        if constrained.dtype != bool:
-            raise TypeError(f"constrained must be a boolean mask, got dtype "
-                            f"{constrained.dtype}")
-        if constrained.shape != (A,):
-            raise ValueError(f"constrained must have shape ({A},), got "
-                             f"{constrained.shape}")
-        if not constrained.any():
-            raise ValueError("constrained: at least one agent must be "
-                             "capacity-constrained")
-    method = _validate_choice(method, BATCH_METHODS, "method")
-    if method == "sort" and A != 2:
-        raise ValueError(f"method='sort' needs exactly two agents, scores has {A} columns")
+    constrained = _validate_constrained(constrained, A)
+    if not constrained.any():
+        raise ValueError("constrained: at least one agent must be capacity-constrained")
+    method = _validate_method(method, BATCH_METHODS, A, "scores")
     if constrained.all() and int(counts.sum()) != B:
         raise ValueError(f"counts must sum to the batch size {B} (rows of "
                          f"scores), got {int(counts.sum())}")
@@ -3430,14 +3418,7 @@ def _rng_states(policy_seeds):
 
 def _validate_policies(policies, name="policies"):
     """A non-empty list of policy names (:data:`POLICIES`); return it as a list."""
-    if isinstance(policies, str) or not hasattr(policies, "__iter__"):
-        raise TypeError(f"{name} must be a list of policy names, got {policies!r}")
-    policies = list(policies)
-    if not policies:
-        raise ValueError(f"{name} must name at least one policy")
-    for i, p in enumerate(policies):
-        _validate_choice(p, POLICIES, f"{name}[{i}]")
-    return policies
+    return _validate_names(policies, POLICIES, name)
 
 
 def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings,
@@ -3445,21 +3426,15 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
     """Check every argument of :func:`simulate`; return the normalised values."""
     _validate_choice(policy, POLICIES, "policy")
     _validate_choice(engine, ENGINES, "engine")
-    X = _validate_matrix(X, "X")
-    R = _validate_rewards(R, "R")
-    if X.shape[0] != R.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} tasks (rows) but R has {R.shape[0]}; "
-                         f"they must describe the same T tasks")
-    if X.shape[0] < 1:
-        raise ValueError("X and R must hold at least one task")
+    R = _validate_rewards(R, "R", min_rows=1)
+    X = _validate_matrix(X, "X", shape=(R.shape[0], None))
     if "tree" in policy and X.shape[1] < 1:
         raise ValueError(f"X has no feature columns; policy {policy!r} needs at least one")
-    alpha, constrained = _validate_capacities(capacities, R.shape[1])
+    _validate_capacities(capacities, R.shape[1])
     eta = _validate_eta(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
-    if not isinstance(settings, ModelSettings):
-        raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
+    _validate_settings(settings)
     if batch_size is not None:
         if policy.startswith("offline-"):
             raise ValueError(f"batch_size applies to the online policies only; policy "
@@ -3469,8 +3444,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
             raise ValueError(f"batch_size must be at most the stream length T = "
                              f"{X.shape[0]}, got {batch_size}")
     caps = tuple(None if c is None else float(c) for c in capacities)
-    return (X, R.astype(np.uint8), alpha, constrained, eta, int(runs), int(seed), caps,
-            batch_size)
+    return X, R.astype(np.uint8), eta, runs, seed, caps, batch_size
 
 
 def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
@@ -3567,13 +3541,13 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
     ([0.35, 0.38], [[0.498, 0.502], [0.5, 0.5]])
     """
-    X, R, alpha, constrained, eta, runs, seed, caps, batch_size = _validate_simulation(
+    X, R, eta, runs, seed, caps, batch_size = _validate_simulation(
         X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
     return_traces = _validate_bool(return_traces, "return_traces")
     orders, policy_seeds = _stream_orders(seed, runs, R.shape[0])
     rewards, counts, assign, queues = _run_policy(
-        X, R, orders, policy_seeds, alpha, constrained, caps, eta, policy, engine, settings,
-        return_traces, batch_size)
+        X, R, orders, policy_seeds, caps, eta, policy, engine, settings, return_traces,
+        batch_size)
     T = R.shape[0]
     result = SimulationResult(policy=policy, capacities=caps, eta=eta, runs=runs, seed=seed,
                               engine=engine, errors=1.0 - rewards / T, assigned=counts / T,
@@ -3585,11 +3559,12 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     return result
 
 
-def _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps, eta, policy, engine,
-                settings, traces, batch_size):
+def _run_policy(X, R, orders, policy_seeds, caps, eta, policy, engine, settings, traces,
+                batch_size):
     """Run one policy over the given task orders on the chosen engine (the
-    arguments already validated by :func:`_validate_simulation`); returns
-    total rewards and counts per run, and assignments and queues (or None)."""
+    arguments already validated by :func:`_validate_simulation`, ``caps`` the
+    capacities with ``None`` for a free agent); returns total rewards and
+    counts per run, and assignments and queues (or None)."""
     runs, T = orders.shape
     A = R.shape[1]
     if policy.startswith("offline-"):
@@ -3608,6 +3583,7 @@ def _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps, eta, polic
             rewards[k] = R[orders[k], a_k].sum()
             counts[k] = np.bincount(a_k, minlength=A)
     else:
+        alpha, constrained = _validate_capacities(caps)
         rewards, counts, assign, queues = _fast_runs(
             X, R, orders, alpha, constrained, eta, policy, _rng_states(policy_seeds),
             settings, traces, batch=batch_size or 0)
@@ -4241,7 +4217,7 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     """
     import pandas as pd
 
-    policies = _validate_policies(policies)
+    policies = _validate_names(policies, POLICIES, "policies")
     capacities = [list(c) for c in capacities]
     if len(capacities) == 0:
         raise ValueError("capacities must list at least one capacity vector")
@@ -5010,27 +4986,18 @@ class Router:
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
                  max_age=None):
-        if isinstance(agents, (bool, np.bool_)):
-            raise TypeError("agents must be a number of agents or a list of names")
-        if isinstance(agents, (int, np.integer)):
+        if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
             names = None
             n_agents = _validate_int(agents, "agents", lo=2)
-        elif isinstance(agents, (str, bytes)) or not hasattr(agents, "__iter__"):
-            raise TypeError("agents must be a number of agents or a list of names (str)")
         else:
-            names = list(agents)
-            if not all(isinstance(n, str) for n in names):
-                raise TypeError("agents must be a list of names (str)")
-            if len(set(names)) != len(names):
-                raise ValueError("agents: names must be unique")
+            names = _validate_names(agents, None, "agents", min_count=2, unique=True)
             n_agents = len(names)
         alpha, constrained = _validate_capacities(capacities, n_agents)
         caps = [None if not c else float(x) for x, c in zip(alpha, constrained)]
         _validate_choice(policy, ROUTER_POLICIES, "policy")
         eta = _validate_eta(eta)
         seed = _validate_int(seed, "seed")
-        if not isinstance(settings, ModelSettings):
-            raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
+        _validate_settings(settings)
         if n_features is not None:
             n_features = _validate_int(n_features, "n_features", lo=1)
         edges = None
@@ -8755,40 +8722,38 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     >>> res.policy, round(res.error, 3), res.assigned.mean(axis=0).round(3).tolist()
     ('known-mu', 0.255, [0.307, 0.693])
     """
-    mu = _validate_matrix(mu, "mu")
-    R = _validate_matrix(R, "R")
-    if mu.shape != R.shape:
-        raise ValueError(f"mu has shape {mu.shape} but R has shape {R.shape}; both must be "
-                         f"T x A")
-    if mu.shape[0] < 1:
-        raise ValueError("mu must hold at least one task")
+    mu = _validate_matrix(mu, "mu", min_rows=1)
+    R = _validate_rewards(R, "R", shape=mu.shape)
     alpha, constrained = _validate_capacities(capacities, mu.shape[1])
     eta = _validate_eta(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
     T, A = mu.shape
-    orders, _ = _stream_orders(int(seed), int(runs), T)
-    queues = np.zeros((runs, T, A))
-    assign = np.zeros((runs, T), dtype=np.int32)
-    _known_mu_runs_nb(mu, orders, eta, alpha, constrained, assign, queues)
+    orders, _ = _stream_orders(seed, runs, T)
+    assign, queues = _known_mu_runs(mu, orders, alpha, constrained, eta)
     rewards = R[orders, assign].sum(axis=1)
     counts = np.stack([np.bincount(assign[k], minlength=A) for k in range(runs)])
     caps = tuple(None if c is None else float(c) for c in capacities)
-    return SimulationResult(policy="known-mu", capacities=caps, eta=eta, runs=int(runs),
-                            seed=int(seed), engine="reference", errors=1.0 - rewards / T,
+    return SimulationResult(policy="known-mu", capacities=caps, eta=eta, runs=runs,
+                            seed=seed, engine="reference", errors=1.0 - rewards / T,
                             assigned=counts / T, orders=orders, assignments=assign,
                             queues=queues)
 
 
 @njit(cache=True)
-def _known_mu_runs_nb(mu, orders, eta, alpha, constrained, assign, queues):
-    """Every run of :func:`simulate_known_mu`: the online step (Eq. 2, then
-    Eq. 1) on the true ``mu``; fills ``assign`` and the queues before each task."""
-    for k in range(orders.shape[0]):
+def _known_mu_runs(mu, orders, alpha, constrained, eta):
+    """Eq. 2 and Eq. 1 with the true ``mu`` (T x A) on every run's task order:
+    the assignments and the queues in force at every decision (see
+    :func:`simulate_known_mu`)."""
+    runs, T = orders.shape
+    assign = np.zeros((runs, T), dtype=np.int32)
+    queues = np.zeros((runs, T, mu.shape[1]))
+    for k in range(runs):
         Q = np.zeros(mu.shape[1])
-        for t in range(orders.shape[1]):
+        for t in range(T):
             queues[k, t] = Q
             assign[k, t] = _online_step_nb(mu[orders[k, t]], Q, eta, alpha, constrained)
+    return assign, queues
 
 
 @dataclass(frozen=True)
@@ -9447,12 +9412,12 @@ def _simulate_block(X, R, capacities, policy, run_start, run_stop, *, eta=DEFAUL
     children is spawned, and every engine computes each run from its own
     child alone (see :func:`_stream_orders`).
     """
-    X, R, alpha, constrained, eta, _, seed, caps, _ = _validate_simulation(
+    X, R, eta, _, seed, caps, _ = _validate_simulation(
         X, R, capacities, policy, eta, max(run_stop, 1), seed, engine, settings)
     T = R.shape[0]
     orders, policy_seeds = _stream_orders(seed, run_stop, T, start=run_start)
-    rewards, counts, _, _ = _run_policy(X, R, orders, policy_seeds, alpha, constrained, caps,
-                                        eta, policy, engine, settings, False, None)
+    rewards, counts, _, _ = _run_policy(X, R, orders, policy_seeds, caps, eta, policy, engine,
+                                        settings, False, None)
     return 1.0 - rewards / T, counts / T
 
 

@@ -181,7 +181,7 @@ def test_router_rejects_bad_input(stream):
         ca.Router(2, [0.5, 0.6], "random")
     with pytest.raises(ValueError, match="eta"):
         ca.Router(2, [0.5, 0.5], "random", eta=-1.0)
-    with pytest.raises(ValueError, match="unique"):
+    with pytest.raises(ValueError, match="agents must not repeat a name"):
         ca.Router(["a", "a"], [0.5, 0.5], "random")
     router = ca.Router(2, [0.5, 0.5], "logistic-ts", n_features=4)
     with pytest.raises(ValueError, match="features"):

@@ -318,6 +318,7 @@ REWARD_ENTRY_POINTS = {
     "simulate": lambda R: ca.simulate(X, R, [0.5, 0.5], "random", runs=1),
     "error_vs_capacity": lambda R: ca.error_vs_capacity(X, R, ["random"], runs=1),
     "hindsight_optimum": lambda R: ca.hindsight_optimum(R, [0.5, 0.5]),
+    "simulate_known_mu": lambda R: ca.simulate_known_mu(MU, R, [0.5, 0.5], runs=1),
 }
 
 
