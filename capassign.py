@@ -3416,11 +3416,6 @@ def _rng_states(policy_seeds):
     return states
 
 
-def _validate_policies(policies, name="policies"):
-    """A non-empty list of policy names (:data:`POLICIES`); return it as a list."""
-    return _validate_names(policies, POLICIES, name)
-
-
 def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings,
                          batch_size=None):
     """Check every argument of :func:`simulate`; return the normalised values."""
@@ -7767,7 +7762,7 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     """
     import pandas as pd
 
-    policies = _validate_policies(policies)
+    policies = _validate_names(policies, POLICIES, "policies")
     hindsight = _validate_bool(hindsight, "hindsight")
     rows = _grid_rows(X, R, policies, [two_agent_capacities(a1) for a1 in alphas], alphas,
                       label, False, dict(eta=eta, runs=runs, seed=seed, engine=engine))
@@ -9805,7 +9800,7 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     """
     # --- check everything before any work --------------------------------------
     task_items = _sweep_task_items(tasks)
-    policies = _validate_policies(policies)
+    policies = _validate_names(policies, POLICIES, "policies")
     cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
     block = runs if block is None else _validate_int(block, "block", lo=1)
@@ -9813,8 +9808,7 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     seed = _validate_int(seed, "seed")
     task_seed = _validate_int(task_seed, "task_seed")
     _validate_choice(engine, ENGINES, "engine")
-    if not isinstance(settings, ModelSettings):
-        raise TypeError(f"settings must be a ModelSettings, got {type(settings).__name__}")
+    _validate_settings(settings)
     backend = _sweep_backend(backend, client, scheduler, n_jobs)
     plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
                        task_seed, (eta, seed, engine, settings))
