@@ -1,4 +1,4 @@
-"""Tests of the Part IV additions of capassign (sections 8 and 10): paired tests
+"""Tests of the Part IV additions of capassign (sections 9 and 11): paired tests
 and confidence intervals, gaps to the hindsight floor, capacity adherence,
 the queue rule with known mu, regret against the oracle of Thm 1 and the
 tracking of the shadow prices by the queues.

@@ -1,4 +1,4 @@
-"""The command line (section 11): help for every option, and every expected
+"""The command line (section 12): help for every option, and every expected
 failure reported as one line on stderr (what is wrong, what to do), exit
 status 2, no traceback."""
 

@@ -1,4 +1,4 @@
-"""Tests of the hindsight optimum (section 2) and the mini-batch allocation
+"""Tests of the hindsight optimum (section 3) and the mini-batch allocation
 (section 4) of capassign (the paper, Sec. 4.2, App. F, App. H.4-H.5).
 
 Every optimum is compared with an independent computation: enumeration of

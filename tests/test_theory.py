@@ -1,4 +1,4 @@
-"""Tests of section 2 of capassign (theory / oracle; the paper, Sec. 2.3, App. A-D).
+"""Tests of section 3 of capassign (theory / oracle; the paper, Sec. 2.3, App. A-D).
 
 Every optimum is checked against something computed another way: enumeration of
 deterministic assignments, an assignment-problem solver on expanded agent
