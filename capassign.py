@@ -946,11 +946,9 @@ def optimal_assignment(mu, capacities, weights=None):
 
     Parameters
     ----------
-    mu : array_like, shape (n, A)
-        Conditional expected rewards mu_a(x_i) at n context points.
-    capacities : sequence of length A
-        One share alpha_a per agent, ``None`` for a free agent
-        (:func:`_validate_capacities`).
+    mu, capacities
+        As in :func:`random_assignment_value`: ``mu[i, a]`` = mu_a(x_i) at n
+        context points, and alpha_a (or ``None``) for each of the A agents.
     weights : array_like, shape (n,), optional
         Probabilities of the context points (uniform by default; checked, not
         normalised, by :func:`_validate_weights`).  Points of weight zero do
