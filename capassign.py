@@ -3150,21 +3150,21 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
 
 
 @njit(cache=True, inline="always")
-def _tree_mu_nb(F, a, xb, thompson, rng):
-    """Agent a's estimate for the binned context ``xb`` (App. E.2) from the
-    trees ``F`` (:data:`_Trees` or :data:`_Forests`), as both the simulation
-    and the router score: before the first refit 0.5 (greedy)
-    or a U[0, 1] draw (Thompson); then the mean of the B trees (greedy) or
-    one tree drawn uniformly (Thompson)."""
-    n_trees = F.feat.shape[1]
-    if not F.fitted[a]:
+def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
+    """One agent's estimate for the binned context ``xb`` (App. E.2) from its
+    B trees ``feat, thr, val`` (first axis: the tree), as both the simulation
+    and the router score: before the first refit (``fitted`` False) 0.5
+    (greedy) or a U[0, 1] draw (Thompson); then the mean of the B trees
+    (greedy) or one tree drawn uniformly (Thompson)."""
+    n_trees = feat.shape[0]
+    if not fitted:
         return _uniform(rng) if thompson else 0.5
     if thompson:
         b = _randint(rng, n_trees)
-        return _tree_predict_nb(F.feat[a, b], F.thr[a, b], F.val[a, b], xb)
+        return _tree_predict_nb(feat[b], thr[b], val[b], xb)
     acc = 0.0
     for b in range(n_trees):
-        acc += _tree_predict_nb(F.feat[a, b], F.thr[a, b], F.val[a, b], xb)
+        acc += _tree_predict_nb(feat[b], thr[b], val[b], xb)
     return acc / n_trees
 
 
@@ -3191,21 +3191,21 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, stats):
 
 
 @njit(cache=True, inline="always")
-def _logistic_mu_nb(L, a, z, thompson, kappa, rng):
-    """Agent a's estimate for the design vector ``z`` (App. E.1), as both the
+def _logistic_mu_nb(theta, Sigma, z, thompson, kappa, rng, has_spare, spare):
+    """One agent's estimate for the design vector ``z`` (App. E.1), as both the
     simulation and the router score: sigma(theta_hat^T z) (greedy) or sigma
-    of a draw of theta~^T z (Thompson), the normal draws taken in pairs (the
-    unused second one kept in ``L.gauss = [has_spare, spare]``)."""
+    of a draw of theta~^T z (Thompson).  The normal draws are taken in pairs:
+    ``spare`` is the unused second draw of the last pair when ``has_spare``.
+    Returns ``(estimate, has_spare, spare)``."""
     g = 0.0
     if thompson:
-        if L.gauss[0] != 0.0:
-            g = L.gauss[1]
-            L.gauss[0] = 0.0
+        if has_spare:
+            g = spare
+            has_spare = False
         else:
             g, spare = _normal_pair(rng)
-            L.gauss[0] = 1.0
-            L.gauss[1] = spare
-    return _logistic_score_nb(L.theta[a], L.Sigma[a], z, thompson, kappa, g)
+            has_spare = True
+    return _logistic_score_nb(theta, Sigma, z, thompson, kappa, g), has_spare, spare
 
 
 @njit(cache=True, inline="always")
@@ -3964,7 +3964,7 @@ def _logistic_run(Xd, R, order, rule, thompson, kappa, gamma, w_min, w_max, rng,
     for a in range(A):
         for j in range(p):
             Sigma[a, j, j] = 1.0 / gamma
-    L = _Logistic(theta, Sigma, np.zeros(2))
+    has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
     Q = np.zeros(A)
     Sx = np.empty(p)
     dead = _initial_dead(alpha, constrained, batch, False)
@@ -3981,7 +3981,8 @@ def _logistic_run(Xd, R, order, rule, thompson, kappa, gamma, w_min, w_max, rng,
         for jj in range(nb):
             x = Xd[order[t + jj]]
             for a in range(A):
-                S[jj, a] = _logistic_mu_nb(L, a, x, thompson, kappa, rng)
+                S[jj, a], has_spare, spare = _logistic_mu_nb(theta[a], Sigma[a], x, thompson,
+                                                             kappa, rng, has_spare, spare)
         _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         Nb[:] = 0
         for jj in range(nb):
@@ -4063,7 +4064,8 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
         for jj in range(nb):
             xb = Xb[order[t + jj]]
             for a in range(A):
-                S[jj, a] = _tree_mu_nb(F, a, xb, thompson, rng)
+                S[jj, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a], xb, thompson,
+                                       rng)
         _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         Nb[:] = 0
         for jj in range(nb):
@@ -4593,7 +4595,8 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
     for i in range(X.shape[0]):
         _bin_row_nb(X[i], edges, n_edges, xb)
         for a in range(F.feat.shape[0]):
-            mu[i, a] = _tree_mu_nb(F, a, xb, thompson, rng)
+            mu[i, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a], xb, thompson,
+                                   rng)
     if not step:
         return -1
     return _online_step_nb(mu[0], Q, eta, alpha, constrained)
@@ -4651,7 +4654,11 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
         for j in range(p - 1):
             xd[j + 1] = X[i, j]
         for a in range(A):
-            mu[i, a] = _logistic_mu_nb(L, a, xd, thompson, kappa, rng)
+            mu[i, a], has_spare, spare = _logistic_mu_nb(L.theta[a], L.Sigma[a], xd, thompson,
+                                                         kappa, rng, L.gauss[0] != 0.0,
+                                                         L.gauss[1])
+            L.gauss[0] = 1.0 if has_spare else 0.0
+            L.gauss[1] = spare
     if not step:
         return -1
     return _online_step_nb(mu[0], Q, eta, alpha, constrained)
