@@ -1753,12 +1753,18 @@ def _queue_update_nb(Q, alpha, constrained, N, B):
 
 
 @njit(cache=True)
+def _queue_update_one_nb(Q, alpha, constrained, a):
+    """Eq. 1 in place after one task went to agent ``a`` (N its indicator, B = 1)."""
+    N = np.zeros(Q.shape[0], dtype=np.int64)
+    N[a] = 1
+    _queue_update_nb(Q, alpha, constrained, N, 1)
+
+
+@njit(cache=True)
 def _online_step_nb(mu, Q, eta, alpha, constrained):
     """One online decision: the agent of Eq. 2, then the queues of Eq. 1."""
     chosen = _select_nb(mu, Q, eta)
-    N = np.zeros(Q.shape[0], dtype=np.int64)
-    N[chosen] = 1
-    _queue_update_nb(Q, alpha, constrained, N, 1)
+    _queue_update_one_nb(Q, alpha, constrained, chosen)
     return chosen
 
 
@@ -4698,9 +4704,7 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
         return -1
     if learned:
         return _online_step_nb(mu[0], Q, eta, alpha, constrained)
-    N = np.zeros(A, dtype=np.int64)
-    N[chosen] = 1
-    _queue_update_nb(Q, alpha, constrained, N, 1)
+    _queue_update_one_nb(Q, alpha, constrained, chosen)
     return chosen
 
 
