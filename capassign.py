@@ -3175,13 +3175,14 @@ def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
 
 
 @njit(cache=True)
-def _tree_learn_nb(F, a, xb, y, cfg, rng, stats):
+def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     """Agent a observed reward y for the binned context ``xb`` (App. E.2).
 
     The row is stored, given its Poisson weights and added to the forest
     (:func:`_online_observe_nb`); every ``cfg.refit_every`` rewards of the
-    agent the forest is refit (:func:`_online_refit_nb`, its counters added
-    to ``stats``).  The caller keeps the row arrays of ``F`` large enough.
+    agent the forest is refit (:func:`_online_refit_nb`) with the caller's
+    scratch ``r`` (:data:`_Refit`, allocated once, not per refit).  The
+    caller keeps the row arrays of ``F`` large enough.
     """
     k = F.nobs[a]
     for j in range(xb.shape[0]):
@@ -3192,7 +3193,7 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, stats):
     F.nobs[a] = k + 1
     if F.nobs[a] % cfg.refit_every == 0:
         _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                         cfg.min_leaf, fa, _new_refit(cfg.n_trees, cfg.max_depth, stats))
+                         cfg.min_leaf, fa, r)
         F.fitted[a] = True
 
 
@@ -4055,6 +4056,7 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
                  np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=np.uint8),
                  np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
     val, fitted = F.val, F.fitted
+    scratch = _new_refit(n_trees, max_depth, stats)  # reused by every refit of the run
     Q = np.zeros(A)
     dead = _initial_dead(alpha, constrained, batch, False)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
@@ -4080,7 +4082,7 @@ def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
             a = agent[jj]
             r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
             total += r
-            _tree_learn_nb(F, a, xb, r, cfg, rng, stats)
+            _tree_learn_nb(F, a, xb, r, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         if batch == 0:
             a = agent[0]
@@ -4609,12 +4611,12 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
 
 
 @njit(cache=True)
-def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, stats):
+def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     """Agent a observed reward y for context x: the row is binned and learnt
     as in :func:`_tree_run` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
-    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, stats)
+    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, _Refit(*r))
 
 
 @njit(cache=True)
@@ -5423,9 +5425,9 @@ class Router:
                 self._alloc_rows(2 * self._cap)
             if self._raw is not None:
                 self._raw[a].append(x)
-            cfg, F = self._tree_state()[:2]
+            cfg, F, scratch = self._tree_state()[:3]
             _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, cfg, self._rng, F,
-                                   self._refit.stats)
+                                   scratch)
         elif kind == 1:
             _router_logistic_update_nb(a, x, r, self._xd, self._logistic(), self._w_min,
                                        self._w_max, self._Sx)
