@@ -6258,10 +6258,15 @@ class DataRegistry:
             return self.check(relpath, path)
         if e.get("rebuild"):
             return self._rebuild(e, download)
-        why = (f"not in {DATA_ENV}={self.data_dir};" if self.data_dir is not None
-               else f"not in the cache {self.cache_dir};" if not download
-               else None if e.get("urls") else "not available:")
-        if why:
+        if self.data_dir is not None:
+            why = f"not in {DATA_ENV}={self.data_dir};"
+        elif not download:
+            why = f"not in the cache {self.cache_dir};"
+        elif not e.get("urls"):
+            why = "not available:"
+        else:
+            why = None
+        if why is not None:
             raise DataUnavailable(f"data file {relpath} is {why} {self.how_to_get(relpath)}")
         self._download(e, path)
         return self.check(relpath, path)
@@ -7199,10 +7204,13 @@ def _freeze(task):
 
 @functools.lru_cache(maxsize=64)
 def _cached_task(name, seed, split):
-    return _freeze(_tabular_task(name, seed, split) if name in TABULAR_TASKS
-                   else _imagenet16h_task() if name == "imagenet16h"
-                   else _mmlu_task(name) if name in MMLU_EXPERIMENTS
-                   else synthetic_task(seed=seed))
+    if name in TABULAR_TASKS:
+        return _freeze(_tabular_task(name, seed, split))
+    if name == "imagenet16h":
+        return _freeze(_imagenet16h_task())
+    if name in MMLU_EXPERIMENTS:
+        return _freeze(_mmlu_task(name))
+    return _freeze(synthetic_task(seed=seed))
 
 
 def load_task(name, seed=None, *, split="random"):
