@@ -433,6 +433,9 @@ def _validate_weights(weights, n, name="weights"):
 # kernel (data loaders, the oracle, the command line's help) never import it.
 _LAZY_KERNELS = {}
 prange = range  # numba.prange once the kernels are created
+# numba.literally, idem: ``literally(kind)`` in a kernel compiles one version per
+# value of the argument ``kind``, with the branches of the other values removed.
+literally = None
 
 
 class _LazyKernel:
@@ -479,6 +482,7 @@ def _numba_kernels():
                 import numba
 
                 names["prange"] = numba.prange
+                names["literally"] = numba.literally
                 for name, kernel in list(_LAZY_KERNELS.items()):
                     if names.get(name) is kernel:
                         names[name] = numba.njit(**kernel.options)(kernel.py_func)
@@ -503,14 +507,19 @@ PROGRESS_ENV = "CAPASSIGN_PROGRESS"
 _FIRST_USE_SEEN = set()
 
 
-def _kernels_cached(kernels):
+def _kernels_cached(kernels, kind=None):
     """Whether every numba dispatcher in ``kernels`` is compiled in this process
-    or has a fresh entry in numba's on-disk cache (True when that cannot be told)."""
+    or has a fresh entry in numba's on-disk cache (True when that cannot be told);
+    with ``kind``, an entry for that literal first argument (:func:`_runs_nb`)."""
+    def wanted(sig):
+        return kind is None or getattr(sig[0], "literal_value", None) == kind
+
     for k in kernels:
         try:
-            if k.signatures:
+            if any(wanted(sig) for sig in k.signatures):
                 continue
-            if not k._cache._cache_file._load_index():  # {} when missing or stale
+            index = k._cache._cache_file._load_index()  # {} when missing or stale
+            if not any(wanted(key[0]) for key in index):
                 return False
         except Exception:  # pragma: no cover - another numba's internals: stay quiet
             continue
@@ -527,8 +536,9 @@ def _show_progress():
         return False
 
 
-def _first_use(group, kernel_names, duration):
-    """Say once per process, on stderr, that the ``group`` kernels are being compiled.
+def _first_use(group, kernel_names, duration, kind=None):
+    """Say once per process, on stderr, that the ``group`` kernels are being compiled
+    (for the literal first argument ``kind``, if given; :func:`_kernels_cached`).
 
     Returns the ``time.perf_counter()`` of the message, or ``None`` when nothing
     was printed (already said, kernels cached, or stderr not a terminal).
@@ -536,7 +546,7 @@ def _first_use(group, kernel_names, duration):
     if group in _FIRST_USE_SEEN:
         return None
     _FIRST_USE_SEEN.add(group)
-    if not _show_progress() or _kernels_cached([globals()[n] for n in kernel_names]):
+    if not _show_progress() or _kernels_cached([globals()[n] for n in kernel_names], kind):
         return None
 
     print(f"capassign: compiling the {group} kernels - first use only, {duration}; later "
@@ -3549,6 +3559,8 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     Returns
     -------
     SimulationResult
+        Per run: the error, the shares of tasks each agent took (and the
+        traces, if asked for).
 
     Examples
     --------
@@ -3771,12 +3783,13 @@ _RunOut = namedtuple("_RunOut", "assign queues counts")
 
 
 @njit(cache=True)
-def _forced_tail(R, order, t, a, Q, assign, queues, counts, trace):
+def _forced_tail(R, order, t, a, Q, out):
     """Steps t.. of a run in which agent ``a`` is the only possible choice."""
+    assign, queues, counts = out
     total = 0
     for s in range(t, order.shape[0]):
         total += R[order[s], a]
-        if trace:
+        if assign.shape[0] > 0:
             queues[s, :] = Q
             assign[s] = a
     counts[a] += order.shape[0] - t
@@ -3825,10 +3838,12 @@ def _initial_dead(alpha, constrained, batch, random_policy):
     return dead
 
 
-@njit(cache=True)
-def _may_die(a, alpha, constrained, eta, early, dead):
-    """Whether the early-exit test applies to agent ``a`` (see above)."""
-    return early and eta > 0.0 and constrained[a] and alpha[a] == 0.0 and dead[a] == 0
+@njit(cache=True, inline="always")
+def _may_die(a, rule, dead):
+    """Whether the early-exit test applies to agent ``a``, just chosen online (see above)."""
+    alpha, constrained, eta, batch, early = rule
+    return (batch == 0 and early and eta > 0.0 and constrained[a] and alpha[a] == 0.0
+            and dead[a] == 0)
 
 
 @njit(cache=True)
@@ -3848,6 +3863,33 @@ def _check_dead(a, bound, exact, Q, eta, dead):
         dead[a] = 2
 
 
+@njit(cache=True)
+def _logistic_bound_nb(theta, Xd):
+    """The largest greedy estimate sigma(theta^T z) of a logistic agent over
+    the stream's contexts ``Xd``."""
+    bound = 0.0
+    for i in range(Xd.shape[0]):
+        m = 0.0
+        for j in range(Xd.shape[1]):
+            m += theta[j] * Xd[i, j]
+        bound = max(bound, _sigmoid_nb(m))
+    return bound
+
+
+@njit(cache=True)
+def _tree_bound_nb(val, fitted, thompson):
+    """The largest estimate of an agent's forest: the largest value stored
+    in its trees once fitted (every estimate is one of them, or a mean of
+    them), and before that 1 for a Thompson draw, 0.5 for the greedy prior."""
+    if not fitted:
+        return 1.0 if thompson else 0.5
+    bound = 0.0
+    for b in range(val.shape[0]):
+        for v in val[b]:
+            bound = max(bound, v)
+    return bound
+
+
 @njit(cache=True, inline="always")
 def _decision_scratch_nb(batch, A):
     """Scratch of one run's decisions: scores ``S`` and chosen agents of up to
@@ -3860,10 +3902,11 @@ def _decision_scratch_nb(batch, A):
 
 
 @njit(cache=True, inline="always")
-def _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper):
+def _choose_agents_nb(S, nb, rule, Q, N, agent, upper):
     """Agents for the ``nb`` tasks scored in ``S``: the online rule (Eq. 2)
     when ``batch`` is 0, else the mini-batch counts and exact assignment of
     Sec. 4.2 (``S`` is turned into adjusted scores in place)."""
+    alpha, constrained, eta, batch, early = rule
     if batch == 0:
         agent[0] = _select_nb(S[0], Q, eta)
     else:
@@ -3874,107 +3917,113 @@ def _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
         _batch_assign_nb(S, nb, N, constrained, agent, upper)
 
 
+@njit(cache=True)
+def _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent):
+    """The ``random`` policy's agents for a batch of ``nb`` tasks: the batch's
+    counts (Sec. 4.2) handed to its tasks in a uniformly random order."""
+    _batch_counts_nb(nb, alpha, Q, constrained, N)
+    j = 0
+    for a in range(alpha.shape[0]):
+        for _ in range(N[a]):
+            agent[j] = a
+            j += 1
+    for j in range(nb - 1, 0, -1):  # Fisher-Yates shuffle
+        k = _randint(rng, j + 1)
+        tmp = agent[j]
+        agent[j] = agent[k]
+        agent[k] = tmp
+
+
 @njit(cache=True, inline="always")
-def _record_nb(R, i, a, t, Q, counts, Nb, trace, assign, queues):
+def _record_nb(R, i, a, t, Q, Nb, out):
     """Book task i (step t of the run) to agent a; return its reward."""
+    assign, queues, counts = out
     counts[a] += 1
     Nb[a] += 1
-    if trace:
+    if assign.shape[0] > 0:
         queues[t, :] = Q
         assign[t] = a
     return R[i, a]
 
 
 @njit(cache=True)
-def _noncontextual_run(R, order, rule, learned, rng, out):
-    """One run of ``random`` (learned=False) or ``marginal`` (learned=True).
+def _new_forests(A, T, d, cfg):
+    """Empty online forests (:data:`_Forests`) of A agents for up to T rows of
+    d binned features."""
+    B, max_bins, max_depth = cfg.n_trees, cfg.max_bins, cfg.max_depth
+    n_nodes = 2 ** (max_depth + 1) - 1
+    n_int = 2 ** max_depth - 1
+    return _Forests(np.empty((A, B, T), dtype=np.uint8),
+                    np.zeros((A, n_int, d * max_bins, B), dtype=np.int32),
+                    np.zeros((A, n_int, d * max_bins, B), dtype=np.int32),
+                    np.zeros((A, n_nodes, B), dtype=np.int64),
+                    np.zeros((A, n_nodes, B), dtype=np.int64),
+                    np.full((A, B, n_nodes), -1, dtype=np.int32),
+                    np.zeros((A, B, n_nodes), dtype=np.int32), np.zeros((A, B, n_nodes)),
+                    np.full((A, d, max_bins), -1, dtype=np.int32),
+                    np.empty((A, d, T), dtype=np.int32),
+                    np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=np.uint8),
+                    np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
 
-    In batch mode the random policy hands the batch's counts to its tasks in
-    a uniformly random order; the marginal policy scores every task of the
-    batch with the running means.
-    """
-    alpha, constrained, eta, batch, early = rule
-    assign, queues, counts = out
-    trace = assign.shape[0] > 0
-    T = order.shape[0]
-    A = R.shape[1]
-    Q = np.zeros(A)
-    n = np.zeros(A)
-    s = np.zeros(A)
-    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
-    cum = np.cumsum(share)
-    dead = _initial_dead(alpha, constrained, batch, not learned)
-    S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
-    total = 0
-    t = 0
-    while t < T:
-        if early:
-            sole = _sole_agent(alpha, constrained, dead)
-            if sole >= 0:
-                return total + _forced_tail(R, order, t, sole, Q, assign, queues, counts,
-                                            trace)
-        nb = 1 if batch == 0 else min(batch, T - t)
-        if learned:
-            for j in range(nb):
-                for a in range(A):
-                    S[j, a] = _marginal_mu_nb(n, s, a)
-            _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
-        elif batch == 0:
-            agent[0] = _random_agent_nb(rng, share, cum)
-        else:
-            _batch_counts_nb(nb, alpha, Q, constrained, N)
-            j = 0
-            for a in range(A):
-                for _ in range(N[a]):
-                    agent[j] = a
-                    j += 1
-            for j in range(nb - 1, 0, -1):  # Fisher-Yates shuffle
-                k = _randint(rng, j + 1)
-                tmp = agent[j]
-                agent[j] = agent[k]
-                agent[k] = tmp
-        Nb[:] = 0
-        for j in range(nb):
-            i = order[t + j]
-            a = agent[j]
-            r = _record_nb(R, i, a, t + j, Q, counts, Nb, trace, assign, queues)
-            n[a] += 1.0
-            s[a] += r
-            total += r
-        _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
-        if batch == 0:
-            a = agent[0]
-            if learned and _may_die(a, alpha, constrained, eta, early, dead):
-                _check_dead(a, s[a] / n[a], True, Q, eta, dead)
-        t += nb
-    return total
+
+#: The reward model of a run, the run kernel's ``kind`` (App. E).
+_RANDOM, _MARGINAL, _LOGISTIC, _TREE = 0, 1, 2, 3
+#: How a run's model estimates: by Thompson sampling or greedily
+#: (``thompson``), with the Laplace-logistic settings (App. E.1); the forests'
+#: settings are a :data:`_TreeConfig` of their own.
+_Learner = namedtuple("_Learner", "thompson kappa gamma w_min w_max")
 
 
 @njit(cache=True)
-def _logistic_run(Xd, R, order, rule, thompson, kappa, gamma, w_min, w_max, rng, out):
-    """One run of ``logistic-greedy`` / ``logistic-ts`` (App. E.1).
+def _run_nb(kind, Xd, Xb, R, order, rule, learner, cfg, rng, out, stats):
+    """One run of a policy over the tasks ``order``: Algorithm 1 with the
+    reward model ``kind`` (App. E), online or in mini-batches (Sec. 4.2).
+    ``kind`` is a compile-time constant: each model gets a kernel of its own.
 
-    Thompson sampling draws the scalar theta~^T z ~ N(theta_hat^T z,
-    kappa^2 z^T Sigma z), which is exactly the distribution of theta~^T z
-    under theta~ ~ N(theta_hat, kappa^2 Sigma), at O(p^2) cost and without
-    factorising Sigma.  In batch mode every task of the batch is scored (one
-    draw per task and agent) before any of its rewards is seen.
+    At each step the model scores the step's tasks (one online, a batch
+    otherwise) with what it knows before any of their rewards:
+
+    - ``random`` scores nothing: agent a with probability alpha_a online, the
+      batch's counts in a random order in batch mode;
+    - ``marginal`` uses each agent's running mean reward;
+    - ``logistic-*`` (contexts ``Xd`` with an intercept) Laplace-logistic
+      models; Thompson sampling draws the scalar theta~^T z ~ N(theta_hat^T z,
+      kappa^2 z^T Sigma z), the exact distribution of theta~^T z under
+      theta~ ~ N(theta_hat, kappa^2 Sigma), at O(p^2) cost without
+      factorising Sigma;
+    - ``tree-*`` (binned contexts ``Xb``) online Poisson-bootstrap forests
+      (see the notes above :func:`_poisson1_nb`): every reward is added to
+      the agent's trees at once, and every ``refit_every`` of them the trees
+      are refit incrementally to the exact weighted fit; estimates use the
+      trees of the last refit, as in the paper (Thompson: one random tree
+      per task and agent).  ``stats`` accumulates the refit counters.
+
+    The agents are then chosen (Eq. 2, or the batch assignment), the rewards
+    enter the chosen agents' models one by one, and the queues move (Eq. 1).
+    Returns the total reward; ``out`` receives the counts (and traces).
     """
     alpha, constrained, eta, batch, early = rule
-    assign, queues, counts = out
-    trace = assign.shape[0] > 0
+    literally(kind)
+    thompson = learner.thompson
     T = order.shape[0]
     A = R.shape[1]
     p = Xd.shape[1]
-    theta = np.zeros((A, p))
-    Sigma = np.zeros((A, p, p))
-    for a in range(A):
+    Q = np.zeros(A)
+    n = np.zeros(A)  # marginal: each agent's tasks and reward sum
+    s = np.zeros(A)
+    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
+    cum = np.cumsum(share)
+    A_logistic = A if kind == _LOGISTIC else 0
+    theta = np.zeros((A_logistic, p))
+    Sigma = np.zeros((A_logistic, p, p))
+    for a in range(A_logistic):
         for j in range(p):
-            Sigma[a, j, j] = 1.0 / gamma
+            Sigma[a, j, j] = 1.0 / learner.gamma
     has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
-    Q = np.zeros(A)
     Sx = np.empty(p)
-    dead = _initial_dead(alpha, constrained, batch, False)
+    F = _new_forests(A if kind == _TREE else 0, T, Xb.shape[1], cfg)
+    scratch = _new_refit(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
+    dead = _initial_dead(alpha, constrained, batch, kind == _RANDOM)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
     t = 0
@@ -3982,156 +4031,67 @@ def _logistic_run(Xd, R, order, rule, thompson, kappa, gamma, w_min, w_max, rng,
         if early:
             sole = _sole_agent(alpha, constrained, dead)
             if sole >= 0:
-                return total + _forced_tail(R, order, t, sole, Q, assign, queues, counts,
-                                            trace)
+                return total + _forced_tail(R, order, t, sole, Q, out)
         nb = 1 if batch == 0 else min(batch, T - t)
-        for jj in range(nb):
-            x = Xd[order[t + jj]]
-            for a in range(A):
-                S[jj, a], has_spare, spare = _logistic_mu_nb(theta[a], Sigma[a], x, thompson,
-                                                             kappa, rng, has_spare, spare)
-        _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
+        if kind == _RANDOM and batch == 0:
+            agent[0] = _random_agent_nb(rng, share, cum)
+        elif kind == _RANDOM:
+            _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent)
+        else:
+            for jj in range(nb):
+                i = order[t + jj]
+                for a in range(A):
+                    if kind == _MARGINAL:
+                        S[jj, a] = _marginal_mu_nb(n, s, a)
+                    elif kind == _LOGISTIC:
+                        S[jj, a], has_spare, spare = _logistic_mu_nb(
+                            theta[a], Sigma[a], Xd[i], thompson, learner.kappa, rng,
+                            has_spare, spare)
+                    else:
+                        S[jj, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a],
+                                               Xb[i], thompson, rng)
+            _choose_agents_nb(S, nb, rule, Q, N, agent, upper)
         Nb[:] = 0
         for jj in range(nb):
             i = order[t + jj]
             a = agent[jj]
-            r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
+            r = _record_nb(R, i, a, t + jj, Q, Nb, out)
             total += r
-            _laplace_update_nb(theta[a], Sigma[a], Xd[i], float(r), w_min, w_max, Sx)
+            if kind == _MARGINAL:
+                n[a] += 1.0
+                s[a] += r
+            elif kind == _LOGISTIC:
+                _laplace_update_nb(theta[a], Sigma[a], Xd[i], float(r), learner.w_min,
+                                   learner.w_max, Sx)
+            elif kind == _TREE:
+                _tree_learn_nb(F, a, Xb[i], r, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
-        if batch == 0:
-            a = agent[0]
-            if _may_die(a, alpha, constrained, eta, early, dead):
-                bound = 1.0
-                if not thompson:  # the largest greedy estimate over the stream
-                    bound = 0.0
-                    for i in range(Xd.shape[0]):
-                        m = 0.0
-                        for j in range(p):
-                            m += theta[a, j] * Xd[i, j]
-                        v = _sigmoid_nb(m)
-                        if v > bound:
-                            bound = v
+        a = agent[0]
+        if kind != _RANDOM and _may_die(a, rule, dead):
+            # the largest estimate agent a can give for the rest of the run
+            if kind == _MARGINAL:
+                _check_dead(a, s[a] / n[a], True, Q, eta, dead)
+            elif kind == _LOGISTIC:
+                bound = 1.0 if thompson else _logistic_bound_nb(theta[a], Xd)
                 _check_dead(a, bound, True, Q, eta, dead)
-        t += nb
-    return total
-
-
-@njit(cache=True)
-def _tree_run(Xb, R, order, rule, cfg, thompson, rng, out, stats):
-    """One run of ``tree-greedy`` / ``tree-ts`` (App. E.2) on binned contexts.
-
-    Each agent's forest is an online Poisson-bootstrap forest (see the notes
-    above :func:`_poisson1_nb`): every observed reward is added to the
-    agent's trees at once (:func:`_online_observe_nb`), and after every
-    ``refit_every`` of them the trees are refit incrementally to the exact
-    weighted fit (:func:`_online_refit_nb`).  Predictions use the trees of
-    the last refit, as in the paper.  In batch mode the whole batch is scored
-    with the trees in force at its start (Thompson: one random tree per task
-    and agent); its rewards then enter one by one with the usual refits.
-    ``stats`` accumulates the refit counters of :func:`_online_refit_nb` over
-    agents.
-    """
-    alpha, constrained, eta, batch, early = rule
-    max_bins, n_trees, max_depth = cfg.max_bins, cfg.n_trees, cfg.max_depth
-    assign, queues, counts = out
-    trace = assign.shape[0] > 0
-    T = order.shape[0]
-    A = R.shape[1]
-    d = Xb.shape[1]
-    n_nodes = 2 ** (max_depth + 1) - 1
-    n_int = 2 ** max_depth - 1
-    n_cols = d * max_bins
-    # each agent's forest, its rows (bins, reward) and their Poisson weights per tree
-    F = _Forests(np.empty((A, n_trees, T), dtype=np.uint8),
-                 np.zeros((A, n_int, n_cols, n_trees), dtype=np.int32),
-                 np.zeros((A, n_int, n_cols, n_trees), dtype=np.int32),
-                 np.zeros((A, n_nodes, n_trees), dtype=np.int64),
-                 np.zeros((A, n_nodes, n_trees), dtype=np.int64),
-                 np.full((A, n_trees, n_nodes), -1, dtype=np.int32),
-                 np.zeros((A, n_trees, n_nodes), dtype=np.int32),
-                 np.zeros((A, n_trees, n_nodes)),
-                 np.full((A, d, max_bins), -1, dtype=np.int32),
-                 np.empty((A, d, T), dtype=np.int32),
-                 np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=np.uint8),
-                 np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
-    val, fitted = F.val, F.fitted
-    scratch = _new_refit(n_trees, max_depth, stats)  # reused by every refit of the run
-    Q = np.zeros(A)
-    dead = _initial_dead(alpha, constrained, batch, False)
-    S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
-    total = 0
-    t = 0
-    while t < T:
-        if early:
-            sole = _sole_agent(alpha, constrained, dead)
-            if sole >= 0:
-                return total + _forced_tail(R, order, t, sole, Q, assign, queues, counts,
-                                            trace)
-        nb = 1 if batch == 0 else min(batch, T - t)
-        for jj in range(nb):
-            xb = Xb[order[t + jj]]
-            for a in range(A):
-                S[jj, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a], xb, thompson,
-                                       rng)
-        _choose_agents_nb(S, nb, batch, Q, eta, alpha, constrained, N, agent, upper)
-        Nb[:] = 0
-        for jj in range(nb):
-            i = order[t + jj]
-            xb = Xb[i]
-            a = agent[jj]
-            r = _record_nb(R, i, a, t + jj, Q, counts, Nb, trace, assign, queues)
-            total += r
-            _tree_learn_nb(F, a, xb, r, cfg, rng, scratch)
-        _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
-        if batch == 0:
-            a = agent[0]
-            if _may_die(a, alpha, constrained, eta, early, dead):
-                if fitted[a]:  # every prediction is a mean of stored leaf values
-                    bound = 0.0
-                    for b in range(n_trees):
-                        for v in val[a, b]:
-                            if v > bound:
-                                bound = v
-                else:
-                    bound = 1.0 if thompson else 0.5
-                # a Thompson draw is one stored value; a greedy mean may round up
-                _check_dead(a, bound, thompson or not fitted[a], Q, eta, dead)
+            else:  # a Thompson draw is one stored value; a greedy mean may round up
+                _check_dead(a, _tree_bound_nb(F.val[a], F.fitted[a], thompson),
+                            thompson or not F.fitted[a], Q, eta, dead)
         t += nb
     return total
 
 
 @njit(parallel=True, cache=True)
-def _noncontextual_runs(R, orders, rule, learned, states, assign, queues):
+def _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
+    """:func:`_run_nb` for every row of ``orders``, in parallel; returns the
+    total rewards and the tasks per agent of every run."""
+    literally(kind)
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
     for k in prange(runs):
-        rewards[k] = _noncontextual_run(R, orders[k], rule, learned, states[k],
-                                        _RunOut(assign[k], queues[k], counts[k]))
-    return rewards, counts
-
-
-@njit(parallel=True, cache=True)
-def _logistic_runs(Xd, R, orders, rule, thompson, kappa, gamma, w_min, w_max, states, assign,
-                   queues):
-    runs = orders.shape[0]
-    rewards = np.zeros(runs, dtype=np.int64)
-    counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    for k in prange(runs):
-        rewards[k] = _logistic_run(Xd, R, orders[k], rule, thompson, kappa, gamma, w_min,
-                                   w_max, states[k], _RunOut(assign[k], queues[k], counts[k]))
-    return rewards, counts
-
-
-@njit(parallel=True, cache=True)
-def _tree_runs(Xb, R, orders, rule, cfg, thompson, states, assign, queues, stats):
-    runs = orders.shape[0]
-    rewards = np.zeros(runs, dtype=np.int64)
-    counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    for k in prange(runs):
-        rewards[k] = _tree_run(Xb, R, orders[k], rule, cfg, thompson, states[k],
-                               _RunOut(assign[k], queues[k], counts[k]), stats[k])
+        rewards[k] = _run_nb(kind, Xd, Xb, R, orders[k], rule, learner, cfg, states[k],
+                             _RunOut(assign[k], queues[k], counts[k]), stats[k])
     return rewards, counts
 
 
@@ -4147,29 +4107,26 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
     queues = np.zeros((runs, T if traces else 0, A))
     R = np.ascontiguousarray(R, dtype=np.uint8)
     s = settings
-    batch = int(batch)
-    early = bool(_EARLY_EXIT)
-    kind = ("noncontextual" if policy in ("random", "marginal")
-            else "logistic" if policy.startswith("logistic") else "tree")
-    started = _first_use(f"{kind} simulation", (f"_{kind}_runs",),
-                         _FIRST_USE_TIME["simulation", kind])
-    rule = _Rule(alpha, constrained, float(eta), batch, early)
-    if policy in ("random", "marginal"):
-        rewards, counts = _noncontextual_runs(R, orders, rule, policy == "marginal", states,
-                                              assign, queues)
-    elif policy.startswith("logistic"):
+    kind = {"random": _RANDOM, "marginal": _MARGINAL}.get(
+        policy, _LOGISTIC if policy.startswith("logistic") else _TREE)
+    Xd = np.zeros((0, 1))
+    Xb = np.zeros((0, 1), dtype=np.uint8)
+    cfg = _TreeConfig(np.zeros(1, dtype=np.int64), 1, 1, 1, 1, 1)  # no trees
+    if kind == _LOGISTIC:
         Xd = np.ascontiguousarray(np.column_stack([np.ones(T), X]))
-        rewards, counts = _logistic_runs(Xd, R, orders, rule, policy.endswith("-ts"),
-                                         float(s.kappa), float(s.gamma), float(s.w_min),
-                                         float(s.w_max), states, assign, queues)
-    else:
+    elif kind == _TREE:
         Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
-        max_bins = int(n_bins.max()) if len(n_bins) else 1
-        stats = np.zeros((runs, 3 * s.max_depth), dtype=np.int64)
-        cfg = _TreeConfig(n_bins, max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
-                          s.refit_every)
-        rewards, counts = _tree_runs(Xb, R, orders, rule, cfg, policy.endswith("-ts"), states,
-                                     assign, queues, stats)
+        cfg = _TreeConfig(n_bins, int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
+                          s.max_depth, s.min_samples_leaf, s.refit_every)
+    learner = _Learner(policy.endswith("-ts"), float(s.kappa), float(s.gamma),
+                       float(s.w_min), float(s.w_max))
+    stats = np.zeros((runs, 3 * cfg.max_depth), dtype=np.int64)
+    rule = _Rule(alpha, constrained, float(eta), int(batch), bool(_EARLY_EXIT))
+    name = policy.split("-")[0]
+    started = _first_use(f"{name} simulation", ("_runs_nb",), _FIRST_USE_TIME["simulation"],
+                         kind)
+    rewards, counts = _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign,
+                               queues, stats)
     _first_use_done(started)
     if not traces:
         assign = queues = None
@@ -4178,12 +4135,10 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
 
 #: Rough compile times of the first use, per kind of kernel (measured with
 #: ``python -m capassign bench --startup`` on a busy 2-core machine).
-_FIRST_USE_TIME = {("simulation", "noncontextual"): "about a minute",
-                   ("simulation", "logistic"): "about a minute",
-                   ("simulation", "tree"): "about a minute",
-                   ("router", "noncontextual"): "a few seconds",
-                   ("router", "logistic"): "about 10 s",
-                   ("router", "tree"): "under a minute"}
+_FIRST_USE_TIME = {"simulation": "about a minute",
+                   "router noncontextual": "a few seconds",
+                   "router logistic": "about 10 s",
+                   "router tree": "under a minute"}
 
 
 
@@ -4591,7 +4546,7 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
                        eta):
     """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
 
-    The draws are those of :func:`_tree_run` at one decision.  With ``step``
+    The draws are those of :func:`_run_nb` at one decision.  With ``step``
     (a single task), also picks the agent by Eq. 2, advances the queues
     (Eq. 1) and returns it; otherwise returns -1.  Returns -2, changing
     nothing, when ``X`` holds NaN or infinite values.
@@ -4613,7 +4568,7 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
 @njit(cache=True)
 def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     """Agent a observed reward y for context x: the row is binned and learnt
-    as in :func:`_tree_run` (:func:`_tree_learn_nb`)."""
+    as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
     _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, _Refit(*r))
@@ -4649,7 +4604,7 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
     """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
 
     Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
-    with the normal pairs of :func:`_logistic_run` (the unused second draw is
+    with the normal pairs of :func:`_run_nb` (the unused second draw is
     kept in ``gauss = [has_spare, spare]``).  ``step`` as in
     :func:`_router_tree_mu_nb`.
     """
@@ -4686,7 +4641,7 @@ def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
 def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
                                 constrained, eta):
     """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
-    probability alpha_a) as in :func:`_noncontextual_run`.
+    probability alpha_a) as in :func:`_run_nb`.
 
     For ``random`` the draw picks the agent directly; ``mu`` is then its
     indicator (1 for the drawn agent).  ``X`` is only checked (-2 when it
@@ -4720,7 +4675,7 @@ def _router_first_use(kind):
     """The first-use notice of the Router's kernels of one kind (0, 1, 2)."""
     _ROUTER_COLD[kind] = False
     name, kernels = _ROUTER_KERNELS[kind]
-    _first_use(f"router {name}", kernels, _FIRST_USE_TIME["router", name])
+    _first_use(f"router {name}", kernels, _FIRST_USE_TIME[f"router {name}"])
 
 
 def _validate_task_id(task_id, name="task_id"):
@@ -5098,7 +5053,6 @@ class Router:
                 self._extra = True
             B = s.n_trees
             n_nodes = 2 ** (s.max_depth + 1) - 1
-            n_int = 2 ** s.max_depth - 1
             self._feat = np.full((A, B, n_nodes), -1, dtype=np.int32)
             self._thr = np.zeros((A, B, n_nodes), dtype=np.int32)
             self._val = np.zeros((A, B, n_nodes))
@@ -5108,10 +5062,7 @@ class Router:
             self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
             self._max_bins = 0
             self._install_edges(edges)        # with the histograms H, HS and bin lists head
-            self._refit = _Refit(np.zeros((n_int, B), dtype=np.bool_),
-                                 np.empty(B, dtype=np.bool_), *(np.empty(B) for _ in range(6)),
-                                 np.empty(B, dtype=np.int64), np.empty(B, dtype=np.int64),
-                                 np.zeros(3 * s.max_depth, dtype=np.int64))
+            self._refit = _new_refit(B, s.max_depth, np.zeros(3 * s.max_depth, dtype=np.int64))
             self._alloc_rows(256)
 
     def _alloc_rows(self, cap):
@@ -8488,6 +8439,8 @@ def analyse_experiment(results):
     Returns
     -------
     ExperimentAnalysis
+        The error tables, claims, gaps and tests of every task, keyed by task
+        name; ``.figure()`` draws the error curves.
 
     Examples
     --------
