@@ -486,8 +486,31 @@ def _numba_kernels():
                 for name, kernel in list(_LAZY_KERNELS.items()):
                     if names.get(name) is kernel:
                         names[name] = numba.njit(**kernel.options)(kernel.py_func)
+                        _drop_unreadable_index(names[name])
                 _LAZY_KERNELS.clear()
     return names
+
+
+def _drop_unreadable_index(kernel):
+    """Delete a numba kernel's on-disk cache index when it cannot be read back.
+
+    numba unpickles an index before it checks that the index belongs to this
+    version of the source.  An index written by another version of this module,
+    whose kernels took a named tuple that this version no longer defines, then
+    fails with an AttributeError at the kernel's first call instead of being
+    recompiled.  Without the index numba compiles afresh and writes a new one.
+    """
+    try:
+        cache_file = kernel._cache._cache_file
+    except AttributeError:  # pragma: no cover - another numba's internals, or no cache
+        return
+    try:
+        cache_file._load_index()
+    except Exception:
+        try:
+            os.remove(cache_file._index_path)
+        except OSError:  # pragma: no cover - a read-only cache: numba will say so
+            pass
 
 
 
