@@ -3044,8 +3044,9 @@ def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r
     rows.
     ``forest.head``/``nxt`` are the bin lists of :func:`_online_observe_nb`.
     ``r`` is the :data:`_Refit` scratch; ``r.stale`` marks the nodes whose
-    histogram must be rebuilt.  Adds to ``r.stats[level]`` the number of (tree, node) pairs of that level whose
-    histograms were rebuilt from the rows, to
+    histogram must be rebuilt.  Adds to ``r.stats[level]`` the number of
+    (tree, node) pairs of that level whose histograms were rebuilt from the
+    rows, to
     ``stats[max_depth + level]`` the number of nodes of that level whose split
     changed, and to ``stats[2 max_depth + level]`` the number of those whose
     subtree was updated by moving only the rows that crossed the threshold.
@@ -4335,8 +4336,8 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
       more than the online policies do, and with 64 bins it came out about
       0.004 above the reference on a 300-task stream.  Being fitted once, it
       keeps the multinomial bootstrap of the reference
-      (:func:`_bootstrap_weights_nb`, :func:`_fit_forest_nb`), not the online Poisson bootstrap of the online
-      tree policies.
+      (:func:`_bootstrap_weights_nb`, :func:`_fit_forest_nb`), not the online
+      Poisson bootstrap of the online tree policies.
 
     Returns ``choice`` (runs x T): the agent given each task, indexed by task.
     """
@@ -4392,8 +4393,9 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     as wall-clock time and as CPU time of the process (all threads).  Two
     speed-ups are printed: of wall time (the fast engine using every core,
     the reference engine one) and of CPU time (work per decision, and less
-    disturbed by other load on the machine).  The fast engine is first called once on a tiny stream, so
-    compilation (or loading the compiled cache) is never timed.  The
+    disturbed by other load on the machine).  The fast engine is first called
+    once on a tiny stream, so compilation (or loading the compiled cache) is
+    never timed.  The
     reference engine may be timed on fewer runs or a shorter prefix of the
     stream (``reference_runs``, ``reference_T``).
 
@@ -4730,7 +4732,8 @@ def _state_config(st, get):
     """
     lim = ROUTER_STATE_LIMITS
     settings_d = st["settings"]
-    if not isinstance(settings_d, dict) or set(settings_d) != set(ModelSettings.__dataclass_fields__):
+    fields = set(ModelSettings.__dataclass_fields__)
+    if not isinstance(settings_d, dict) or set(settings_d) != fields:
         raise ValueError("state['settings'] must hold every field of ModelSettings")
     try:
         settings = ModelSettings(**settings_d)
@@ -5356,8 +5359,9 @@ class Router:
         a context vector: an observation of ``agent`` that did not come from
         this router's assignments (e.g. historical data), which teaches the
         model and leaves the queues alone.  ``reward`` is 0 or 1 for every
-        policy (:data:`REWARD_RULE`; the same rule as :func:`simulate`).  Updating a task that is not pending - never
-        assigned, or already updated - is an error.
+        policy (:data:`REWARD_RULE`; the same rule as :func:`simulate`).
+        Updating a task that is not pending - never assigned, or already
+        updated - is an error.
         """
         tt = type(task)
         if tt is int or tt is str or (isinstance(task, (int, np.integer, str))
@@ -7826,14 +7830,16 @@ def paper_claims(df):
         diffs = [float((err[t] - err[l]).mean()) for t, l in pairs]
         rows.append({"claim": "tree <= logistic (mean error over interior alpha)",
                      "holds": all(d <= 0 for d in diffs),
-                     "detail": ", ".join(f"{t} - {l}: {d:+.4f}" for (t, l), d in zip(pairs, diffs))})
+                     "detail": ", ".join(f"{t} - {l}: {d:+.4f}"
+                                         for (t, l), d in zip(pairs, diffs))})
     pairs = [("logistic-greedy", "logistic-ts"), ("tree-greedy", "tree-ts")]
     pairs = [(g, t) for g, t in pairs if g in err and t in err]
     if pairs:
         gaps = [float((err[g] - err[t]).abs().max()) for g, t in pairs]
         rows.append({"claim": f"greedy ~ TS (max gap <= {SIMILAR_TOL})",
                      "holds": all(g <= SIMILAR_TOL for g in gaps),
-                     "detail": ", ".join(f"{g.split('-')[0]}: {v:.4f}" for (g, _), v in zip(pairs, gaps))})
+                     "detail": ", ".join(f"{g.split('-')[0]}: {v:.4f}"
+                                         for (g, _), v in zip(pairs, gaps))})
     return pd.DataFrame(rows)
 
 
@@ -8499,7 +8505,8 @@ def analyse_experiment(results):
         if is_random.any() and keep.sum() > is_random.sum():
             paired[name] = paired_tests(df[keep])
         rnd = df[is_random].set_index("alpha1")["error"]
-        ends.append({"agent 1": float(rnd.get(1.0, np.nan)), "agent 2": float(rnd.get(0.0, np.nan))})
+        ends.append({"agent 1": float(rnd.get(1.0, np.nan)),
+                     "agent 2": float(rnd.get(0.0, np.nan))})
         acc = paper_accuracies(name) if name in PAPER_TABLE3 else (np.nan, np.nan)
         paper.append({"agent 1": 1 - acc[0], "agent 2": 1 - acc[1]})
     index = pd.Index(list(results), name="task")
@@ -9111,8 +9118,10 @@ def _validation_stored(path, part, name, head, collect, say):
             say(f"{name}: ignoring {part.name} (other settings or data)")
     elif path.exists() and not collect:
         old, _ = _read_json_file(path)
-        if old is not None and old.get("settings") == json.loads(_canonical_json(head["settings"])) \
-                and old.get("tasks", {}).get(name) == json.loads(_canonical_json(head["task"])):
+        same = (old is not None
+                and old.get("settings") == json.loads(_canonical_json(head["settings"]))
+                and old.get("tasks", {}).get(name) == json.loads(_canonical_json(head["task"])))
+        if same:
             done = [{k: v for k, v in c.items() if k != "task"}
                     for c in old["cells"] if c["task"] == name]
             say(f"{name}: {len(done)} cells taken from {path.name}")
@@ -9255,9 +9264,9 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
                     continue
                 stored[(policy, a1)] = cell
                 _write_json_atomic(part, {"head": head, "cells": list(stored.values())})
+                diff = np.mean(cell['fast']['errors']) - np.mean(cell['reference']['errors'])
                 say(f"{name} {policy} alpha1={a1}: {cell['runs']} runs"
-                    + (f" (was {before})" if before else "") + ", mean diff "
-                    f"{np.mean(cell['fast']['errors']) - np.mean(cell['reference']['errors']):+.4f}, "
+                    + (f" (was {before})" if before else "") + f", mean diff {diff:+.4f}, "
                     f"reference {cell['reference']['cpu_seconds']:.0f} s")
     if tuple(tasks) != TABULAR_TASKS:
         if collect:
@@ -9927,8 +9936,10 @@ POLICY_STYLE = {
     "logistic-ts": dict(color="tab:cyan", ls="--", marker="^", label="logistic TS"),
     "tree-greedy": dict(color="tab:red", ls="-", marker="D", label="tree greedy"),
     "tree-ts": dict(color="tab:orange", ls="--", marker="v", label="tree TS"),
-    "offline-logistic": dict(color="tab:blue", ls=(0, (1, 3)), marker="", label="offline logistic (unconstrained)"),
-    "offline-tree": dict(color="tab:red", ls=(0, (1, 3)), marker="", label="offline tree (unconstrained)"),
+    "offline-logistic": dict(color="tab:blue", ls=(0, (1, 3)), marker="",
+                             label="offline logistic (unconstrained)"),
+    "offline-tree": dict(color="tab:red", ls=(0, (1, 3)), marker="",
+                         label="offline tree (unconstrained)"),
     "hindsight": dict(color="k", ls="-.", marker="", label="hindsight optimum"),
 }
 
