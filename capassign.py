@@ -530,19 +530,14 @@ PROGRESS_ENV = "CAPASSIGN_PROGRESS"
 _FIRST_USE_SEEN = set()
 
 
-def _kernels_cached(kernels, kind=None):
+def _kernels_cached(kernels):
     """Whether every numba dispatcher in ``kernels`` is compiled in this process
-    or has a fresh entry in numba's on-disk cache (True when that cannot be told);
-    with ``kind``, an entry for that literal first argument (:func:`_runs_nb`)."""
-    def wanted(sig):
-        return kind is None or getattr(sig[0], "literal_value", None) == kind
-
+    or has a fresh entry in numba's on-disk cache (True when that cannot be told)."""
     for k in kernels:
         try:
-            if any(wanted(sig) for sig in k.signatures):
+            if k.signatures:
                 continue
-            index = k._cache._cache_file._load_index()  # {} when missing or stale
-            if not any(wanted(key[0]) for key in index):
+            if not k._cache._cache_file._load_index():  # {} when missing or stale
                 return False
         except Exception:  # pragma: no cover - another numba's internals: stay quiet
             continue
@@ -559,9 +554,8 @@ def _show_progress():
         return False
 
 
-def _first_use(group, kernel_names, duration, kind=None):
-    """Say once per process, on stderr, that the ``group`` kernels are being compiled
-    (for the literal first argument ``kind``, if given; :func:`_kernels_cached`).
+def _first_use(group, kernel_names, duration):
+    """Say once per process, on stderr, that the ``group`` kernels are being compiled.
 
     Returns the ``time.perf_counter()`` of the message, or ``None`` when nothing
     was printed (already said, kernels cached, or stderr not a terminal).
@@ -569,7 +563,7 @@ def _first_use(group, kernel_names, duration, kind=None):
     if group in _FIRST_USE_SEEN:
         return None
     _FIRST_USE_SEEN.add(group)
-    if not _show_progress() or _kernels_cached([globals()[n] for n in kernel_names], kind):
+    if not _show_progress() or _kernels_cached([globals()[n] for n in kernel_names]):
         return None
 
     print(f"capassign: compiling the {group} kernels - first use only, {duration}; later "
@@ -4108,7 +4102,9 @@ def _run_nb(kind, Xd, Xb, R, order, rule, learner, cfg, rng, out, stats):
 @njit(parallel=True, cache=True)
 def _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
     """:func:`_run_nb` for every row of ``orders``, in parallel; returns the
-    total rewards and the tasks per agent of every run."""
+    total rewards and the tasks per agent of every run.  Call it through
+    :func:`_policy_runs_nb`: from Python, a literal first argument costs numba
+    a dispatch of several milliseconds at every call."""
     literally(kind)
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
@@ -4117,6 +4113,22 @@ def _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues
         rewards[k] = _run_nb(kind, Xd, Xb, R, orders[k], rule, learner, cfg, states[k],
                              _RunOut(assign[k], queues[k], counts[k]), stats[k])
     return rewards, counts
+
+
+@njit(cache=True)
+def _policy_runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
+    """:func:`_runs_nb` for a ``kind`` known at run time: each branch calls the
+    kernel compiled for its model, so a call costs no dispatch on a literal."""
+    if kind == _RANDOM:
+        return _runs_nb(_RANDOM, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues,
+                        stats)
+    if kind == _MARGINAL:
+        return _runs_nb(_MARGINAL, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues,
+                        stats)
+    if kind == _LOGISTIC:
+        return _runs_nb(_LOGISTIC, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues,
+                        stats)
+    return _runs_nb(_TREE, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats)
 
 
 def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, traces,
@@ -4146,11 +4158,9 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
                        float(s.w_min), float(s.w_max))
     stats = np.zeros((runs, 3 * cfg.max_depth), dtype=np.int64)
     rule = _Rule(alpha, constrained, float(eta), int(batch), bool(_EARLY_EXIT))
-    name = policy.split("-")[0]
-    started = _first_use(f"{name} simulation", ("_runs_nb",), _FIRST_USE_TIME["simulation"],
-                         kind)
-    rewards, counts = _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign,
-                               queues, stats)
+    started = _first_use("simulation", ("_policy_runs_nb",), _FIRST_USE_TIME["simulation"])
+    rewards, counts = _policy_runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states,
+                                      assign, queues, stats)
     _first_use_done(started)
     if not traces:
         assign = queues = None

@@ -133,43 +133,40 @@ def test_kernels_cached_reads_numba_cache(tmp_path, monkeypatch):
     import sys
 
     (tmp_path / "tinykernel.py").write_text(
-        "from numba import njit, literally\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n"
-        "\n@njit(cache=True)\ndef g(kind, x):\n    literally(kind)\n    return x + kind\n")
+        "from numba import njit\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     env = dict(os.environ)  # the same numba cache location as this process
     try:
         mod = importlib.import_module("tinykernel")
         assert not ca._kernels_cached([mod.f])   # nothing compiled, nothing cached
-        subprocess.run([sys.executable, "-c", "import tinykernel; tinykernel.f(1); tinykernel.g(1, 2)"],
+        subprocess.run([sys.executable, "-c", "import tinykernel; tinykernel.f(1)"],
                        cwd=tmp_path, env=env, check=True, timeout=120)
         assert not mod.f.signatures              # not compiled in this process ...
         assert ca._kernels_cached([mod.f])       # ... but cached on disk by the other
-        # a kernel specialised on a literal first argument: cached for that value only
-        assert ca._kernels_cached([mod.g], 1) and not ca._kernels_cached([mod.g], 2)
     finally:
         sys.modules.pop("tinykernel", None)
 
 
 def test_first_use_notice_once_on_stderr_only_when_asked(monkeypatch, capsys):
     monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
-    monkeypatch.setattr(ca, "_kernels_cached", lambda kernels, kind=None: False)
+    monkeypatch.setattr(ca, "_kernels_cached", lambda kernels: False)
     monkeypatch.delenv(ca.PROGRESS_ENV, raising=False)
     # stderr is not a terminal here (as in a notebook): silent
-    assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute", ca._TREE) is None
+    assert ca._first_use("simulation", ("_policy_runs_nb",), "about a minute") is None
     monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
     monkeypatch.setenv(ca.PROGRESS_ENV, "1")
-    started = ca._first_use("tree simulation", ("_runs_nb",), "about a minute", ca._TREE)
-    assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute", ca._TREE) is None  # once
+    started = ca._first_use("simulation", ("_policy_runs_nb",), "about a minute")
+    assert ca._first_use("simulation", ("_policy_runs_nb",), "about a minute") is None  # once
     ca._first_use_done(started)
     out, err = capsys.readouterr()
     assert out == ""
     lines = err.splitlines()
     assert len(lines) == 2
-    assert "compiling the tree simulation kernels" in lines[0] and "first use only" in lines[0]
+    assert "compiling the simulation kernels" in lines[0] and "first use only" in lines[0]
     assert "about a minute" in lines[0] and lines[1].startswith("capassign: compiled in")
     monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
     monkeypatch.setenv(ca.PROGRESS_ENV, "0")
-    assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute", ca._TREE) is None
+    assert ca._first_use("simulation", ("_policy_runs_nb",), "about a minute") is None
     assert capsys.readouterr().err == ""
 
 
