@@ -554,8 +554,10 @@ def _show_progress():
         return False
 
 
-def _first_use(group, kernel_names, duration):
+def _first_use(group, kernels, duration):
     """Say once per process, on stderr, that the ``group`` kernels are being compiled.
+
+    ``kernels`` are numba dispatchers or the names of the module's kernels.
 
     Returns the ``time.perf_counter()`` of the message, or ``None`` when nothing
     was printed (already said, kernels cached, or stderr not a terminal).
@@ -563,7 +565,8 @@ def _first_use(group, kernel_names, duration):
     if group in _FIRST_USE_SEEN:
         return None
     _FIRST_USE_SEEN.add(group)
-    if not _show_progress() or _kernels_cached([globals()[n] for n in kernel_names]):
+    kernels = [globals()[k] if isinstance(k, str) else k for k in kernels]
+    if not _show_progress() or _kernels_cached(kernels):
         return None
 
     print(f"capassign: compiling the {group} kernels - first use only, {duration}; later "
@@ -3986,6 +3989,7 @@ def _new_forests(A, T, d, cfg):
 
 #: The reward model of a run, the run kernel's ``kind`` (App. E).
 _RANDOM, _MARGINAL, _LOGISTIC, _TREE = 0, 1, 2, 3
+_KIND_NAMES = ("random", "marginal", "logistic", "tree")
 #: How a run's model estimates: by Thompson sampling or greedily
 #: (``thompson``), with the Laplace-logistic settings (App. E.1); the forests'
 #: settings are a :data:`_TreeConfig` of their own.
@@ -4102,9 +4106,8 @@ def _run_nb(kind, Xd, Xb, R, order, rule, learner, cfg, rng, out, stats):
 @njit(parallel=True, cache=True)
 def _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
     """:func:`_run_nb` for every row of ``orders``, in parallel; returns the
-    total rewards and the tasks per agent of every run.  Call it through
-    :func:`_policy_runs_nb`: from Python, a literal first argument costs numba
-    a dispatch of several milliseconds at every call."""
+    total rewards and the tasks per agent of every run.  Called through the
+    entry point of each model (:func:`_policy_runs`)."""
     literally(kind)
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
@@ -4115,20 +4118,31 @@ def _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues
     return rewards, counts
 
 
-@njit(cache=True)
-def _policy_runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
-    """:func:`_runs_nb` for a ``kind`` known at run time: each branch calls the
-    kernel compiled for its model, so a call costs no dispatch on a literal."""
-    if kind == _RANDOM:
-        return _runs_nb(_RANDOM, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues,
-                        stats)
-    if kind == _MARGINAL:
-        return _runs_nb(_MARGINAL, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues,
-                        stats)
-    if kind == _LOGISTIC:
-        return _runs_nb(_LOGISTIC, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues,
-                        stats)
-    return _runs_nb(_TREE, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats)
+_POLICY_RUNS = {}
+
+
+def _policy_runs(kind):
+    """The compiled entry point of :func:`_runs_nb` for the model ``kind``.
+
+    Each model has a kernel of its own, made here on first use (numba caches
+    it on disk under a name of its own), so that the first simulation of a
+    policy compiles that model only, and a call passes ``kind`` as a constant
+    known when the entry point is compiled: a literal argument given from
+    Python would cost numba a dispatch of several milliseconds at every call.
+    """
+    _numba_kernels()  # the module's kernels first: _runs_nb must be numba's
+    with _LAZY_LOCK:
+        if kind not in _POLICY_RUNS:
+            import numba
+
+            def runs(Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
+                return _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign,
+                                queues, stats)
+
+            runs.__name__ = runs.__qualname__ = f"_runs_{_KIND_NAMES[kind]}_nb"
+            _POLICY_RUNS[kind] = numba.njit(cache=True)(runs)
+            _drop_unreadable_index(_POLICY_RUNS[kind])
+    return _POLICY_RUNS[kind]
 
 
 def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, traces,
@@ -4158,9 +4172,11 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
                        float(s.w_min), float(s.w_max))
     stats = np.zeros((runs, 3 * cfg.max_depth), dtype=np.int64)
     rule = _Rule(alpha, constrained, float(eta), int(batch), bool(_EARLY_EXIT))
-    started = _first_use("simulation", ("_policy_runs_nb",), _FIRST_USE_TIME["simulation"])
-    rewards, counts = _policy_runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states,
-                                      assign, queues, stats)
+    runs_nb = _policy_runs(kind)
+    started = _first_use(f"{_KIND_NAMES[kind]} simulation", (runs_nb,),
+                         _FIRST_USE_TIME["simulation"])
+    rewards, counts = runs_nb(Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues,
+                              stats)
     _first_use_done(started)
     if not traces:
         assign = queues = None
@@ -4168,8 +4184,9 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
 
 
 #: Rough compile times of the first use, per kind of kernel (measured with
-#: ``python -m capassign bench --startup`` on a busy 2-core machine).
-_FIRST_USE_TIME = {"simulation": "about a minute",
+#: ``python -m capassign bench --startup``: 23-28 s per simulated policy on an
+#: idle 2-core machine, longer on a busy one).
+_FIRST_USE_TIME = {"simulation": "under a minute",
                    "router noncontextual": "a few seconds",
                    "router logistic": "about 10 s",
                    "router tree": "under a minute"}
@@ -4405,9 +4422,8 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     the reference engine one) and of CPU time (work per decision, and less
     disturbed by other load on the machine).  The fast engine is first called
     once on a tiny stream, so compilation (or loading the compiled cache) is
-    never timed.  The
-    reference engine may be timed on fewer runs or a shorter prefix of the
-    stream (``reference_runs``, ``reference_T``).
+    never timed.  The reference engine may be timed on fewer runs or a shorter
+    prefix of the stream (``reference_runs``, ``reference_T``).
 
     With ``grid=True`` it then times the paper's full grid for its largest
     task shape (T = 21,000, d = 11 like Cardio; synthetic data here): 100

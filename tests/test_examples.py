@@ -152,21 +152,21 @@ def test_first_use_notice_once_on_stderr_only_when_asked(monkeypatch, capsys):
     monkeypatch.setattr(ca, "_kernels_cached", lambda kernels: False)
     monkeypatch.delenv(ca.PROGRESS_ENV, raising=False)
     # stderr is not a terminal here (as in a notebook): silent
-    assert ca._first_use("simulation", ("_policy_runs_nb",), "about a minute") is None
+    assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute") is None
     monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
     monkeypatch.setenv(ca.PROGRESS_ENV, "1")
-    started = ca._first_use("simulation", ("_policy_runs_nb",), "about a minute")
-    assert ca._first_use("simulation", ("_policy_runs_nb",), "about a minute") is None  # once
+    started = ca._first_use("tree simulation", ("_runs_nb",), "about a minute")
+    assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute") is None  # once
     ca._first_use_done(started)
     out, err = capsys.readouterr()
     assert out == ""
     lines = err.splitlines()
     assert len(lines) == 2
-    assert "compiling the simulation kernels" in lines[0] and "first use only" in lines[0]
+    assert "compiling the tree simulation kernels" in lines[0] and "first use only" in lines[0]
     assert "about a minute" in lines[0] and lines[1].startswith("capassign: compiled in")
     monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
     monkeypatch.setenv(ca.PROGRESS_ENV, "0")
-    assert ca._first_use("simulation", ("_policy_runs_nb",), "about a minute") is None
+    assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute") is None
     assert capsys.readouterr().err == ""
 
 
@@ -195,3 +195,13 @@ def test_unreadable_numba_cache_index_is_recompiled(tmp_path):
                            env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout == first.stdout == "3 [0, 3]\n"
+
+
+def test_each_model_has_an_entry_point_with_a_cache_of_its_own():
+    """The per-model entry points are closures over the model: numba must file
+    them under different names, or one model's cached code would load for another."""
+    entries = [ca._policy_runs(kind) for kind in range(len(ca._KIND_NAMES))]
+    assert all(ca._policy_runs(kind) is e for kind, e in enumerate(entries))  # made once
+    names = {e.py_func.__qualname__ for e in entries}
+    index_files = {e._cache._cache_file._index_name for e in entries}
+    assert len(names) == len(index_files) == len(ca._KIND_NAMES)
