@@ -3987,7 +3987,8 @@ def _new_forests(A, T, d, cfg):
                     np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
 
 
-#: The reward model of a run, the run kernel's ``kind`` (App. E).
+#: The reward model of a run, the run kernel's ``kind`` (App. E), and its name:
+#: the policy's name up to its "-".
 _RANDOM, _MARGINAL, _LOGISTIC, _TREE = 0, 1, 2, 3
 _KIND_NAMES = ("random", "marginal", "logistic", "tree")
 #: How a run's model estimates: by Thompson sampling or greedily
@@ -4157,8 +4158,7 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
     queues = np.zeros((runs, T if traces else 0, A))
     R = np.ascontiguousarray(R, dtype=np.uint8)
     s = settings
-    kind = {"random": _RANDOM, "marginal": _MARGINAL}.get(
-        policy, _LOGISTIC if policy.startswith("logistic") else _TREE)
+    kind = _KIND_NAMES.index(policy.split("-")[0])  # random, marginal, logistic-*, tree-*
     Xd = np.zeros((0, 1))
     Xb = np.zeros((0, 1), dtype=np.uint8)
     cfg = _TreeConfig(np.zeros(1, dtype=np.int64), 1, 1, 1, 1, 1)  # no trees
