@@ -433,9 +433,6 @@ def _validate_weights(weights, n, name="weights"):
 # kernel (data loaders, the oracle, the command line's help) never import it.
 _LAZY_KERNELS = {}
 prange = range  # numba.prange once the kernels are created
-# numba.literally, idem: ``literally(kind)`` in a kernel compiles one version per
-# value of the argument ``kind``, with the branches of the other values removed.
-literally = None
 
 
 class _LazyKernel:
@@ -482,7 +479,6 @@ def _numba_kernels():
                 import numba
 
                 names["prange"] = numba.prange
-                names["literally"] = numba.literally
                 for name, kernel in list(_LAZY_KERNELS.items()):
                     if names.get(name) is kernel:
                         names[name] = numba.njit(**kernel.options)(kernel.py_func)
@@ -530,14 +526,19 @@ PROGRESS_ENV = "CAPASSIGN_PROGRESS"
 _FIRST_USE_SEEN = set()
 
 
-def _kernels_cached(kernels):
+def _kernels_cached(kernels, match=None):
     """Whether every numba dispatcher in ``kernels`` is compiled in this process
-    or has a fresh entry in numba's on-disk cache (True when that cannot be told)."""
+    or has a fresh entry in numba's on-disk cache (True when that cannot be told).
+
+    ``match`` (optional) tells the compiled versions that count from their
+    argument types, for a kernel compiled once per kind of argument.
+    """
     for k in kernels:
         try:
-            if k.signatures:
+            if any(match is None or match(sig) for sig in k.signatures):
                 continue
-            if not k._cache._cache_file._load_index():  # {} when missing or stale
+            index = k._cache._cache_file._load_index()  # {} when missing or stale
+            if not any(match is None or match(key[0]) for key in index):
                 return False
         except Exception:  # pragma: no cover - another numba's internals: stay quiet
             continue
@@ -554,10 +555,11 @@ def _show_progress():
         return False
 
 
-def _first_use(group, kernels, duration):
+def _first_use(group, kernels, duration, match=None):
     """Say once per process, on stderr, that the ``group`` kernels are being compiled.
 
-    ``kernels`` are numba dispatchers or the names of the module's kernels.
+    ``kernels`` are numba dispatchers or the names of the module's kernels;
+    ``match`` as in :func:`_kernels_cached`.
 
     Returns the ``time.perf_counter()`` of the message, or ``None`` when nothing
     was printed (already said, kernels cached, or stderr not a terminal).
@@ -566,7 +568,7 @@ def _first_use(group, kernels, duration):
         return None
     _FIRST_USE_SEEN.add(group)
     kernels = [globals()[k] if isinstance(k, str) else k for k in kernels]
-    if not _show_progress() or _kernels_cached(kernels):
+    if not _show_progress() or _kernels_cached(kernels, match):
         return None
 
     print(f"capassign: compiling the {group} kernels - first use only, {duration}; later "
@@ -3987,21 +3989,28 @@ def _new_forests(A, T, d, cfg):
                     np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
 
 
-#: The reward model of a run, the run kernel's ``kind`` (App. E), and its name:
-#: the policy's name up to its "-".
-_RANDOM, _MARGINAL, _LOGISTIC, _TREE = 0, 1, 2, 3
-_KIND_NAMES = ("random", "marginal", "logistic", "tree")
-#: How a run's model estimates: by Thompson sampling or greedily
-#: (``thompson``), with the Laplace-logistic settings (App. E.1); the forests'
-#: settings are a :data:`_TreeConfig` of their own.
-_Learner = namedtuple("_Learner", "thompson kappa gamma w_min w_max")
+#: What a run of each reward model reads besides the stream (App. E): the
+#: optional arguments of :func:`_run_nb`, ``None`` for the models not run.
+#: ``thompson``: Thompson sampling instead of the greedy estimate; ``Xd`` the
+#: contexts with an intercept and ``gamma``, ``kappa``, ``w_min``, ``w_max``
+#: the Laplace-logistic settings (App. E.1); ``Xb`` the binned contexts and
+#: the fields of the forests' :data:`_TreeConfig` (App. E.2; numba's parallel
+#: loop takes no tuple of arrays nested in a tuple).  The ``marginal`` model
+#: reads nothing: its argument is ``True``.
+_LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max")
+_TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields)
 
 
 @njit(cache=True)
-def _run_nb(kind, Xd, Xb, R, order, rule, learner, cfg, rng, out, stats):
-    """One run of a policy over the tasks ``order``: Algorithm 1 with the
-    reward model ``kind`` (App. E), online or in mini-batches (Sec. 4.2).
-    ``kind`` is a compile-time constant: each model gets a kernel of its own.
+def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
+    """One run of a policy over the tasks ``order``: Algorithm 1 with one
+    reward model (App. E), online or in mini-batches (Sec. 4.2).
+
+    The model is the one of ``marginal``, ``logistic`` (a :data:`_LogisticRun`)
+    and ``trees`` (a :data:`_TreeRun`) that is not ``None``; none for the
+    ``random`` policy.  numba compiles one kernel per combination of ``None``
+    arguments and removes the branches of the models left out before it types
+    the body, so a model's first run compiles that model's kernels only.
 
     At each step the model scores the step's tasks (one online, a batch
     otherwise) with what it knows before any of their rewards:
@@ -4009,44 +4018,46 @@ def _run_nb(kind, Xd, Xb, R, order, rule, learner, cfg, rng, out, stats):
     - ``random`` scores nothing: agent a with probability alpha_a online, the
       batch's counts in a random order in batch mode;
     - ``marginal`` uses each agent's running mean reward;
-    - ``logistic-*`` (contexts ``Xd`` with an intercept) Laplace-logistic
-      models; Thompson sampling draws the scalar theta~^T z ~ N(theta_hat^T z,
-      kappa^2 z^T Sigma z), the exact distribution of theta~^T z under
-      theta~ ~ N(theta_hat, kappa^2 Sigma), at O(p^2) cost without
-      factorising Sigma;
-    - ``tree-*`` (binned contexts ``Xb``) online Poisson-bootstrap forests
-      (see the notes above :func:`_poisson1_nb`): every reward is added to
-      the agent's trees at once, and every ``refit_every`` of them the trees
-      are refit incrementally to the exact weighted fit; estimates use the
-      trees of the last refit, as in the paper (Thompson: one random tree
-      per task and agent).  ``stats`` accumulates the refit counters.
+    - ``logistic`` Laplace-logistic models; Thompson sampling draws the scalar
+      theta~^T z ~ N(theta_hat^T z, kappa^2 z^T Sigma z), the exact
+      distribution of theta~^T z under theta~ ~ N(theta_hat, kappa^2 Sigma),
+      at O(p^2) cost without factorising Sigma;
+    - ``trees`` online Poisson-bootstrap forests (see the notes above
+      :func:`_poisson1_nb`): every reward is added to the agent's trees at
+      once, and every ``refit_every`` of them the trees are refit
+      incrementally to the exact weighted fit; estimates use the trees of the
+      last refit, as in the paper (Thompson: one random tree per task and
+      agent).  ``stats`` accumulates the refit counters.
 
     The agents are then chosen (Eq. 2, or the batch assignment), the rewards
     enter the chosen agents' models one by one, and the queues move (Eq. 1).
     Returns the total reward; ``out`` receives the counts (and traces).
     """
     alpha, constrained, eta, batch, early = rule
-    literally(kind)
-    thompson = learner.thompson
     T = order.shape[0]
     A = R.shape[1]
-    p = Xd.shape[1]
     Q = np.zeros(A)
-    n = np.zeros(A)  # marginal: each agent's tasks and reward sum
-    s = np.zeros(A)
     share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
     cum = np.cumsum(share)
-    A_logistic = A if kind == _LOGISTIC else 0
-    theta = np.zeros((A_logistic, p))
-    Sigma = np.zeros((A_logistic, p, p))
-    for a in range(A_logistic):
-        for j in range(p):
-            Sigma[a, j, j] = 1.0 / learner.gamma
-    has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
-    Sx = np.empty(p)
-    F = _new_forests(A if kind == _TREE else 0, T, Xb.shape[1], cfg)
-    scratch = _new_refit(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
-    dead = _initial_dead(alpha, constrained, batch, kind == _RANDOM)
+    learns = marginal is not None or logistic is not None or trees is not None
+    if marginal is not None:
+        n = np.zeros(A)  # each agent's tasks and reward sum
+        s = np.zeros(A)
+    if logistic is not None:
+        p = logistic.Xd.shape[1]
+        theta = np.zeros((A, p))
+        Sigma = np.zeros((A, p, p))
+        for a in range(A):
+            for j in range(p):
+                Sigma[a, j, j] = 1.0 / logistic.gamma
+        has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
+        Sx = np.empty(p)
+    if trees is not None:
+        cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
+                          trees.min_leaf, trees.refit_every)
+        F = _new_forests(A, T, trees.Xb.shape[1], cfg)
+        scratch = _new_refit(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
+    dead = _initial_dead(alpha, constrained, batch, not learns)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
     t = 0
@@ -4056,23 +4067,23 @@ def _run_nb(kind, Xd, Xb, R, order, rule, learner, cfg, rng, out, stats):
             if sole >= 0:
                 return total + _forced_tail(R, order, t, sole, Q, out)
         nb = 1 if batch == 0 else min(batch, T - t)
-        if kind == _RANDOM and batch == 0:
+        if not learns and batch == 0:
             agent[0] = _random_agent_nb(rng, share, cum)
-        elif kind == _RANDOM:
+        elif not learns:
             _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent)
         else:
             for jj in range(nb):
                 i = order[t + jj]
                 for a in range(A):
-                    if kind == _MARGINAL:
+                    if marginal is not None:
                         S[jj, a] = _marginal_mu_nb(n, s, a)
-                    elif kind == _LOGISTIC:
+                    if logistic is not None:
                         S[jj, a], has_spare, spare = _logistic_mu_nb(
-                            theta[a], Sigma[a], Xd[i], thompson, learner.kappa, rng,
-                            has_spare, spare)
-                    else:
+                            theta[a], Sigma[a], logistic.Xd[i], logistic.thompson,
+                            logistic.kappa, rng, has_spare, spare)
+                    if trees is not None:
                         S[jj, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a],
-                                               Xb[i], thompson, rng)
+                                               trees.Xb[i], trees.thompson, rng)
             _choose_agents_nb(S, nb, rule, Q, N, agent, upper)
         Nb[:] = 0
         for jj in range(nb):
@@ -4080,70 +4091,61 @@ def _run_nb(kind, Xd, Xb, R, order, rule, learner, cfg, rng, out, stats):
             a = agent[jj]
             r = _record_nb(R, i, a, t + jj, Q, Nb, out)
             total += r
-            if kind == _MARGINAL:
+            if marginal is not None:
                 n[a] += 1.0
                 s[a] += r
-            elif kind == _LOGISTIC:
-                _laplace_update_nb(theta[a], Sigma[a], Xd[i], float(r), learner.w_min,
-                                   learner.w_max, Sx)
-            elif kind == _TREE:
-                _tree_learn_nb(F, a, Xb[i], r, cfg, rng, scratch)
+            if logistic is not None:
+                _laplace_update_nb(theta[a], Sigma[a], logistic.Xd[i], float(r), logistic.w_min,
+                                   logistic.w_max, Sx)
+            if trees is not None:
+                _tree_learn_nb(F, a, trees.Xb[i], r, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         a = agent[0]
-        if kind != _RANDOM and _may_die(a, rule, dead):
+        if learns and _may_die(a, rule, dead):
             # the largest estimate agent a can give for the rest of the run
-            if kind == _MARGINAL:
+            if marginal is not None:
                 _check_dead(a, s[a] / n[a], True, Q, eta, dead)
-            elif kind == _LOGISTIC:
-                bound = 1.0 if thompson else _logistic_bound_nb(theta[a], Xd)
+            if logistic is not None:
+                bound = 1.0 if logistic.thompson else _logistic_bound_nb(theta[a], logistic.Xd)
                 _check_dead(a, bound, True, Q, eta, dead)
-            else:  # a Thompson draw is one stored value; a greedy mean may round up
-                _check_dead(a, _tree_bound_nb(F.val[a], F.fitted[a], thompson),
-                            thompson or not F.fitted[a], Q, eta, dead)
+            if trees is not None:  # a Thompson draw is one stored value; a greedy mean may round up
+                _check_dead(a, _tree_bound_nb(F.val[a], F.fitted[a], trees.thompson),
+                            trees.thompson or not F.fitted[a], Q, eta, dead)
         t += nb
     return total
 
 
 @njit(parallel=True, cache=True)
-def _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
+def _runs_nb(R, orders, rule, marginal, logistic, trees, states, assign, queues, stats):
     """:func:`_run_nb` for every row of ``orders``, in parallel; returns the
-    total rewards and the tasks per agent of every run.  Called through the
-    entry point of each model (:func:`_policy_runs`)."""
-    literally(kind)
+    total rewards and the tasks per agent of every run (one compiled kernel
+    per reward model, as :func:`_run_nb`)."""
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
     for k in prange(runs):
-        rewards[k] = _run_nb(kind, Xd, Xb, R, orders[k], rule, learner, cfg, states[k],
+        rewards[k] = _run_nb(R, orders[k], rule, marginal, logistic, trees, states[k],
                              _RunOut(assign[k], queues[k], counts[k]), stats[k])
     return rewards, counts
 
 
-_POLICY_RUNS = {}
-
-
-def _policy_runs(kind):
-    """The compiled entry point of :func:`_runs_nb` for the model ``kind``.
-
-    Each model has a kernel of its own, made here on first use (numba caches
-    it on disk under a name of its own), so that the first simulation of a
-    policy compiles that model only, and a call passes ``kind`` as a constant
-    known when the entry point is compiled: a literal argument given from
-    Python would cost numba a dispatch of several milliseconds at every call.
-    """
-    _numba_kernels()  # the module's kernels first: _runs_nb must be numba's
-    with _LAZY_LOCK:
-        if kind not in _POLICY_RUNS:
-            import numba
-
-            def runs(Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
-                return _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign,
-                                queues, stats)
-
-            runs.__name__ = runs.__qualname__ = f"_runs_{_KIND_NAMES[kind]}_nb"
-            _POLICY_RUNS[kind] = numba.njit(cache=True)(runs)
-            _drop_unreadable_index(_POLICY_RUNS[kind])
-    return _POLICY_RUNS[kind]
+def _run_models(X, policy, settings):
+    """The reward-model arguments ``(marginal, logistic, trees)`` of
+    :func:`_runs_nb` for ``policy`` on the contexts ``X``."""
+    s = settings
+    thompson = policy.endswith("-ts")
+    if policy == "marginal":
+        return True, None, None
+    if policy.startswith("logistic"):
+        Xd = np.ascontiguousarray(np.column_stack([np.ones(X.shape[0]), X]))
+        return None, _LogisticRun(Xd, thompson, float(s.gamma), float(s.kappa),
+                                  float(s.w_min), float(s.w_max)), None
+    if policy.startswith("tree"):
+        Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
+        return None, None, _TreeRun(Xb, thompson, n_bins,
+                                    int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
+                                    s.max_depth, s.min_samples_leaf, s.refit_every)
+    return None, None, None
 
 
 def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, traces,
@@ -4157,26 +4159,15 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
     assign = np.zeros((runs, T if traces else 0), dtype=np.int32)
     queues = np.zeros((runs, T if traces else 0, A))
     R = np.ascontiguousarray(R, dtype=np.uint8)
-    s = settings
-    kind = _KIND_NAMES.index(policy.split("-")[0])  # random, marginal, logistic-*, tree-*
-    Xd = np.zeros((0, 1))
-    Xb = np.zeros((0, 1), dtype=np.uint8)
-    cfg = _TreeConfig(np.zeros(1, dtype=np.int64), 1, 1, 1, 1, 1)  # no trees
-    if kind == _LOGISTIC:
-        Xd = np.ascontiguousarray(np.column_stack([np.ones(T), X]))
-    elif kind == _TREE:
-        Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
-        cfg = _TreeConfig(n_bins, int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
-                          s.max_depth, s.min_samples_leaf, s.refit_every)
-    learner = _Learner(policy.endswith("-ts"), float(s.kappa), float(s.gamma),
-                       float(s.w_min), float(s.w_max))
-    stats = np.zeros((runs, 3 * cfg.max_depth), dtype=np.int64)
+    marginal, logistic, trees = _run_models(X, policy, settings)
+    stats = np.zeros((runs, 3 * settings.max_depth), dtype=np.int64)
     rule = _Rule(alpha, constrained, float(eta), int(batch), bool(_EARLY_EXIT))
-    runs_nb = _policy_runs(kind)
-    started = _first_use(f"{_KIND_NAMES[kind]} simulation", (runs_nb,),
-                         _FIRST_USE_TIME["simulation"])
-    rewards, counts = runs_nb(Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues,
-                              stats)
+    models = tuple(m is None for m in (marginal, logistic, trees))
+    started = _first_use(f"{policy.split('-')[0]} simulation", ("_runs_nb",),
+                         _FIRST_USE_TIME["simulation"],
+                         lambda sig: tuple(str(t) == "none" for t in sig[3:6]) == models)
+    rewards, counts = _runs_nb(R, orders, rule, marginal, logistic, trees, states, assign,
+                               queues, stats)
     _first_use_done(started)
     if not traces:
         assign = queues = None

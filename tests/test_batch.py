@@ -325,11 +325,10 @@ def test_early_exit_fires_and_when_it_may():
     for early in (False, True):
         stats = np.zeros((2, 3 * s.max_depth), dtype=np.int64)
         rule = ca._Rule(np.array([1.0, 0.0]), np.ones(2, dtype=bool), 0.5, 0, early)
-        cfg = ca._TreeConfig(n_bins, int(n_bins.max()), s.n_trees, s.max_depth,
-                             s.min_samples_leaf, s.refit_every)
-        learner = ca._Learner(False, s.kappa, s.gamma, s.w_min, s.w_max)
-        rewards, counts = ca._policy_runs(ca._TREE)(
-            np.zeros((0, 1)), Xb, R, orders, rule, learner, cfg, ca._rng_states(seeds),
+        trees = ca._TreeRun(Xb, False, n_bins, int(n_bins.max()), s.n_trees, s.max_depth,
+                            s.min_samples_leaf, s.refit_every)
+        rewards, counts = ca._runs_nb(
+            R, orders, rule, None, None, trees, ca._rng_states(seeds),
             np.zeros((2, 0), dtype=np.int32), np.zeros((2, 0, 2)), stats)
         refits[early] = (stats.sum(), rewards.tolist(), counts.tolist())
     assert refits[True][1:] == refits[False][1:]
