@@ -418,6 +418,40 @@ def _validate_weights(weights, n, name="weights"):
     return w / total
 
 
+def _validate_task_id(task_id, name="task_id"):
+    """A task id of a :class:`Router`: an int or a str; return it (a NumPy int as int)."""
+    if isinstance(task_id, (bool, np.bool_)) or not isinstance(task_id, (int, np.integer, str)):
+        raise TypeError(f"{name} must be an int or a str, got {type(task_id).__name__}")
+    return int(task_id) if isinstance(task_id, (int, np.integer)) else task_id
+
+
+def _validate_context(x, d, name="x"):
+    """One context: a finite 1-d array of ``d`` numbers (any length when ``d``
+    is None); return it as a new float array."""
+    try:
+        x = np.array(x, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a 1-d array of numbers (a context)") from None
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be a 1-d context vector, got shape {x.shape}")
+    if d is not None and x.shape[0] != d:
+        raise ValueError(f"{name} has {x.shape[0]} features, expected d = {d}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return x
+
+
+def _validate_contexts(X, d, name="X"):
+    """Contexts as rows: a finite 2-d array of at least one row of ``d``
+    columns (any number when ``d`` is None); return it C-contiguous."""
+    X = _validate_matrix(X, name)
+    if X.shape[0] < 1:
+        raise ValueError(f"{name} must hold at least one context (row)")
+    if d is not None and X.shape[1] != d:
+        raise ValueError(f"{name} has {X.shape[1]} features (columns), expected d = {d}")
+    return np.ascontiguousarray(X)
+
+
 # =============================================================================
 # 2. Compiled kernels: numba, loaded on first use
 # =============================================================================
@@ -574,6 +608,15 @@ def _first_use(group, kernels, duration, match=None):
     print(f"capassign: compiling the {group} kernels - first use only, {duration}; later "
           f"runs load them from numba's cache ...", file=sys.stderr, flush=True)
     return time.perf_counter()
+
+
+#: Rough compile times of the first use, per kind of kernel (measured with
+#: ``python -m capassign bench --startup``: 23-28 s per simulated policy on an
+#: idle 2-core machine, longer on a busy one).
+_FIRST_USE_TIME = {"simulation": "under a minute",
+                   "router noncontextual": "a few seconds",
+                   "router logistic": "about 10 s",
+                   "router tree": "under a minute"}
 
 
 def _first_use_done(started):
@@ -3271,6 +3314,748 @@ def _random_agent_nb(rng, share, cum):
     return last
 
 
+#: What a run of each reward model reads besides the stream (App. E): the
+#: optional arguments of :func:`_run_nb`, ``None`` for the models not run.
+#: ``thompson``: Thompson sampling instead of the greedy estimate; ``Xd`` the
+#: contexts with an intercept and ``gamma``, ``kappa``, ``w_min``, ``w_max``
+#: the Laplace-logistic settings (App. E.1); ``Xb`` the binned contexts and
+#: the fields of the forests' :data:`_TreeConfig` (App. E.2; numba's parallel
+#: loop takes no tuple of arrays nested in a tuple).  The ``marginal`` model
+#: reads nothing: its argument is ``True``.
+_LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max")
+_TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields)
+
+
+# --- the reward models as objects, for the router and the engine ---------------
+#
+# Each reward model of App. E is one small object over the kernels above, with
+# the state of all A agents in arrays stacked over agents, and the same few
+# methods:
+#
+# - ``score(X, mu, step)``: the estimates mu[i, a] for the rows of X, and with
+#   ``step`` (a single task) the agent of Eq. 2 with the queue step of Eq. 1,
+#   in one compiled call (the draws are those of :func:`_run_nb` at one
+#   decision); -2, changing nothing, when X holds NaN or infinite values;
+# - ``learn(a, x, r)``: agent a's reward r for the context x;
+# - ``state()``: its part of a saved router state, as plain JSON;
+# - ``check_state(...)``, before anything is allocated, and ``restore(...)``:
+#   the checks of that part of an untrusted saved state, and its installation;
+# - ``run_args(policy, X, settings)``: its arguments of the engine's run
+#   kernel (:func:`_run_nb`), so that simulate runs the same kernels.
+#
+# A :class:`Router` (section 7) owns everything else: task ids, pending tasks,
+# their expiry, the virtual queues and the orchestration of the saved state.
+# Everything a model holds is an exact function of what it has seen: the
+# logistic model saves theta and Sigma (floats survive JSON round trips
+# exactly), a forest each agent's binned rows, rewards and Poisson weights,
+# and is rebuilt by replaying them through the same observe/refit steps.
+
+#: Numbers of contexts at which a tree router without ``X_reference`` cuts its
+#: bin edges again from the contexts seen so far (doubling; none after the last).
+ROUTER_STREAM_CUTS = tuple(64 * 2 ** k for k in range(9))       # 64 ... 16384
+#: Upper bounds :meth:`Router.from_state` puts on declared sizes before it
+#: allocates anything (a saved state is untrusted input).
+ROUTER_STATE_LIMITS = {"agents": 1024, "n_features": 4096, "bytes": 2 ** 30, "count": 2 ** 53}
+
+
+@njit(cache=True)
+def _bin_row_nb(x, edges, n_edges, xb):
+    """Bin one context like :func:`_bin_contexts`: xb[j] = #{edges of j < x[j]}."""
+    for j in range(x.shape[0]):
+        v = x[j]
+        lo = 0
+        hi = n_edges[j]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if edges[j, mid] < v:
+                lo = mid + 1
+            else:
+                hi = mid
+        xb[j] = lo
+
+
+@njit(cache=True)
+def _all_finite_nb(X):
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            if not math.isfinite(X[i, j]):
+                return False
+    return True
+
+
+@njit(cache=True)
+def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
+                                constrained, eta):
+    """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
+    probability alpha_a) as in :func:`_run_nb`.
+
+    For ``random`` the draw picks the agent directly; ``mu`` is then its
+    indicator (1 for the drawn agent).  ``X`` is only checked (-2 when it
+    holds NaN or infinite values).
+    """
+    if not _all_finite_nb(X):
+        return -2
+    A = Q.shape[0]
+    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
+    chosen = 0
+    for i in range(X.shape[0]):
+        if not learned:
+            chosen = _random_agent_nb(rng, share, cum)
+        for a in range(A):
+            mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
+    if not step:
+        return -1
+    if learned:
+        return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+    _queue_update_one_nb(Q, alpha, constrained, chosen)
+    return chosen
+
+
+@njit(cache=True)
+def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, constrained,
+                           eta):
+    """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
+
+    Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
+    with the normal pairs of :func:`_run_nb` (the unused second draw is
+    kept in ``gauss = [has_spare, spare]``).  ``step`` as in
+    :func:`_router_tree_mu_nb`.
+    """
+    if not _all_finite_nb(X):
+        return -2
+    L = _Logistic(*L)
+    A, p = L.theta.shape
+    for i in range(X.shape[0]):
+        xd[0] = 1.0
+        for j in range(p - 1):
+            xd[j + 1] = X[i, j]
+        for a in range(A):
+            mu[i, a], has_spare, spare = _logistic_mu_nb(L.theta[a], L.Sigma[a], xd, thompson,
+                                                         kappa, rng, L.gauss[0] != 0.0,
+                                                         L.gauss[1])
+            L.gauss[0] = 1.0 if has_spare else 0.0
+            L.gauss[1] = spare
+    if not step:
+        return -1
+    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+
+
+@njit(cache=True)
+def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
+    """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
+    xd[0] = 1.0
+    for j in range(x.shape[0]):
+        xd[j + 1] = x[j]
+    theta, Sigma, _ = L
+    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
+
+
+@njit(cache=True)
+def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, constrained,
+                       eta):
+    """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
+
+    The draws are those of :func:`_run_nb` at one decision.  With ``step``
+    (a single task), also picks the agent by Eq. 2, advances the queues
+    (Eq. 1) and returns it; otherwise returns -1.  Returns -2, changing
+    nothing, when ``X`` holds NaN or infinite values.
+    """
+    if not _all_finite_nb(X):
+        return -2
+    F = _Trees(*F)
+    xb = np.empty(X.shape[1], dtype=np.uint8)
+    for i in range(X.shape[0]):
+        _bin_row_nb(X[i], edges, n_edges, xb)
+        for a in range(F.feat.shape[0]):
+            mu[i, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a], xb, thompson,
+                                   rng)
+    if not step:
+        return -1
+    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+
+
+@njit(cache=True)
+def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
+    """Agent a observed reward y for context x: the row is binned and learnt
+    as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
+    xb = np.empty(x.shape[0], dtype=np.uint8)
+    _bin_row_nb(x, edges, n_edges, xb)
+    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, _Refit(*r))
+
+
+@njit(cache=True)
+def _router_tree_replay_nb(a, n, cfg, F, r, every_refit):
+    """Rebuild agent a's forest from its first n stored rows and their weights.
+
+    Repeats what :func:`_online_observe_nb` did for each row, with the stored
+    Poisson weights instead of fresh draws.  With ``every_refit`` it refits
+    at the same counts as the live router did, so the rebuilt forest (trees
+    and histograms) is the one the live router had.  Without, it refits only
+    at the last of those counts, m = refit_every floor(n / refit_every): each
+    refit makes every tree the exact histogram CART fit on the rows seen so
+    far (see the notes above :func:`_poisson1_nb`), so this gives the same
+    trees and histograms without the intermediate refits.
+    """
+    cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
+    fa = _agent_forest(F, a)
+    m = (n // cfg.refit_every) * cfg.refit_every
+    for k in range(n):
+        _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
+        if (k + 1) % cfg.refit_every == 0 and (every_refit or k + 1 == m):
+            _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_bins, cfg.max_depth,
+                             cfg.min_leaf, fa, r)
+            F.fitted[a] = True
+
+
+def _state_int(v, name, lo, hi):
+    """An integer field of a saved router state, in [lo, hi] (ValueError otherwise)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
+    return int(v)
+
+
+def _state_counts(v, name, n):
+    """A list of ``n`` counts (integers >= 0) of a saved router state."""
+    if not isinstance(v, list) or len(v) != n:
+        raise ValueError(f"{name} must be a list of {n} non-negative integers")
+    return np.array([_state_int(c, name, 0, ROUTER_STATE_LIMITS["count"]) for c in v],
+                    dtype=np.int64)
+
+
+class _RewardModel:
+    """The reward model of every agent of a :class:`Router` (see the notes above).
+
+    Parameters
+    ----------
+    config : _RouterConfig
+        The router's checked configuration (section 7): its policy, agents
+        ``A``, context dimension ``d``, settings, capacities, eta and
+        ``X_reference``.
+    rng : ndarray of uint64, shape (4,)
+        The router's xoshiro256** state, shared and advanced in place.
+    Q : ndarray, shape (A,)
+        The router's virtual queues, which the one-task step of :meth:`score`
+        advances in place.
+    """
+
+    #: The first-use notice of the model's router kernels (:func:`_first_use`).
+    group = ""
+    kernels = ()
+    #: Saved arrays, state key -> attribute, of a model saved array by array.
+    ARRAYS = ()
+    #: Whether :meth:`see` keeps contexts (a tree model cutting bins from the stream).
+    sees = False
+
+    def __init__(self, config, rng, Q):
+        self.A, self.d, self.settings = config.A, config.d, config.settings
+        self._thompson = config.policy.endswith("-ts")
+        self._rng = rng
+        self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
+        self._eta = config.eta
+        _first_use(self.group, self.kernels, _FIRST_USE_TIME[self.group])
+
+    def see(self, X, copy=True):
+        """Contexts the router was given (kept only by a tree model cutting its
+        bins from the stream); ``copy=False`` when X is the caller's own array."""
+
+    def state(self):
+        """The model's part of :meth:`Router.state_dict`."""
+        return {key: getattr(self, attr).tolist() for key, attr in self.ARRAYS}
+
+    @classmethod
+    def check_state(cls, model, A, kw, version):
+        """Check a saved model before the router is built (``kw``: the router's
+        checked keyword arguments); return what :meth:`restore` installs."""
+        return model
+
+    def restore(self, model, seen):
+        """Check the saved arrays against this model's and install them
+        (``seen``: the rewards each agent's model has been fed)."""
+        vals = {}
+        for key, attr in self.ARRAYS:
+            want = getattr(self, attr).shape
+            v = _validate_matrix(model[key], f"state['model'][{key!r}]", ndim=len(want))
+            if v.shape != want:
+                raise ValueError(f"state['model'][{key!r}] must have shape {want}")
+            vals[key] = v
+        self._check_values(vals, seen)
+        for key, attr in self.ARRAYS:
+            getattr(self, attr)[:] = vals[key]
+
+    def _check_values(self, vals, seen):
+        """Refuse saved arrays of the right shapes but impossible values."""
+
+
+class _MarginalModel(_RewardModel):
+    """``random`` and ``marginal`` (App. D.5): each agent's count and sum of rewards.
+
+    ``marginal`` estimates an agent by its mean reward; ``random`` draws the
+    agent with probability alpha_a (its ``mu`` is the draw's indicator) and
+    keeps the same sums, unused.
+    """
+
+    group = "router noncontextual"
+    kernels = ("_router_noncontextual_mu_nb",)
+    ARRAYS = (("n", "_n"), ("s", "_s"))
+
+    def __init__(self, config, rng, Q):
+        super().__init__(config, rng, Q)
+        self._learned = config.policy == "marginal"
+        self._n = np.zeros(config.A)
+        self._s = np.zeros(config.A)
+        self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
+
+    @classmethod
+    def run_args(cls, policy, X, settings):
+        """The ``(marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        return (None if policy == "random" else True), None, None
+
+    def score(self, X, mu, step):
+        return _router_noncontextual_mu_nb(X, self._learned, self._n, self._s, self._cum,
+                                           self._rng, mu, step, self._Q, self._alpha,
+                                           self._constrained, self._eta)
+
+    def learn(self, a, x, r):
+        self._n[a] += 1.0
+        self._s[a] += r
+
+    def _check_values(self, vals, seen):
+        for key, v in vals.items():
+            if np.any(v < 0):
+                raise ValueError(f"state['model'][{key!r}] must be {self.A} non-negative "
+                                 f"numbers")
+        if np.any(vals["n"] != seen):
+            raise ValueError("state['model']['n'] must equal state['rewards_seen']")
+        if np.any(vals["s"] > vals["n"]) or np.any(vals["s"] != np.round(vals["s"])):
+            raise ValueError("state['model']['s'] must be whole numbers of rewards, at most "
+                             "state['model']['n'] per agent (rewards are 0 or 1)")
+
+
+class _LogisticModel(_RewardModel):
+    """Laplace-logistic models of every agent (App. E.1): theta, Sigma and the
+    spare normal draw of the Thompson pairs, ``gauss = [has_spare, spare]``."""
+
+    group = "router logistic"
+    kernels = ("_router_logistic_mu_nb", "_router_logistic_update_nb")
+    ARRAYS = (("theta", "_theta"), ("Sigma", "_Sigma"), ("gauss", "_gauss"))
+
+    def __init__(self, config, rng, Q):
+        super().__init__(config, rng, Q)
+        A, p, settings = config.A, config.d + 1, config.settings
+        self._theta = np.zeros((A, p))
+        self._Sigma = np.zeros((A, p, p))
+        for a in range(A):
+            np.fill_diagonal(self._Sigma[a], 1.0 / settings.gamma)
+        self._gauss = np.zeros(2)
+        self._xd = np.empty(p)
+        self._Sx = np.empty(p)
+        self._kappa = float(settings.kappa)
+        self._w_min = float(settings.w_min)
+        self._w_max = float(settings.w_max)
+        # the arrays go to the kernels as a plain tuple of the fields of
+        # _Logistic (numba types a plain tuple of arrays at C speed, a named
+        # one in Python: microseconds per call); the kernels name them again
+        self._L = (self._theta, self._Sigma, self._gauss)
+
+    @classmethod
+    def run_args(cls, policy, X, settings):
+        """The ``(marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        s = settings
+        Xd = np.ascontiguousarray(np.column_stack([np.ones(X.shape[0]), X]))
+        return None, _LogisticRun(Xd, policy.endswith("-ts"), float(s.gamma), float(s.kappa),
+                                  float(s.w_min), float(s.w_max)), None
+
+    def score(self, X, mu, step):
+        return _router_logistic_mu_nb(X, self._xd, self._L, self._thompson, self._kappa,
+                                      self._rng, mu, step, self._Q, self._alpha,
+                                      self._constrained, self._eta)
+
+    def learn(self, a, x, r):
+        _router_logistic_update_nb(a, x, r, self._xd, self._L, self._w_min, self._w_max,
+                                   self._Sx)
+
+    @classmethod
+    def check_state(cls, model, A, kw, version):
+        d, policy = kw["n_features"], kw["policy"]
+        if d is None:
+            raise ValueError(f"state['n_features'] must be an integer for policy {policy!r}")
+        p = d + 1
+        theta, Sigma = model["theta"], model["Sigma"]
+        if (not isinstance(theta, list) or len(theta) != A
+                or not all(isinstance(t, list) and len(t) == p for t in theta)):
+            raise ValueError(f"state['model']['theta'] must be {A} lists of {p} numbers")
+        if (not isinstance(Sigma, list) or len(Sigma) != A
+                or not all(isinstance(S, list) and len(S) == p
+                           and all(isinstance(r, list) and len(r) == p for r in S)
+                           for S in Sigma)):
+            raise ValueError(f"state['model']['Sigma'] must be {A} matrices {p} x {p}")
+        return model
+
+    def _check_values(self, vals, seen):
+        if vals["gauss"][0] not in (0.0, 1.0):
+            raise ValueError("state['model']['gauss'][0] must be 0 or 1 (has a spare draw)")
+        for a, S in enumerate(vals["Sigma"]):
+            if not np.array_equal(S, S.T):
+                raise ValueError(f"state['model']['Sigma'][{a}] is not symmetric")
+            try:
+                np.linalg.cholesky(S)
+            except np.linalg.LinAlgError:
+                raise ValueError(f"state['model']['Sigma'][{a}] is not positive "
+                                 f"definite") from None
+
+
+def _bin_with_edges(X, edges):
+    """Bin the rows of X at fixed edges, as :func:`_bin_contexts` does."""
+    Xb = np.zeros(X.shape, dtype=np.uint8)
+    for j, e in enumerate(edges):
+        Xb[:, j] = np.searchsorted(np.asarray(e, dtype=float), X[:, j], side="left")
+    return Xb
+
+
+def _pack_uint8(arr):
+    """A uint8 array as plain JSON: its shape and its bytes in base64."""
+
+    arr = np.ascontiguousarray(arr, dtype=np.uint8)
+    return {"shape": list(arr.shape), "uint8_base64": base64.b64encode(arr.tobytes()).decode()}
+
+
+def _unpack_uint8(obj, name, shape):
+    """Inverse of :func:`_pack_uint8`, checking the stored and expected shape."""
+
+    if not isinstance(obj, dict) or set(obj) != {"shape", "uint8_base64"}:
+        raise ValueError(f"{name} must be an object with keys 'shape' and 'uint8_base64'")
+    if not isinstance(obj["shape"], list) or obj["shape"] != list(shape):
+        raise ValueError(f"{name} has shape {obj['shape']!r}, expected {list(shape)}")
+    size = math.prod(shape)
+    data = obj["uint8_base64"]
+    if not isinstance(data, str) or len(data) != 4 * ((size + 2) // 3):
+        raise ValueError(f"{name} does not hold the {size} bytes its shape declares")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        raise ValueError(f"{name} holds invalid base64 data") from None
+    if len(raw) != size:
+        raise ValueError(f"{name} holds {len(raw)} bytes, expected {size}")
+    return np.frombuffer(raw, dtype=np.uint8).reshape(shape).copy()
+
+
+class _TreeModel(_RewardModel):
+    """Online Poisson-bootstrap forests of every agent (App. E.2), on bins cut
+    from ``X_reference`` once or from the stream itself (see :class:`Router`,
+    *Bin edges from the stream*).
+
+    The forest arrays are those of :data:`_Forests`; ``_Xa``, ``_ya``, ``_W``
+    and ``_nxt`` hold room for ``_cap`` rows per agent and double when full.
+    With stream bins, ``_seen`` keeps the contexts seen and ``_raw`` each
+    agent's raw rows until the last cut of :data:`ROUTER_STREAM_CUTS`.
+    """
+
+    group = "router tree"
+    kernels = ("_router_tree_mu_nb", "_router_tree_update_nb")
+    #: The stored rows: state key -> (attribute, row axis of an agent's array).
+    ROWS = (("bins", "_Xa", 0), ("rewards", "_ya", 0), ("weights", "_W", 1))
+
+    def __init__(self, config, rng, Q):
+        super().__init__(config, rng, Q)
+        A, d, settings = config.A, config.d, config.settings
+        self._seen = self._raw = None
+        self._stream = self.sees = config.X_reference is None
+        if not self._stream:
+            edges = [e.tolist() for e in _bin_contexts(config.X_reference, settings.max_bins)[2]]
+        else:                                 # edges from the stream: one bin until the first cut
+            edges = [[] for _ in range(d)]
+            self._seen = []                   # contexts seen, until the last cut
+            self._raw = [[] for _ in range(A)]    # each agent's raw rows, idem
+        self._n_seen = 0
+        self._next_cut = ROUTER_STREAM_CUTS[0] if self._stream else 2 ** 63
+        B = settings.n_trees
+        n_nodes = 2 ** (settings.max_depth + 1) - 1
+        self._feat = np.full((A, B, n_nodes), -1, dtype=np.int32)
+        self._thr = np.zeros((A, B, n_nodes), dtype=np.int32)
+        self._val = np.zeros((A, B, n_nodes))
+        self._fitted = np.zeros(A, dtype=np.bool_)
+        self._nobs = np.zeros(A, dtype=np.int64)
+        self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
+        self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
+        self._max_bins = 0
+        self._install_edges(edges)            # with the histograms H, HS and bin lists head
+        self._refit = _new_refit(B, settings.max_depth,
+                                 np.zeros(3 * settings.max_depth, dtype=np.int64))
+        self._cap = 0
+        self._alloc_rows(256)
+
+    @classmethod
+    def run_args(cls, policy, X, settings):
+        """The ``(marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        s = settings
+        Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
+        return None, None, _TreeRun(Xb, policy.endswith("-ts"), n_bins,
+                                    int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
+                                    s.max_depth, s.min_samples_leaf, s.refit_every)
+
+    @staticmethod
+    def nbytes(A, B, depth, d, max_bins, rows):
+        """Bytes of the arrays (forests, histograms, stored rows) of A agents."""
+        n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
+        return (2 * 4 * A * n_int * d * max_bins * B + 32 * A * B * n_nodes
+                + A * rows * (5 * d + 1 + B))
+
+    def _alloc_rows(self, cap):
+        """(Re)allocate the per-agent row stores of the forest for ``cap`` rows."""
+        A, B, d = self.A, self.settings.n_trees, self.d
+        old = self._cap
+        Xa = np.zeros((A, cap, d), dtype=np.uint8)
+        ya = np.zeros((A, cap), dtype=np.uint8)
+        W = np.zeros((A, B, cap), dtype=np.uint8)
+        nxt = np.zeros((A, d, cap), dtype=np.int32)
+        if old:
+            Xa[:, :old] = self._Xa
+            ya[:, :old] = self._ya
+            W[:, :, :old] = self._W
+            nxt[:, :, :old] = self._nxt
+        self._Xa, self._ya, self._W, self._nxt = Xa, ya, W, nxt
+        self._cap = cap
+        self._tree_args = None
+
+    def _install_edges(self, edges):
+        """Install the bin edges (before any row is stored), with histograms
+        and bin lists for their number of bins."""
+        d = self.d
+        self._edges_list = [list(map(float, e)) for e in edges]
+        self._n_edges = np.array([len(e) for e in edges], dtype=np.int64)
+        n_bins = self._n_edges + 1
+        max_bins = int(n_bins.max())
+        self._edges = np.zeros((d, max(max_bins - 1, 1)))
+        for j, e in enumerate(edges):
+            self._edges[j, :len(e)] = e
+        self._n_bins = n_bins
+        if max_bins != self._max_bins:
+            A, B = self.A, self.settings.n_trees
+            n_int = 2 ** self.settings.max_depth - 1
+            self._max_bins = max_bins
+            self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
+            self._HS = np.zeros_like(self._H)
+            self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
+        self._tree_args = None
+
+    # The forests go to the kernels as plain tuples of the fields of
+    # _TreeConfig, _Forests, _Refit and _Trees (see _LogisticModel), cached
+    # until an array is reallocated.
+
+    def _tree_state(self):
+        """``(cfg, F, r, trees)``: the fields of :data:`_TreeConfig`,
+        :data:`_Forests`, :data:`_Refit` and :data:`_Trees` for the kernels."""
+        if self._tree_args is None:
+            s = self.settings
+            self._tree_args = (
+                (self._n_bins, self._max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
+                 s.refit_every),
+                (self._W, self._H, self._HS, self._node_c, self._node_s, self._feat, self._thr,
+                 self._val, self._head, self._nxt, self._Xa, self._ya, self._nobs,
+                 self._fitted), tuple(self._refit),
+                (self._feat, self._thr, self._val, self._fitted))
+        return self._tree_args
+
+    def score(self, X, mu, step):
+        return _router_tree_mu_nb(X, self._edges, self._n_edges, self._tree_state()[3],
+                                  self._thompson, self._rng, mu, step, self._Q, self._alpha,
+                                  self._constrained, self._eta)
+
+    def learn(self, a, x, r):
+        if self._nobs[a] >= self._cap:
+            self._alloc_rows(2 * self._cap)
+        if self._raw is not None:
+            self._raw[a].append(x)
+        cfg, F, scratch = self._tree_state()[:3]
+        _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, cfg, self._rng, F,
+                               scratch)
+
+    def _replay(self, a, every_refit=True):
+        """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
+        _router_tree_replay_nb(a, int(self._nobs[a]), *self._tree_state()[:3], every_refit)
+
+    # --- bin edges from the stream -------------------------------------------------
+
+    def see(self, X, copy=True):
+        """Remember the contexts X; cut the edges again at each count of
+        :data:`ROUTER_STREAM_CUTS` reached."""
+        if self._seen is None:
+            return
+        n0 = self._n_seen
+        self._seen.extend(np.array(X, dtype=float) if copy else X)
+        self._n_seen = n0 + X.shape[0]
+        if self._n_seen < self._next_cut:
+            return
+        cut = 0
+        for c in ROUTER_STREAM_CUTS:
+            if n0 < c <= self._n_seen:
+                cut = c
+        self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > self._n_seen],
+                             default=2 ** 63)
+        if cut:
+            self._recut(_bin_contexts(np.array(self._seen[:cut]), self.settings.max_bins)[2])
+            if cut == ROUTER_STREAM_CUTS[-1]:
+                self._seen = None
+                self._raw = None
+
+    def _recut(self, edges):
+        """New bin edges: bin every stored row again and rebuild every forest."""
+        self._install_edges(edges)
+        for arr, v in ((self._feat, -1), (self._thr, 0), (self._val, 0.0), (self._H, 0),
+                       (self._HS, 0), (self._node_c, 0), (self._node_s, 0), (self._head, -1),
+                       (self._nxt, 0), (self._fitted, False), (self._refit.stale, False),
+                       (self._refit.stats, 0)):
+            arr.fill(v)
+        for a in range(self.A):
+            n = int(self._nobs[a])
+            if n:
+                self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
+                self._replay(a, every_refit=False)
+
+    # --- saved state -----------------------------------------------------------------
+
+    def state(self):
+        n = [int(v) for v in self._nobs]
+        model = {"edges": self._edges_list, "nobs": n}
+        for key, attr, axis in self.ROWS:
+            model[key] = [_pack_uint8(getattr(self, attr)[a][(slice(None),) * axis
+                                                             + (slice(0, n[a]),)])
+                          for a in range(self.A)]
+        if self._stream:
+            model["stream"] = {
+                "n_seen": int(self._n_seen),
+                "seen": None if self._seen is None else [
+                    [float(v) for v in x] for x in self._seen],
+                "raw": None if self._raw is None else [
+                    [[float(v) for v in x] for x in rows] for rows in self._raw]}
+        return model
+
+    @classmethod
+    def check_state(cls, model, A, kw, version):
+        """The bin edges and each agent's rows of a saved tree model, checked.
+
+        Every declared size is checked against the data present, and the
+        forest arrays against :data:`ROUTER_STATE_LIMITS`, before any
+        allocation.  Returns a dict with ``edges``, ``nobs``, ``rows`` (per
+        agent, state key -> array), ``cap`` (row capacity) and ``stream``; a
+        model with bins from a reference gets a stand-in ``X_reference`` in
+        ``kw`` (its saved edges replace the stand-in's).
+        """
+        lim = ROUTER_STATE_LIMITS
+        d, settings = kw["n_features"], kw["settings"]
+        edges = model["edges"]
+        if (not isinstance(edges, list) or d is None or len(edges) != d
+                or not all(isinstance(e, list) and len(e) < settings.max_bins for e in edges)):
+            raise ValueError(f"state['model']['edges'] must be {d} lists of fewer than "
+                             f"{settings.max_bins} bin edges")
+        e_arr = [_validate_matrix(e, "state['model']['edges'][j]", ndim=1) for e in edges]
+        if any(np.any(np.diff(e) <= 0) for e in e_arr):
+            raise ValueError("state['model']['edges'] must be increasing")
+        max_bins = max(len(e) for e in e_arr) + 1
+        B, depth = settings.n_trees, settings.max_depth
+        nobs = model["nobs"]
+        if not isinstance(nobs, list) or len(nobs) != A:
+            raise ValueError(f"state['model']['nobs'] must be {A} non-negative integers")
+        nobs = [_state_int(v, "state['model']['nobs']", 0, lim["count"]) for v in nobs]
+        for key, _, _ in cls.ROWS:
+            if not isinstance(model[key], list) or len(model[key]) != A:
+                raise ValueError(f"state['model'][{key!r}] must have one entry per agent")
+        rows = []
+        for a in range(A):
+            n = nobs[a]
+            shapes = {"bins": (n, d), "rewards": (n,), "weights": (B, n)}
+            rows.append({key: _unpack_uint8(model[key][a], f"state['model'][{key!r}][{a}]",
+                                            shapes[key]) for key, _, _ in cls.ROWS})
+        cap = 256
+        while cap < max(nobs) + 1:
+            cap *= 2
+        need = cls.nbytes(A, B, depth, d, max_bins, cap)
+        if need > lim["bytes"]:
+            raise ValueError(f"state['settings'] (n_trees={B}, max_depth={depth}) with "
+                             f"{A} agents, n_features={d} and {max_bins} bins would need "
+                             f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
+                             f"{lim['bytes'] / 2 ** 20:.0f} MiB a saved state may ask for")
+        stream = model.get("stream") if version >= 2 else None
+        if stream is None:
+            kw["X_reference"] = np.zeros((1, d))
+        return {"edges": e_arr, "nobs": nobs, "rows": rows, "cap": cap, "stream": stream}
+
+    def restore(self, tree, seen):
+        """Install the checked rows of a saved tree state and rebuild the forests."""
+        nobs, rows = tree["nobs"], tree["rows"]
+        if any(nobs[a] != seen[a] for a in range(self.A)):
+            raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
+        if tree["stream"] is not None:
+            self._restore_stream(tree["stream"], tree["edges"], rows, nobs)
+        self._install_edges(tree["edges"])
+        self._alloc_rows(tree["cap"])
+        for a in range(self.A):
+            if np.any(rows[a]["bins"] >= self._n_bins[None, :]):
+                raise ValueError(f"state['model']['bins'][{a}] has a bin beyond the edges")
+            if np.any(rows[a]["rewards"] > 1):
+                raise ValueError(f"state['model']['rewards'][{a}]: {REWARD_RULE}")
+        for a in range(self.A):
+            for key, attr, axis in self.ROWS:
+                getattr(self, attr)[a][(slice(None),) * axis + (slice(0, nobs[a]),)] = \
+                    rows[a][key]
+            self._nobs[a] = nobs[a]
+            self._replay(a)
+
+    def _restore_stream(self, stream, edges, rows, nobs):
+        """Check and install the stream-bin buffers of a saved state."""
+        if not isinstance(stream, dict) or set(stream) != {"n_seen", "seen", "raw"}:
+            raise ValueError("state['model']['stream'] must be an object with keys 'n_seen', "
+                             "'seen' and 'raw'")
+        n_seen = _state_int(stream["n_seen"], "state['model']['stream']['n_seen']", 0,
+                            ROUTER_STATE_LIMITS["count"])
+        last = ROUTER_STREAM_CUTS[-1]
+        d = self.d
+        if n_seen >= last:
+            if stream["seen"] is not None or stream["raw"] is not None:
+                raise ValueError(f"state['model']['stream']: after {last} contexts the edges "
+                                 f"are final and 'seen' and 'raw' must be null")
+            self._seen = self._raw = None
+        else:
+            seen = _validate_matrix(stream["seen"], "state['model']['stream']['seen']") \
+                if stream["seen"] else np.zeros((0, d))
+            if seen.shape != (n_seen, d):
+                raise ValueError(f"state['model']['stream']['seen'] must hold n_seen = "
+                                 f"{n_seen} contexts of {d} features")
+            cut = max([c for c in ROUTER_STREAM_CUTS if c <= n_seen], default=0)
+            want = _bin_contexts(seen[:cut], self.settings.max_bins)[2] if cut else \
+                [np.zeros(0)] * d
+            if any(not np.array_equal(e, w) for e, w in zip(edges, want)):
+                raise ValueError("state['model']['edges'] are not the edges cut from "
+                                 "state['model']['stream']['seen']")
+            raw = stream["raw"]
+            if not isinstance(raw, list) or len(raw) != self.A:
+                raise ValueError("state['model']['stream']['raw'] must have one entry per agent")
+            self._raw = []
+            for a in range(self.A):
+                r = _validate_matrix(raw[a], f"state['model']['stream']['raw'][{a}]") \
+                    if raw[a] else np.zeros((0, d))
+                if r.shape != (nobs[a], d):
+                    raise ValueError(f"state['model']['stream']['raw'][{a}] must hold nobs = "
+                                     f"{nobs[a]} contexts of {d} features")
+                if not np.array_equal(_bin_with_edges(r, edges), rows[a]["bins"]):
+                    raise ValueError(f"state['model']['bins'][{a}] are not the bins of "
+                                     f"state['model']['stream']['raw'][{a}]")
+                self._raw.append(list(r))
+            self._seen = list(seen)
+        self._n_seen = n_seen
+        self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > n_seen], default=2 ** 63)
+
+
+#: The reward model of each family of policies (the policy's name up to "-").
+_REWARD_MODELS = {"random": _MarginalModel, "marginal": _MarginalModel,
+                  "logistic": _LogisticModel, "tree": _TreeModel}
+
+
+def _reward_model(policy):
+    """The reward-model class of an online policy (:data:`_REWARD_MODELS`)."""
+    return _REWARD_MODELS[policy.split("-")[0]]
+
+
 # =============================================================================
 # 6. Simulation engine
 # =============================================================================
@@ -3989,18 +4774,6 @@ def _new_forests(A, T, d, cfg):
                     np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
 
 
-#: What a run of each reward model reads besides the stream (App. E): the
-#: optional arguments of :func:`_run_nb`, ``None`` for the models not run.
-#: ``thompson``: Thompson sampling instead of the greedy estimate; ``Xd`` the
-#: contexts with an intercept and ``gamma``, ``kappa``, ``w_min``, ``w_max``
-#: the Laplace-logistic settings (App. E.1); ``Xb`` the binned contexts and
-#: the fields of the forests' :data:`_TreeConfig` (App. E.2; numba's parallel
-#: loop takes no tuple of arrays nested in a tuple).  The ``marginal`` model
-#: reads nothing: its argument is ``True``.
-_LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max")
-_TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields)
-
-
 @njit(cache=True)
 def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
     """One run of a policy over the tasks ``order``: Algorithm 1 with one
@@ -4131,21 +4904,9 @@ def _runs_nb(R, orders, rule, marginal, logistic, trees, states, assign, queues,
 
 def _run_models(X, policy, settings):
     """The reward-model arguments ``(marginal, logistic, trees)`` of
-    :func:`_runs_nb` for ``policy`` on the contexts ``X``."""
-    s = settings
-    thompson = policy.endswith("-ts")
-    if policy == "marginal":
-        return True, None, None
-    if policy.startswith("logistic"):
-        Xd = np.ascontiguousarray(np.column_stack([np.ones(X.shape[0]), X]))
-        return None, _LogisticRun(Xd, thompson, float(s.gamma), float(s.kappa),
-                                  float(s.w_min), float(s.w_max)), None
-    if policy.startswith("tree"):
-        Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
-        return None, None, _TreeRun(Xb, thompson, n_bins,
-                                    int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
-                                    s.max_depth, s.min_samples_leaf, s.refit_every)
-    return None, None, None
+    :func:`_runs_nb` for ``policy`` on the contexts ``X``: those of its
+    reward model's object (:meth:`_RewardModel.run_args`)."""
+    return _reward_model(policy).run_args(policy, X, settings)
 
 
 def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, traces,
@@ -4172,15 +4933,6 @@ def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, 
     if not traces:
         assign = queues = None
     return rewards, counts, assign, queues
-
-
-#: Rough compile times of the first use, per kind of kernel (measured with
-#: ``python -m capassign bench --startup``: 23-28 s per simulated policy on an
-#: idle 2-core machine, longer on a busy one).
-_FIRST_USE_TIME = {"simulation": "under a minute",
-                   "router noncontextual": "a few seconds",
-                   "router logistic": "about 10 s",
-                   "router tree": "under a minute"}
 
 
 
@@ -4530,18 +5282,14 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
 # a natural extension, Sec. 6).  The virtual queues move when a task is
 # assigned (Eq. 1-2); an agent's reward model moves when its reward arrives.
 #
-# The models are those of the fast engine, driven by the same compiled pieces
-# (_laplace_update_nb; the online Poisson-bootstrap forest _online_observe_nb
-# and _online_refit_nb), so that a router fed with immediate rewards in the
-# order of a simulated run takes exactly that run's decisions.  Each call of
-# assign/update enters compiled code once; the state lives in a few arrays
-# stacked over agents.
-#
-# Saved state is plain JSON.  Everything a model holds is an exact function of
-# what it has seen: a logistic model stores theta and Sigma (floats survive
-# json round trips exactly); a forest stores each agent's binned rows,
-# rewards and Poisson weights, and is rebuilt by replaying them through the
-# same observe/refit steps.
+# The Router is a facade over parts: its checked configuration
+# (_RouterConfig, built once), the ledger of its tasks (_TaskLedger: ids,
+# pending tasks, expiry) and one reward-model object of section 5, whose
+# kernels are those of the fast engine, so that a router fed with immediate
+# rewards in the order of a simulated run takes exactly that run's decisions.
+# The Router itself keeps the queues, the random state and the counts, and
+# orchestrates the saved state: plain JSON, each part writing and checking its
+# own fields.  Each call of assign/update enters compiled code once.
 
 #: Version tag of :meth:`Router.state_dict`; :meth:`Router.from_state` reads
 #: this version and refuses newer ones.
@@ -4550,198 +5298,54 @@ ROUTER_SCHEMA = "capassign.router"
 ROUTER_SCHEMA_VERSION = 2
 #: Policies a :class:`Router` can run (the online policies of :data:`POLICIES`).
 ROUTER_POLICIES = ("random", "marginal") + CONTEXTUAL_POLICIES
-#: Numbers of contexts at which a tree router without ``X_reference`` cuts its
-#: bin edges again from the contexts seen so far (doubling; none after the last).
-ROUTER_STREAM_CUTS = tuple(64 * 2 ** k for k in range(9))       # 64 ... 16384
-#: Upper bounds :meth:`Router.from_state` puts on declared sizes before it
-#: allocates anything (a saved state is untrusted input).
-ROUTER_STATE_LIMITS = {"agents": 1024, "n_features": 4096, "bytes": 2 ** 30, "count": 2 ** 53}
+
+#: The checked configuration of a :class:`Router` (:func:`_router_config`):
+#: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
+#: as ``alpha`` and the free-agent mask ``constrained`` (and as given,
+#: ``caps``), ``policy``, ``eta``, ``seed``, the context dimension ``d``,
+#: ``settings``, the expiry limits and the checked ``X_reference``.
+_RouterConfig = namedtuple("_RouterConfig", "names A alpha constrained caps policy eta seed d "
+                                            "settings max_pending max_age X_reference")
 
 
-@njit(cache=True)
-def _bin_row_nb(x, edges, n_edges, xb):
-    """Bin one context like :func:`_bin_contexts`: xb[j] = #{edges of j < x[j]}."""
-    for j in range(x.shape[0]):
-        v = x[j]
-        lo = 0
-        hi = n_edges[j]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if edges[j, mid] < v:
-                lo = mid + 1
-            else:
-                hi = mid
-        xb[j] = lo
+def _router_config(agents, capacities, policy, eta, seed, X_reference, n_features, settings,
+                   max_pending, max_age):
+    """Check the arguments of :class:`Router` once; return a :data:`_RouterConfig`."""
+    if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
+        names = None
+        n_agents = _validate_int(agents, "agents", lo=2)
+    else:
+        names = _validate_names(agents, None, "agents", min_count=2, unique=True)
+        n_agents = len(names)
+    alpha, constrained = _validate_capacities(capacities, n_agents)
+    _validate_choice(policy, ROUTER_POLICIES, "policy")
+    eta = _validate_eta(eta)
+    seed = _validate_int(seed, "seed")
+    _validate_settings(settings)
+    if n_features is not None:
+        n_features = _validate_int(n_features, "n_features", lo=1)
+    if X_reference is not None:
+        X_reference = _validate_matrix(X_reference, "X_reference")
+        if X_reference.shape[0] < 1 or X_reference.shape[1] < 1:
+            raise ValueError(f"X_reference must have at least one row and one column, "
+                             f"got shape {X_reference.shape}")
+        if n_features is not None and n_features != X_reference.shape[1]:
+            raise ValueError(f"n_features = {n_features} but X_reference has "
+                             f"{X_reference.shape[1]} columns")
+        n_features = X_reference.shape[1]
+    if policy != "random" and policy != "marginal" and n_features is None:
+        raise ValueError(f"policy {policy!r} needs the context dimension: give "
+                         f"n_features or X_reference")
+    if max_pending is not None:
+        max_pending = _validate_int(max_pending, "max_pending", lo=1)
+    if max_age is not None:
+        max_age = _validate_int(max_age, "max_age", lo=0)
+    caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
+    return _RouterConfig(names, n_agents, alpha, constrained, caps, policy, eta, seed,
+                         n_features, settings, max_pending, max_age, X_reference)
 
 
-@njit(cache=True)
-def _all_finite_nb(X):
-    for i in range(X.shape[0]):
-        for j in range(X.shape[1]):
-            if not math.isfinite(X[i, j]):
-                return False
-    return True
-
-
-@njit(cache=True)
-def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, constrained,
-                       eta):
-    """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
-
-    The draws are those of :func:`_run_nb` at one decision.  With ``step``
-    (a single task), also picks the agent by Eq. 2, advances the queues
-    (Eq. 1) and returns it; otherwise returns -1.  Returns -2, changing
-    nothing, when ``X`` holds NaN or infinite values.
-    """
-    if not _all_finite_nb(X):
-        return -2
-    F = _Trees(*F)
-    xb = np.empty(X.shape[1], dtype=np.uint8)
-    for i in range(X.shape[0]):
-        _bin_row_nb(X[i], edges, n_edges, xb)
-        for a in range(F.feat.shape[0]):
-            mu[i, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a], xb, thompson,
-                                   rng)
-    if not step:
-        return -1
-    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
-
-
-@njit(cache=True)
-def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
-    """Agent a observed reward y for context x: the row is binned and learnt
-    as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
-    xb = np.empty(x.shape[0], dtype=np.uint8)
-    _bin_row_nb(x, edges, n_edges, xb)
-    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, _Refit(*r))
-
-
-@njit(cache=True)
-def _router_tree_replay_nb(a, n, cfg, F, r, every_refit):
-    """Rebuild agent a's forest from its first n stored rows and their weights.
-
-    Repeats what :func:`_online_observe_nb` did for each row, with the stored
-    Poisson weights instead of fresh draws.  With ``every_refit`` it refits
-    at the same counts as the live router did, so the rebuilt forest (trees
-    and histograms) is the one the live router had.  Without, it refits only
-    at the last of those counts, m = refit_every floor(n / refit_every): each
-    refit makes every tree the exact histogram CART fit on the rows seen so
-    far (see the notes above :func:`_poisson1_nb`), so this gives the same
-    trees and histograms without the intermediate refits.
-    """
-    cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
-    fa = _agent_forest(F, a)
-    m = (n // cfg.refit_every) * cfg.refit_every
-    for k in range(n):
-        _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
-        if (k + 1) % cfg.refit_every == 0 and (every_refit or k + 1 == m):
-            _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                             cfg.min_leaf, fa, r)
-            F.fitted[a] = True
-
-
-@njit(cache=True)
-def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, constrained,
-                           eta):
-    """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
-
-    Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
-    with the normal pairs of :func:`_run_nb` (the unused second draw is
-    kept in ``gauss = [has_spare, spare]``).  ``step`` as in
-    :func:`_router_tree_mu_nb`.
-    """
-    if not _all_finite_nb(X):
-        return -2
-    L = _Logistic(*L)
-    A, p = L.theta.shape
-    for i in range(X.shape[0]):
-        xd[0] = 1.0
-        for j in range(p - 1):
-            xd[j + 1] = X[i, j]
-        for a in range(A):
-            mu[i, a], has_spare, spare = _logistic_mu_nb(L.theta[a], L.Sigma[a], xd, thompson,
-                                                         kappa, rng, L.gauss[0] != 0.0,
-                                                         L.gauss[1])
-            L.gauss[0] = 1.0 if has_spare else 0.0
-            L.gauss[1] = spare
-    if not step:
-        return -1
-    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
-
-
-@njit(cache=True)
-def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
-    """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
-    xd[0] = 1.0
-    for j in range(x.shape[0]):
-        xd[j + 1] = x[j]
-    theta, Sigma, _ = L
-    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
-
-
-@njit(cache=True)
-def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
-                                constrained, eta):
-    """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
-    probability alpha_a) as in :func:`_run_nb`.
-
-    For ``random`` the draw picks the agent directly; ``mu`` is then its
-    indicator (1 for the drawn agent).  ``X`` is only checked (-2 when it
-    holds NaN or infinite values).
-    """
-    if not _all_finite_nb(X):
-        return -2
-    A = Q.shape[0]
-    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
-    chosen = 0
-    for i in range(X.shape[0]):
-        if not learned:
-            chosen = _random_agent_nb(rng, share, cum)
-        for a in range(A):
-            mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
-    if not step:
-        return -1
-    if learned:
-        return _online_step_nb(mu[0], Q, eta, alpha, constrained)
-    _queue_update_one_nb(Q, alpha, constrained, chosen)
-    return chosen
-
-
-_ROUTER_COLD = [True, True, True]
-_ROUTER_KERNELS = (("noncontextual", ("_router_noncontextual_mu_nb",)),
-                   ("logistic", ("_router_logistic_mu_nb", "_router_logistic_update_nb")),
-                   ("tree", ("_router_tree_mu_nb", "_router_tree_update_nb")))
-
-
-def _router_first_use(kind):
-    """The first-use notice of the Router's kernels of one kind (0, 1, 2)."""
-    _ROUTER_COLD[kind] = False
-    name, kernels = _ROUTER_KERNELS[kind]
-    _first_use(f"router {name}", kernels, _FIRST_USE_TIME[f"router {name}"])
-
-
-def _validate_task_id(task_id, name="task_id"):
-    if isinstance(task_id, (bool, np.bool_)) or not isinstance(task_id, (int, np.integer, str)):
-        raise TypeError(f"{name} must be an int or a str, got {type(task_id).__name__}")
-    return int(task_id) if isinstance(task_id, (int, np.integer)) else task_id
-
-
-def _state_int(v, name, lo, hi):
-    """An integer field of a saved router state, in [lo, hi] (ValueError otherwise)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
-    return int(v)
-
-
-def _state_counts(v, name, n):
-    """A list of ``n`` counts (integers >= 0) of a saved router state."""
-    if not isinstance(v, list) or len(v) != n:
-        raise ValueError(f"{name} must be a list of {n} non-negative integers")
-    return np.array([_state_int(c, name, 0, ROUTER_STATE_LIMITS["count"]) for c in v],
-                    dtype=np.int64)
-
-
-def _state_config(st, get):
+def _saved_config(st, get):
     """The configuration of a saved router state, checked before anything is built.
 
     Returns ``(agents, A, kw, model)``: ``kw`` holds the keyword arguments of
@@ -4780,107 +5384,169 @@ def _state_config(st, get):
     return agents, A, kw, model
 
 
-def _state_logistic_lists(model, A, d, policy):
-    """Check the sizes of a saved logistic model before a router is allocated."""
-    if d is None:
-        raise ValueError(f"state['n_features'] must be an integer for policy {policy!r}")
-    p = d + 1
-    theta, Sigma = model["theta"], model["Sigma"]
-    if (not isinstance(theta, list) or len(theta) != A
-            or not all(isinstance(t, list) and len(t) == p for t in theta)):
-        raise ValueError(f"state['model']['theta'] must be {A} lists of {p} numbers")
-    if (not isinstance(Sigma, list) or len(Sigma) != A
-            or not all(isinstance(S, list) and len(S) == p
-                       and all(isinstance(r, list) and len(r) == p for r in S)
-                       for S in Sigma)):
-        raise ValueError(f"state['model']['Sigma'] must be {A} matrices {p} x {p}")
+class _TaskLedger:
+    """The tasks of a :class:`Router`: their ids, the pending ones and their expiry.
 
-
-def _state_tree_rows(model, A, d, settings, version):
-    """The bin edges and each agent's rows of a saved tree model, checked.
-
-    Every declared size is checked against the data present, and the forest
-    arrays against :data:`ROUTER_STATE_LIMITS`, before any allocation.
-    Returns a dict with ``edges``, ``nobs``, ``rows`` (per agent, state key
-    -> array), ``cap`` (row capacity) and ``stream``.
+    A task is pending from its assignment until its reward arrives, it is
+    cancelled, or it expires (``max_pending``, ``max_age``).  ``pending`` maps
+    a task id to ``(agent, context, sequence number)``, oldest first; the
+    sequence number is the count of tasks assigned before it.  The router
+    reads and deletes entries of ``pending`` on its per-task path (the dict is
+    never replaced).  ``_order`` lists ``(sequence number, id)`` of assigned
+    tasks, oldest first, for the expiry.
     """
-    lim = ROUTER_STATE_LIMITS
-    edges = model["edges"]
-    if (not isinstance(edges, list) or d is None or len(edges) != d
-            or not all(isinstance(e, list) and len(e) < settings.max_bins for e in edges)):
-        raise ValueError(f"state['model']['edges'] must be {d} lists of fewer than "
-                         f"{settings.max_bins} bin edges")
-    e_arr = [_validate_matrix(e, "state['model']['edges'][j]", ndim=1) for e in edges]
-    if any(np.any(np.diff(e) <= 0) for e in e_arr):
-        raise ValueError("state['model']['edges'] must be increasing")
-    max_bins = max(len(e) for e in e_arr) + 1
-    B, depth = settings.n_trees, settings.max_depth
-    nobs = model["nobs"]
-    if not isinstance(nobs, list) or len(nobs) != A:
-        raise ValueError(f"state['model']['nobs'] must be {A} non-negative integers")
-    nobs = [_state_int(v, "state['model']['nobs']", 0, lim["count"]) for v in nobs]
-    for key, _, _ in Router._TREE_ROWS:
-        if not isinstance(model[key], list) or len(model[key]) != A:
-            raise ValueError(f"state['model'][{key!r}] must have one entry per agent")
-    rows = []
-    for a in range(A):
-        n = nobs[a]
-        shapes = {"bins": (n, d), "rewards": (n,), "weights": (B, n)}
-        rows.append({key: _unpack_uint8(model[key][a], f"state['model'][{key!r}][{a}]",
-                                        shapes[key]) for key, _, _ in Router._TREE_ROWS})
-    cap = 256
-    while cap < max(nobs) + 1:
-        cap *= 2
-    need = _router_tree_bytes(A, B, depth, d, max_bins, cap)
-    if need > lim["bytes"]:
-        raise ValueError(f"state['settings'] (n_trees={B}, max_depth={depth}) with "
-                         f"{A} agents, n_features={d} and {max_bins} bins would need "
-                         f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
-                         f"{lim['bytes'] / 2 ** 20:.0f} MiB a saved state may ask for")
-    stream = model.get("stream") if version >= 2 else None
-    return {"edges": e_arr, "nobs": nobs, "rows": rows, "cap": cap, "stream": stream}
 
+    def __init__(self, max_pending=None, max_age=None):
+        self.pending = {}
+        self.n_assigned = 0
+        self.last_task_id = None
+        self.n_cancelled = 0
+        self.n_expired = 0
+        self.max_pending = max_pending
+        self.max_age = max_age
+        self.expiry = max_pending is not None or max_age is not None
+        self._order = deque() if self.expiry else None
 
-def _router_tree_bytes(A, B, depth, d, max_bins, rows):
-    """Bytes of a tree router's arrays (forests, histograms, stored rows)."""
-    n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
-    return (2 * 4 * A * n_int * d * max_bins * B + 32 * A * B * n_nodes
-            + A * rows * (5 * d + 1 + B))
+    def next_id(self, task_id):
+        """The id of the next task: ``task_id`` checked, or by default its
+        sequence number, or the next integer no pending task uses."""
+        if task_id is None:
+            tid = self.n_assigned
+            while tid in self.pending:        # a caller chose this number
+                tid += 1
+            return tid
+        tid = _validate_task_id(task_id)
+        if tid in self.pending:
+            raise ValueError(f"task_id {tid!r} is already pending (assigned, reward not "
+                             f"yet received); task ids must be unique among pending tasks")
+        return tid
 
+    def batch_ids(self, n, task_ids):
+        """The ids of a batch of ``n`` tasks, as :meth:`next_id` gives them one by one."""
+        if task_ids is None:
+            ids, tid = [], self.n_assigned
+            for _ in range(n):
+                while tid in self.pending:
+                    tid += 1
+                ids.append(tid)
+                tid += 1
+        else:
+            if isinstance(task_ids, (str, bytes)) or not hasattr(task_ids, "__len__"):
+                raise TypeError("task_ids must be a sequence of task ids, one per row of X")
+            if len(task_ids) != n:
+                raise ValueError(f"task_ids has {len(task_ids)} entries but X has {n} rows")
+            ids = [_validate_task_id(t, "task_ids[i]") for t in task_ids]
+        if len(set(ids)) != n:
+            raise ValueError("task_ids must be unique within the batch")
+        clash = [t for t in ids if t in self.pending]
+        if clash:
+            raise ValueError(f"task_id {clash[0]!r} is already pending (assigned, reward not "
+                             f"yet received); task ids must be unique among pending tasks")
+        return ids
 
-def _bin_with_edges(X, edges):
-    """Bin the rows of X at fixed edges, as :func:`_bin_contexts` does."""
-    Xb = np.zeros(X.shape, dtype=np.uint8)
-    for j, e in enumerate(edges):
-        Xb[:, j] = np.searchsorted(np.asarray(e, dtype=float), X[:, j], side="left")
-    return Xb
+    def book(self, tid, a, x):
+        """Task ``tid`` (context ``x``) went to agent ``a``: it is pending."""
+        seq = self.n_assigned
+        self.pending[tid] = (a, x, seq)
+        self.last_task_id = tid
+        self.n_assigned = seq + 1
+        if self.expiry:
+            self._order.append((seq, tid))
+            self._expire()
 
+    def book_batch(self, ids, agents, X):
+        """The tasks ``ids`` (contexts the rows of ``X``) went to ``agents``."""
+        seq = self.n_assigned
+        for t, i in enumerate(ids):
+            self.pending[i] = (int(agents[t]), X[t].copy(), seq + t)
+            if self.expiry:
+                self._order.append((seq + t, i))
+        self.last_task_id = ids[-1]
+        self.n_assigned = seq + len(ids)
+        if self.expiry:
+            self._expire()
 
-def _pack_uint8(arr):
-    """A uint8 array as plain JSON: its shape and its bytes in base64."""
+    def cancel(self, tid):
+        """Forget the pending task ``tid``; return its agent."""
+        entry = self.pending.pop(tid, None)
+        if entry is None:
+            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
+                             f"router, or its reward was recorded, or it was cancelled or "
+                             f"expired")
+        self.n_cancelled += 1
+        return entry[0]
 
-    arr = np.ascontiguousarray(arr, dtype=np.uint8)
-    return {"shape": list(arr.shape), "uint8_base64": base64.b64encode(arr.tobytes()).decode()}
+    def _expire(self):
+        """Drop the oldest pending tasks beyond ``max_pending`` or ``max_age``.
 
+        Entries of ``_order`` of tasks no longer pending are skipped, and the
+        list is rebuilt from the pending tasks when it grows much longer than they.
+        """
+        p, mp, ma, order = self.pending, self.max_pending, self.max_age, self._order
+        last = self.n_assigned - 1
+        while order:
+            seq, tid = order[0]
+            e = p.get(tid)
+            if e is None or e[2] != seq:          # answered or cancelled
+                order.popleft()
+            elif (mp is not None and len(p) > mp) or (ma is not None and last - seq > ma):
+                order.popleft()
+                del p[tid]
+                self.n_expired += 1
+            else:
+                break
+        if len(order) > 2 * len(p) + 64:
+            self._order = deque((e[2], tid) for tid, e in p.items())
 
-def _unpack_uint8(obj, name, shape):
-    """Inverse of :func:`_pack_uint8`, checking the stored and expected shape."""
+    def saved_pending(self):
+        """The pending tasks as a saved state lists them (oldest first)."""
+        return [[tid, int(a), [float(v) for v in x], int(seq)]
+                for tid, (a, x, seq) in self.pending.items()]
 
-    if not isinstance(obj, dict) or set(obj) != {"shape", "uint8_base64"}:
-        raise ValueError(f"{name} must be an object with keys 'shape' and 'uint8_base64'")
-    if not isinstance(obj["shape"], list) or obj["shape"] != list(shape):
-        raise ValueError(f"{name} has shape {obj['shape']!r}, expected {list(shape)}")
-    size = math.prod(shape)
-    data = obj["uint8_base64"]
-    if not isinstance(data, str) or len(data) != 4 * ((size + 2) // 3):
-        raise ValueError(f"{name} does not hold the {size} bytes its shape declares")
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, TypeError, ValueError):
-        raise ValueError(f"{name} holds invalid base64 data") from None
-    if len(raw) != size:
-        raise ValueError(f"{name} holds {len(raw)} bytes, expected {size}")
-    return np.frombuffer(raw, dtype=np.uint8).reshape(shape).copy()
+    def check_pending(self, pending, counters, version, agent_index, d):
+        """The pending tasks of a saved state, checked: task id -> (agent, context, seq).
+
+        ``counters`` are the router's checked counters, ``agent_index`` its
+        check of an agent, ``d`` its context dimension.
+        """
+        n_assigned, counts = counters["n_assigned"], counters["assigned_counts"]
+        if not isinstance(pending, list) or len(pending) > n_assigned:
+            raise ValueError("state['pending'] must be a list of [task_id, agent, context, "
+                             "sequence number], no longer than state['n_assigned']")
+        if self.max_pending is not None and len(pending) > self.max_pending:
+            raise ValueError(f"state['pending'] holds {len(pending)} tasks, more than "
+                             f"state['max_pending'] = {self.max_pending}")
+        entries = {}
+        width = 3 if version < 2 else 4
+        last = -1
+        for e in pending:
+            if not isinstance(e, list) or len(e) != width:
+                raise ValueError(f"state['pending'] entries must be [task_id, agent, context"
+                                 + (", sequence number]" if width == 4 else "]"))
+            tid = _validate_task_id(e[0], "state['pending'] task id")
+            if tid in entries:
+                raise ValueError(f"state['pending'] lists task {tid!r} twice")
+            a = agent_index(e[1], "state['pending'] agent")
+            if counts[a] == 0:
+                raise ValueError(f"state['pending'] holds a task of agent {a}, which "
+                                 f"state['assigned_counts'] says was never assigned one")
+            seq = n_assigned - 1 if width == 3 else _state_int(
+                e[3], "state['pending'] sequence number", 0, n_assigned - 1)
+            if width == 4 and seq <= last:
+                raise ValueError("state['pending'] sequence numbers must increase")
+            last = seq
+            entries[tid] = (a, _validate_context(e[2], d, "state['pending'] context"), seq)
+        return entries
+
+    def restore(self, entries, counters, last_task_id):
+        """Install checked pending tasks and counters (empty ledger)."""
+        self.pending.update(entries)
+        self.n_assigned = counters["n_assigned"]
+        self.n_cancelled = counters["n_cancelled"]
+        self.n_expired = counters["n_expired"]
+        self.last_task_id = last_task_id
+        if self.expiry:
+            self._order = deque((e[2], tid) for tid, e in entries.items())
 
 
 class Router:
@@ -4983,207 +5649,57 @@ class Router:
     >>> router.update(0, agent, R[0, router.agents.index(agent)])
     """
 
-    # Defaults of optional features, kept on the class: only a router that uses
-    # them gets its own attributes, which keeps the attributes of the others few
-    # (faster attribute access on the per-task path).
-    max_pending = None
-    max_age = None
-    n_cancelled = 0
-    n_expired = 0
-    _expiry = False
-    _order = None
-    _seen = None
-    _raw = None
-    _n_seen = 0
-    _next_cut = 0
-    _stream = False
 
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
                  max_age=None):
-        if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
-            names = None
-            n_agents = _validate_int(agents, "agents", lo=2)
-        else:
-            names = _validate_names(agents, None, "agents", min_count=2, unique=True)
-            n_agents = len(names)
-        alpha, constrained = _validate_capacities(capacities, n_agents)
-        caps = [None if not c else float(x) for x, c in zip(alpha, constrained)]
-        _validate_choice(policy, ROUTER_POLICIES, "policy")
-        eta = _validate_eta(eta)
-        seed = _validate_int(seed, "seed")
-        _validate_settings(settings)
-        if n_features is not None:
-            n_features = _validate_int(n_features, "n_features", lo=1)
-        edges = None
-        if X_reference is not None:
-            Xr = _validate_matrix(X_reference, "X_reference")
-            if Xr.shape[0] < 1 or Xr.shape[1] < 1:
-                raise ValueError(f"X_reference must have at least one row and one column, "
-                                 f"got shape {Xr.shape}")
-            if n_features is not None and n_features != Xr.shape[1]:
-                raise ValueError(f"n_features = {n_features} but X_reference has "
-                                 f"{Xr.shape[1]} columns")
-            n_features = Xr.shape[1]
-            if policy.startswith("tree"):
-                edges = [e.tolist() for e in _bin_contexts(Xr, settings.max_bins)[2]]
-        if policy != "random" and policy != "marginal" and n_features is None:
-            raise ValueError(f"policy {policy!r} needs the context dimension: give "
-                             f"n_features or X_reference")
-        if max_pending is not None:
-            max_pending = _validate_int(max_pending, "max_pending", lo=1)
-        if max_age is not None:
-            max_age = _validate_int(max_age, "max_age", lo=0)
-        rng = _rng_states([np.random.SeedSequence(seed)])[0]
-        if max_pending is not None or max_age is not None:
-            self.max_pending = max_pending
-            self.max_age = max_age
-            self._expiry = True
-            self._order = deque()             # (sequence number, task id), oldest first
-        self._setup(names, n_agents, caps, policy, eta, seed, n_features, edges, settings, rng)
-
-    # --- construction ---------------------------------------------------------
-
-    def _setup(self, names, n_agents, caps, policy, eta, seed, d, edges, settings, rng):
-        self.policy = policy
-        self.eta = float(eta)
-        self.seed = seed
-        self.n_features = d
-        self.settings = settings
-        self.capacities = tuple(caps)
-        self._names = names
-        self._index = {n: i for i, n in enumerate(names)} if names else None
-        self._alpha, self._constrained = _validate_capacities(caps, n_agents)
-        self._A = n_agents
-        self._Q = np.zeros(n_agents)
-        self._rng = np.array(rng, dtype=np.uint64)
-        self._pending = {}                    # task id -> (agent, context, sequence number)
-        self.n_assigned = 0
-        self.last_task_id = None
-        self._extra = self._expiry            # expiry or stream bins: extra per-task steps
-        self._counts = np.zeros(n_agents, dtype=np.int64)
-        self._n_rewards = np.zeros(n_agents, dtype=np.int64)
-        self._thompson = policy.endswith("-ts")
-        self._learned = policy == "marginal"
-        self._kind = 2 if policy.startswith("tree") else (1 if policy.startswith("logistic") else 0)
-        self._kappa = float(settings.kappa)
-        self._w_min = float(settings.w_min)
-        self._w_max = float(settings.w_max)
-        self._mu1 = np.empty((1, n_agents))
-        A = n_agents
-        s = settings
-        if policy in ("random", "marginal"):
-            self._n = np.zeros(A)
-            self._s = np.zeros(A)
-            self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
-        elif policy.startswith("logistic"):
-            p = d + 1
-            self._theta = np.zeros((A, p))
-            self._Sigma = np.zeros((A, p, p))
-            for a in range(A):
-                np.fill_diagonal(self._Sigma[a], 1.0 / s.gamma)
-            self._gauss = np.zeros(2)
-            self._xd = np.empty(p)
-            self._Sx = np.empty(p)
-        else:
-            if edges is None:                 # edges from the stream: one bin until the first cut
-                edges = [[] for _ in range(d)]
-                self._seen = []               # contexts seen, until the last cut
-                self._raw = [[] for _ in range(n_agents)]   # each agent's raw rows, idem
-                self._n_seen = 0
-                self._next_cut = ROUTER_STREAM_CUTS[0]
-                self._stream = True
-                self._extra = True
-            B = s.n_trees
-            n_nodes = 2 ** (s.max_depth + 1) - 1
-            self._feat = np.full((A, B, n_nodes), -1, dtype=np.int32)
-            self._thr = np.zeros((A, B, n_nodes), dtype=np.int32)
-            self._val = np.zeros((A, B, n_nodes))
-            self._fitted = np.zeros(A, dtype=np.bool_)
-            self._nobs = np.zeros(A, dtype=np.int64)
-            self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
-            self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
-            self._max_bins = 0
-            self._install_edges(edges)        # with the histograms H, HS and bin lists head
-            self._refit = _new_refit(B, s.max_depth, np.zeros(3 * s.max_depth, dtype=np.int64))
-            self._alloc_rows(256)
-
-    def _alloc_rows(self, cap):
-        """(Re)allocate the per-agent row stores of the forest for ``cap`` rows."""
-        A, B, d = self._A, self.settings.n_trees, self.n_features
-        old = getattr(self, "_cap", 0)
-        Xa = np.zeros((A, cap, d), dtype=np.uint8)
-        ya = np.zeros((A, cap), dtype=np.uint8)
-        W = np.zeros((A, B, cap), dtype=np.uint8)
-        nxt = np.zeros((A, d, cap), dtype=np.int32)
-        if old:
-            Xa[:, :old] = self._Xa
-            ya[:, :old] = self._ya
-            W[:, :, :old] = self._W
-            nxt[:, :, :old] = self._nxt
-        self._Xa, self._ya, self._W, self._nxt = Xa, ya, W, nxt
-        self._cap = cap
-        self._tree_args = None
+        c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
+                           settings, max_pending, max_age)
+        self.policy, self.eta, self.seed, self.settings = c.policy, c.eta, c.seed, c.settings
+        self.n_features = c.d
+        self.capacities = c.caps
+        self._names = c.names
+        self._index = {n: i for i, n in enumerate(c.names)} if c.names else None
+        self._alpha, self._constrained, self._A = c.alpha, c.constrained, c.A
+        self._Q = np.zeros(c.A)
+        self._rng = _rng_states([np.random.SeedSequence(c.seed)])[0]
+        self._counts = np.zeros(c.A, dtype=np.int64)
+        self._n_rewards = np.zeros(c.A, dtype=np.int64)
+        self._mu1 = np.empty((1, c.A))
+        self._tasks = _TaskLedger(c.max_pending, c.max_age)
+        self._pending = self._tasks.pending   # read and deleted from on the per-task path
+        self._model = _reward_model(c.policy)(c, self._rng, self._Q)
+        self._score = self._model.score
+        # extra per-task steps: expiry, or a model keeping the contexts it sees
+        self._extra = self._tasks.expiry or self._model.sees
 
     # --- properties -------------------------------------------------------------
 
-    @property
-    def agents(self):
-        """Agent names (or indices 0..A-1 when the router was given a count)."""
-        return list(self._names) if self._names else list(range(self._A))
-
-    @property
-    def Q(self):
-        """The virtual queues Q_{t,a} now in force (a copy; Eq. 1)."""
-        return self._Q.copy()
-
-    @property
-    def pending(self):
-        """Ids of the tasks assigned whose reward has not arrived, oldest first.
-
-        Cancelled and expired tasks are no longer listed (see :meth:`cancel`).
-        """
-        return list(self._pending)
-
-    @property
-    def assigned_counts(self):
-        """Tasks assigned to each agent so far."""
-        return self._counts.copy()
-
-    @property
-    def rewards_seen(self):
-        """Rewards fed to each agent's model so far."""
-        return self._n_rewards.copy()
+    agents = property(lambda self: list(self._names) if self._names else list(range(self._A)),
+                      doc="Agent names (or indices 0..A-1 when the router was given a count).")
+    Q = property(lambda self: self._Q.copy(),
+                 doc="The virtual queues Q_{t,a} now in force (a copy; Eq. 1).")
+    pending = property(lambda self: list(self._pending), doc=(
+        "Ids of the tasks assigned whose reward has not arrived, oldest first.\n\n"
+        "Cancelled and expired tasks are no longer listed (see :meth:`cancel`)."))
+    assigned_counts = property(lambda self: self._counts.copy(),
+                               doc="Tasks assigned to each agent so far.")
+    rewards_seen = property(lambda self: self._n_rewards.copy(),
+                            doc="Rewards fed to each agent's model so far.")
+    last_task_id = property(lambda self: self._tasks.last_task_id,
+                            doc="The id given to the last task assigned (None before the first).")
+    n_assigned = property(lambda self: self._tasks.n_assigned, doc="Tasks assigned.")
+    n_cancelled = property(lambda self: self._tasks.n_cancelled, doc="Tasks cancelled.")
+    n_expired = property(lambda self: self._tasks.n_expired, doc="Tasks expired.")
+    max_pending = property(lambda self: self._tasks.max_pending, doc="See the parameters.")
+    max_age = property(lambda self: self._tasks.max_age, doc="See the parameters.")
 
     def __repr__(self):
         return (f"Router(agents={self.agents}, capacities={list(self.capacities)}, "
                 f"policy={self.policy!r}, eta={self.eta}, assigned={self.n_assigned}, "
                 f"pending={len(self._pending)})")
 
-    # --- input checks -------------------------------------------------------------
-
-    def _context(self, x, name="x"):
-        try:
-            x = np.array(x, dtype=float)
-        except (TypeError, ValueError):
-            raise TypeError(f"{name} must be a 1-d array of numbers (a context)") from None
-        if x.ndim != 1:
-            raise ValueError(f"{name} must be a 1-d context vector, got shape {x.shape}")
-        d = self.n_features
-        if d is not None and x.shape[0] != d:
-            raise ValueError(f"{name} has {x.shape[0]} features, expected d = {d}")
-        if not np.isfinite(x).all():
-            raise ValueError(f"{name} contains NaN or infinite values")
-        return x
-
-    def _contexts(self, X, name="X"):
-        X = _validate_matrix(X, name)
-        if X.shape[0] < 1:
-            raise ValueError(f"{name} must hold at least one context (row)")
-        d = self.n_features
-        if d is not None and X.shape[1] != d:
-            raise ValueError(f"{name} has {X.shape[1]} features (columns), expected d = {d}")
-        return np.ascontiguousarray(X)
+    # --- input checks and decisions ---------------------------------------------
 
     def _agent_index(self, agent, name="agent"):
         if self._index is not None and isinstance(agent, str):
@@ -5197,45 +5713,17 @@ class Router:
             raise ValueError(f"unknown {name} {agent!r}: indices run from 0 to {self._A - 1}")
         return int(agent)
 
-    def _reward(self, reward):
-        return _validate_reward(reward, "reward")
-
     def _agent_out(self, a):
         return self._names[a] if self._names else a
 
-    # --- decisions -------------------------------------------------------------
-
     def _mu(self, X, step):
-        """Estimates for the rows of X; with ``step`` the chosen agent of X[0]."""
+        """Estimates for the rows of X; with ``step`` the chosen agent of X[0]
+        (Eq. 2, the queues advanced: Eq. 1)."""
         mu = self._mu1 if step else np.empty((X.shape[0], self._A))
-        kind = self._kind
-        if _ROUTER_COLD[kind]:
-            _router_first_use(kind)
-        if kind == 2:
-            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._tree_state()[3],
-                                   self._thompson, self._rng, mu, step, self._Q, self._alpha,
-                                   self._constrained, self.eta)
-        elif kind == 1:
-            a = _router_logistic_mu_nb(X, self._xd, self._logistic(), self._thompson,
-                                       self._kappa, self._rng, mu, step, self._Q, self._alpha,
-                                       self._constrained, self.eta)
-        else:
-            a = _router_noncontextual_mu_nb(X, self._learned, self._n, self._s,
-                                            self._cum, self._rng, mu, step, self._Q,
-                                            self._alpha, self._constrained, self.eta)
+        a = self._score(X, mu, step)
         if a == -2:
             raise ValueError(("x" if step else "X") + " contains NaN or infinite values")
         return a, mu
-
-    def _new_id(self, task_id, offset=0):
-        if task_id is None:
-            task_id = self.n_assigned + offset
-        else:
-            task_id = _validate_task_id(task_id)
-        if task_id in self._pending:
-            raise ValueError(f"task_id {task_id!r} is already pending (assigned, reward not "
-                             f"yet received); task ids must be unique among pending tasks")
-        return task_id
 
     def assign(self, x, task_id=None):
         """Assign one task with context ``x``; return the agent (Eq. 2).
@@ -5253,28 +5741,17 @@ class Router:
         except (TypeError, ValueError):
             raise TypeError("x must be a 1-d array of numbers (a context)") from None
         if x.ndim != 1 or (self.n_features is not None and x.shape[0] != self.n_features):
-            self._context(x)  # raises the precise error
+            _validate_context(x, self.n_features)  # raises the precise error
         X = x.reshape(1, -1)
-        if task_id is None:
-            tid = self.n_assigned
-            while tid in self._pending:       # a caller chose this number
-                tid += 1
-        else:
-            tid = self._new_id(task_id)
-        extra = self._extra
-        if extra and self._seen is not None:
-            self._see(X, copy=False)           # X is this call's own array
-        a, _ = self._mu(X, True)
-        self._pending[tid] = (a, X[0], self.n_assigned)
-        self.last_task_id = tid
-        if extra and self._expiry:
-            self._order.append((self.n_assigned, tid))
-            self.n_assigned += 1
-            self._counts[a] += 1
-            self._expire()
-        else:
-            self.n_assigned += 1
-            self._counts[a] += 1
+        tasks = self._tasks
+        tid = tasks.next_id(task_id)
+        if self._extra:
+            self._model.see(X, copy=False)     # X is this call's own array
+        a = self._score(X, self._mu1, True)
+        if a == -2:
+            raise ValueError("x contains NaN or infinite values")
+        tasks.book(tid, a, X[0])
+        self._counts[a] += 1
         return self._names[a] if self._names else a
 
     def assign_batch(self, X, task_ids=None):
@@ -5288,43 +5765,17 @@ class Router:
         sequence numbers, skipping ids of pending tasks, as in :meth:`assign`;
         :attr:`last_task_id` is the batch's last.  Returns the list of agents.
         """
-        X = self._contexts(X)
+        X = _validate_contexts(X, self.n_features)
         n = X.shape[0]
-        if task_ids is None:
-            ids, tid = [], self.n_assigned
-            for _ in range(n):
-                while tid in self._pending:
-                    tid += 1
-                ids.append(tid)
-                tid += 1
-        else:
-            if isinstance(task_ids, (str, bytes)) or not hasattr(task_ids, "__len__"):
-                raise TypeError("task_ids must be a sequence of task ids, one per row of X")
-            if len(task_ids) != n:
-                raise ValueError(f"task_ids has {len(task_ids)} entries but X has {n} rows")
-            ids = [_validate_task_id(t, "task_ids[i]") for t in task_ids]
-        if len(set(ids)) != n:
-            raise ValueError("task_ids must be unique within the batch")
-        clash = [t for t in ids if t in self._pending]
-        if clash:
-            raise ValueError(f"task_id {clash[0]!r} is already pending (assigned, reward not "
-                             f"yet received); task ids must be unique among pending tasks")
-        if self._seen is not None:
-            self._see(X)
+        ids = self._tasks.batch_ids(n, task_ids)
+        self._model.see(X)
         _, mu = self._mu(X, False)
         counts = batch_counts(n, self._alpha, self._Q, self._constrained)
         chosen = batch_assign(mu - self.eta * self._Q, counts, self._constrained)
         realised = np.bincount(chosen, minlength=self._A)
         self._Q[:] = batch_queue_update(self._Q, realised, self._alpha, n, self._constrained)
-        for t, i in enumerate(ids):
-            self._pending[i] = (int(chosen[t]), X[t].copy(), self.n_assigned + t)
-            if self._expiry:
-                self._order.append((self.n_assigned + t, i))
-        self.last_task_id = ids[-1]
-        self.n_assigned += n
+        self._tasks.book_batch(ids, chosen, X)
         self._counts += realised
-        if self._expiry:
-            self._expire()
         return [self._agent_out(int(a)) for a in chosen]
 
     def cancel(self, task_id):
@@ -5336,37 +5787,7 @@ class Router:
         agent, and the capacity bounds the share of tasks sent (Eq. 1; see the
         class notes).  Cancelling a task that is not pending is an error.
         """
-        tid = _validate_task_id(task_id)
-        entry = self._pending.pop(tid, None)
-        if entry is None:
-            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
-                             f"router, or its reward was recorded, or it was cancelled or "
-                             f"expired")
-        self.n_cancelled += 1
-        return self._agent_out(entry[0])
-
-    def _expire(self):
-        """Drop the oldest pending tasks beyond ``max_pending`` or ``max_age``.
-
-        ``_order`` lists (sequence number, id) of assigned tasks, oldest first;
-        entries of tasks no longer pending are skipped, and the list is
-        rebuilt from the pending tasks when it grows much longer than they.
-        """
-        p, mp, ma, order = self._pending, self.max_pending, self.max_age, self._order
-        last = self.n_assigned - 1
-        while order:
-            seq, tid = order[0]
-            e = p.get(tid)
-            if e is None or e[2] != seq:          # answered or cancelled
-                order.popleft()
-            elif (mp is not None and len(p) > mp) or (ma is not None and last - seq > ma):
-                order.popleft()
-                del p[tid]
-                self.n_expired += 1
-            else:
-                break
-        if len(order) > 2 * len(p) + 64:
-            self._order = deque((e[2], tid) for tid, e in p.items())
+        return self._agent_out(self._tasks.cancel(_validate_task_id(task_id)))
 
     def update(self, task, agent, reward):
         """Feed a reward to an agent's model.
@@ -5398,37 +5819,19 @@ class Router:
             if (tr is int or tr is float) and (reward == 0 or reward == 1):
                 r = float(reward)
             else:
-                r = self._reward(reward)
+                r = _validate_reward(reward)
             del self._pending[tid]
         elif isinstance(task, (bool, np.bool_)) or task is None:
             raise TypeError(f"task must be a pending task id (int or str) or a context "
                             f"vector, got {task!r}")
         else:
-            x = self._context(task, "task (a context)")
+            x = _validate_context(task, self.n_features, "task (a context)")
             if agent is None:
                 raise TypeError("agent is required when task is a context vector")
             a = self._agent_index(agent)
-            r = self._reward(reward)
-            if self._seen is not None:
-                self._see(x.reshape(1, -1), copy=False)
-        self._learn(a, x, r)
-
-    def _learn(self, a, x, r):
-        kind = self._kind
-        if kind == 2:
-            if self._nobs[a] >= self._cap:
-                self._alloc_rows(2 * self._cap)
-            if self._raw is not None:
-                self._raw[a].append(x)
-            cfg, F, scratch = self._tree_state()[:3]
-            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, cfg, self._rng, F,
-                                   scratch)
-        elif kind == 1:
-            _router_logistic_update_nb(a, x, r, self._xd, self._logistic(), self._w_min,
-                                       self._w_max, self._Sx)
-        else:
-            self._n[a] += 1.0
-            self._s[a] += r
+            r = _validate_reward(reward)
+            self._model.see(x.reshape(1, -1), copy=False)
+        self._model.learn(a, x, r)
         self._n_rewards[a] += 1
 
     # --- saving and restoring ------------------------------------------------------
@@ -5447,8 +5850,8 @@ class Router:
         :meth:`from_state` restores a router that takes exactly the decisions
         this one would have taken.
         """
-        s = self.settings
-        state = {
+        s, tasks = self.settings, self._tasks
+        return {
             "schema": f"{ROUTER_SCHEMA}/{ROUTER_SCHEMA_VERSION}",
             "agents": list(self._names) if self._names else self._A,
             "capacities": list(self.capacities),
@@ -5457,38 +5860,19 @@ class Router:
             "seed": self.seed,
             "n_features": self.n_features,
             "settings": {k: getattr(s, k) for k in ModelSettings.__dataclass_fields__},
-            "max_pending": self.max_pending,
-            "max_age": self.max_age,
+            "max_pending": tasks.max_pending,
+            "max_age": tasks.max_age,
             "rng": [int(v) for v in self._rng],
             "Q": [float(v) for v in self._Q],
-            "n_assigned": int(self.n_assigned),
+            "n_assigned": int(tasks.n_assigned),
             "assigned_counts": [int(v) for v in self._counts],
             "rewards_seen": [int(v) for v in self._n_rewards],
-            "n_cancelled": int(self.n_cancelled),
-            "n_expired": int(self.n_expired),
-            "last_task_id": self.last_task_id,
-            "pending": [[tid, int(a), [float(v) for v in x], int(seq)]
-                        for tid, (a, x, seq) in self._pending.items()],
+            "n_cancelled": int(tasks.n_cancelled),
+            "n_expired": int(tasks.n_expired),
+            "last_task_id": tasks.last_task_id,
+            "pending": tasks.saved_pending(),
+            "model": self._model.state(),
         }
-        if self._kind < 2:
-            model = {key: getattr(self, attr).tolist()
-                     for key, attr in self._MODEL_ARRAYS[self._kind]}
-        else:
-            n = [int(v) for v in self._nobs]
-            model = {"edges": self._edges_list, "nobs": n}
-            for key, attr, axis in self._TREE_ROWS:
-                model[key] = [_pack_uint8(getattr(self, attr)[a][(slice(None),) * axis
-                                                                 + (slice(0, n[a]),)])
-                              for a in range(self._A)]
-            if self._stream_bins:
-                model["stream"] = {
-                    "n_seen": int(self._n_seen),
-                    "seen": None if self._seen is None else [
-                        [float(v) for v in x] for x in self._seen],
-                    "raw": None if self._raw is None else [
-                        [[float(v) for v in x] for x in rows] for rows in self._raw]}
-        state["model"] = model
-        return state
 
     @classmethod
     def from_state(cls, state):
@@ -5532,33 +5916,20 @@ class Router:
     @classmethod
     def _from_state_v2(cls, st, version):
         get = (lambda k, default: st.get(k, default)) if version < 2 else (lambda k, _: st[k])
-        agents, A, kw, model = _state_config(st, get)
-        tree = None
-        if kw["policy"].startswith("tree"):
-            tree = _state_tree_rows(model, A, kw["n_features"], kw["settings"], version)
-            if tree["stream"] is None:
-                kw["X_reference"] = np.zeros((1, kw["n_features"]))
-        elif kw["policy"].startswith("logistic"):
-            _state_logistic_lists(model, A, kw["n_features"], kw["policy"])
+        agents, A, kw, model = _saved_config(st, get)
+        checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
         router = cls(agents, st["capacities"], **kw)
         counters = router._state_counters(st, get)
-        entries = router._state_pending(st["pending"], counters, version)
-        if tree is None:
-            router._restore_arrays(model, counters["rewards_seen"])
-        else:
-            router._restore_tree(tree, counters["rewards_seen"])
-        router._rng[:] = np.array(counters.pop("rng"), dtype=np.uint64)
-        router._Q[:] = counters.pop("Q")
-        router._counts[:] = counters.pop("assigned_counts")
-        router._n_rewards[:] = counters.pop("rewards_seen")
-        for key, v in counters.items():        # n_assigned, n_cancelled, n_expired
-            setattr(router, key, v)
+        entries = router._tasks.check_pending(st["pending"], counters, version,
+                                              router._agent_index, router.n_features)
+        router._model.restore(checked, counters["rewards_seen"])
+        router._rng[:] = np.array(counters["rng"], dtype=np.uint64)
+        router._Q[:] = counters["Q"]
+        router._counts[:] = counters["assigned_counts"]
+        router._n_rewards[:] = counters["rewards_seen"]
         last_id = get("last_task_id", None)
-        router.last_task_id = None if last_id is None else _validate_task_id(
-            last_id, "state['last_task_id']")
-        router._pending = entries
-        if router._expiry:
-            router._order = deque((e[2], tid) for tid, e in entries.items())
+        router._tasks.restore(entries, counters, None if last_id is None else _validate_task_id(
+            last_id, "state['last_task_id']"))
         return router
 
     def _state_counters(self, st, get):
@@ -5586,231 +5957,6 @@ class Router:
                 "rewards_seen": seen, "Q": Q,
                 **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
                    for key in ("n_cancelled", "n_expired")}}
-
-    def _state_pending(self, pending, counters, version):
-        """The pending tasks of a saved state, checked: task id -> (agent, context, seq)."""
-        n_assigned, counts = counters["n_assigned"], counters["assigned_counts"]
-        if not isinstance(pending, list) or len(pending) > n_assigned:
-            raise ValueError("state['pending'] must be a list of [task_id, agent, context, "
-                             "sequence number], no longer than state['n_assigned']")
-        if self.max_pending is not None and len(pending) > self.max_pending:
-            raise ValueError(f"state['pending'] holds {len(pending)} tasks, more than "
-                             f"state['max_pending'] = {self.max_pending}")
-        entries = {}
-        width = 3 if version < 2 else 4
-        last = -1
-        for e in pending:
-            if not isinstance(e, list) or len(e) != width:
-                raise ValueError(f"state['pending'] entries must be [task_id, agent, context"
-                                 + (", sequence number]" if width == 4 else "]"))
-            tid = _validate_task_id(e[0], "state['pending'] task id")
-            if tid in entries:
-                raise ValueError(f"state['pending'] lists task {tid!r} twice")
-            a = self._agent_index(e[1], "state['pending'] agent")
-            if counts[a] == 0:
-                raise ValueError(f"state['pending'] holds a task of agent {a}, which "
-                                 f"state['assigned_counts'] says was never assigned one")
-            seq = n_assigned - 1 if width == 3 else _state_int(
-                e[3], "state['pending'] sequence number", 0, n_assigned - 1)
-            if width == 4 and seq <= last:
-                raise ValueError("state['pending'] sequence numbers must increase")
-            last = seq
-            entries[tid] = (a, self._context(e[2], "state['pending'] context"), seq)
-        return entries
-
-    #: The saved model arrays of the non-contextual (kind 0) and logistic
-    #: (kind 1) routers: state key -> attribute.  The tree router (kind 2)
-    #: saves each agent's rows instead (:data:`_TREE_ROWS`).
-    _MODEL_ARRAYS = {0: (("n", "_n"), ("s", "_s")),
-                     1: (("theta", "_theta"), ("Sigma", "_Sigma"), ("gauss", "_gauss"))}
-    #: The tree router's stored rows: state key -> (attribute, row axis of an agent's array).
-    _TREE_ROWS = (("bins", "_Xa", 0), ("rewards", "_ya", 0), ("weights", "_W", 1))
-
-    def _restore_arrays(self, model, seen):
-        """Check the saved model arrays against this router's and install them."""
-        vals = {}
-        for key, attr in self._MODEL_ARRAYS[self._kind]:
-            want = getattr(self, attr).shape
-            v = _validate_matrix(model[key], f"state['model'][{key!r}]", ndim=len(want))
-            if v.shape != want:
-                raise ValueError(f"state['model'][{key!r}] must have shape {want}")
-            vals[key] = v
-        if self._kind == 0:
-            for key, v in vals.items():
-                if np.any(v < 0):
-                    raise ValueError(f"state['model'][{key!r}] must be {self._A} non-negative "
-                                     f"numbers")
-            if np.any(vals["n"] != seen):
-                raise ValueError("state['model']['n'] must equal state['rewards_seen']")
-            if np.any(vals["s"] > vals["n"]) or np.any(vals["s"] != np.round(vals["s"])):
-                raise ValueError("state['model']['s'] must be whole numbers of rewards, at most "
-                                 "state['model']['n'] per agent (rewards are 0 or 1)")
-        else:
-            if vals["gauss"][0] not in (0.0, 1.0):
-                raise ValueError("state['model']['gauss'][0] must be 0 or 1 (has a spare draw)")
-            for a, S in enumerate(vals["Sigma"]):
-                if not np.array_equal(S, S.T):
-                    raise ValueError(f"state['model']['Sigma'][{a}] is not symmetric")
-                try:
-                    np.linalg.cholesky(S)
-                except np.linalg.LinAlgError:
-                    raise ValueError(f"state['model']['Sigma'][{a}] is not positive "
-                                     f"definite") from None
-        for key, attr in self._MODEL_ARRAYS[self._kind]:
-            getattr(self, attr)[:] = vals[key]
-
-    def _restore_tree(self, tree, seen):
-        """Install the checked rows of a saved tree state and rebuild the forests."""
-        nobs, rows = tree["nobs"], tree["rows"]
-        if any(nobs[a] != seen[a] for a in range(self._A)):
-            raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
-        if tree["stream"] is not None:
-            self._restore_stream(tree["stream"], tree["edges"], rows, nobs)
-        self._install_edges(tree["edges"])
-        self._alloc_rows(tree["cap"])
-        for a in range(self._A):
-            if np.any(rows[a]["bins"] >= self._n_bins[None, :]):
-                raise ValueError(f"state['model']['bins'][{a}] has a bin beyond the edges")
-            if np.any(rows[a]["rewards"] > 1):
-                raise ValueError(f"state['model']['rewards'][{a}]: {REWARD_RULE}")
-        for a in range(self._A):
-            for key, attr, axis in self._TREE_ROWS:
-                getattr(self, attr)[a][(slice(None),) * axis + (slice(0, nobs[a]),)] = \
-                    rows[a][key]
-            self._nobs[a] = nobs[a]
-            self._replay(a)
-
-    def _replay(self, a, every_refit=True):
-        """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
-        _router_tree_replay_nb(a, int(self._nobs[a]), *self._tree_state()[:3], every_refit)
-
-    # The model state goes to the kernels as plain tuples of the fields of
-    # _Logistic, _Forests, _TreeConfig and _Refit (numba types a plain tuple of
-    # arrays at C speed, a named one in Python: microseconds per call); the
-    # kernels name the fields again.  Cached until an array is reallocated.
-
-    def _logistic(self):
-        """The fields of :data:`_Logistic` for the kernels."""
-        return (self._theta, self._Sigma, self._gauss)
-
-    def _tree_state(self):
-        """``(cfg, F, r, trees)``: the fields of :data:`_TreeConfig`,
-        :data:`_Forests`, :data:`_Refit` and :data:`_Trees` for the kernels."""
-        if self._tree_args is None:
-            s = self.settings
-            self._tree_args = (
-                (self._n_bins, self._max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
-                 s.refit_every),
-                (self._W, self._H, self._HS, self._node_c, self._node_s, self._feat, self._thr,
-                 self._val, self._head, self._nxt, self._Xa, self._ya, self._nobs,
-                 self._fitted), tuple(self._refit),
-                (self._feat, self._thr, self._val, self._fitted))
-        return self._tree_args
-
-    # --- bin edges from the stream (tree policies without X_reference) -------------
-
-    @property
-    def _stream_bins(self):
-        return self._kind == 2 and self._stream
-
-    def _see(self, X, copy=True):
-        """Remember the contexts X; cut the edges again at each count of
-        :data:`ROUTER_STREAM_CUTS` reached."""
-        n0 = self._n_seen
-        self._seen.extend(np.array(X, dtype=float) if copy else X)
-        self._n_seen = n0 + X.shape[0]
-        if self._n_seen < self._next_cut:
-            return
-        cut = 0
-        for c in ROUTER_STREAM_CUTS:
-            if n0 < c <= self._n_seen:
-                cut = c
-        self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > self._n_seen],
-                             default=2 ** 63)
-        if cut:
-            self._recut(_bin_contexts(np.array(self._seen[:cut]), self.settings.max_bins)[2])
-            if cut == ROUTER_STREAM_CUTS[-1]:
-                self._seen = None
-                self._raw = None
-
-    def _recut(self, edges):
-        """New bin edges: bin every stored row again and rebuild every forest."""
-        self._install_edges(edges)
-        for arr, v in ((self._feat, -1), (self._thr, 0), (self._val, 0.0), (self._H, 0),
-                       (self._HS, 0), (self._node_c, 0), (self._node_s, 0), (self._head, -1),
-                       (self._nxt, 0), (self._fitted, False), (self._refit.stale, False),
-                       (self._refit.stats, 0)):
-            arr.fill(v)
-        for a in range(self._A):
-            n = int(self._nobs[a])
-            if n:
-                self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
-                self._replay(a, every_refit=False)
-
-    def _restore_stream(self, stream, edges, rows, nobs):
-        """Check and install the stream-bin buffers of a saved state."""
-        if not isinstance(stream, dict) or set(stream) != {"n_seen", "seen", "raw"}:
-            raise ValueError("state['model']['stream'] must be an object with keys 'n_seen', "
-                             "'seen' and 'raw'")
-        n_seen = _state_int(stream["n_seen"], "state['model']['stream']['n_seen']", 0,
-                            ROUTER_STATE_LIMITS["count"])
-        last = ROUTER_STREAM_CUTS[-1]
-        d = self.n_features
-        if n_seen >= last:
-            if stream["seen"] is not None or stream["raw"] is not None:
-                raise ValueError(f"state['model']['stream']: after {last} contexts the edges "
-                                 f"are final and 'seen' and 'raw' must be null")
-            self._seen = self._raw = None
-        else:
-            seen = _validate_matrix(stream["seen"], "state['model']['stream']['seen']") \
-                if stream["seen"] else np.zeros((0, d))
-            if seen.shape != (n_seen, d):
-                raise ValueError(f"state['model']['stream']['seen'] must hold n_seen = "
-                                 f"{n_seen} contexts of {d} features")
-            cut = max([c for c in ROUTER_STREAM_CUTS if c <= n_seen], default=0)
-            want = _bin_contexts(seen[:cut], self.settings.max_bins)[2] if cut else \
-                [np.zeros(0)] * d
-            if any(not np.array_equal(e, w) for e, w in zip(edges, want)):
-                raise ValueError("state['model']['edges'] are not the edges cut from "
-                                 "state['model']['stream']['seen']")
-            raw = stream["raw"]
-            if not isinstance(raw, list) or len(raw) != self._A:
-                raise ValueError("state['model']['stream']['raw'] must have one entry per agent")
-            self._raw = []
-            for a in range(self._A):
-                r = _validate_matrix(raw[a], f"state['model']['stream']['raw'][{a}]") \
-                    if raw[a] else np.zeros((0, d))
-                if r.shape != (nobs[a], d):
-                    raise ValueError(f"state['model']['stream']['raw'][{a}] must hold nobs = "
-                                     f"{nobs[a]} contexts of {d} features")
-                if not np.array_equal(_bin_with_edges(r, edges), rows[a]["bins"]):
-                    raise ValueError(f"state['model']['bins'][{a}] are not the bins of "
-                                     f"state['model']['stream']['raw'][{a}]")
-                self._raw.append(list(r))
-            self._seen = list(seen)
-        self._n_seen = n_seen
-        self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > n_seen], default=2 ** 63)
-
-    def _install_edges(self, edges):
-        """Install the tree bin edges (before any row is stored), with
-        histograms and bin lists for their number of bins."""
-        d = self.n_features
-        self._edges_list = [list(map(float, e)) for e in edges]
-        self._n_edges = np.array([len(e) for e in edges], dtype=np.int64)
-        n_bins = self._n_edges + 1
-        max_bins = int(n_bins.max())
-        self._edges = np.zeros((d, max(max_bins - 1, 1)))
-        for j, e in enumerate(edges):
-            self._edges[j, :len(e)] = e
-        self._n_bins = n_bins
-        if max_bins != self._max_bins:
-            A, B = self._A, self.settings.n_trees
-            n_int = 2 ** self.settings.max_depth - 1
-            self._max_bins = max_bins
-            self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
-            self._HS = np.zeros_like(self._H)
-            self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
-        self._tree_args = None
 
 
 _STARTUP_CASES = (

@@ -134,9 +134,10 @@ def test_router_fuzz(agents, caps, policy, eta, ref, n_features, ops):
             check_clear(exc)
         assert np.all(np.isfinite(router.Q)) and np.all(router.Q >= 0)
     if router.policy.startswith("logistic"):
-        assert np.all(np.isfinite(router._theta)) and np.all(np.isfinite(router._Sigma))
+        model = router._model
+        assert np.all(np.isfinite(model._theta)) and np.all(np.isfinite(model._Sigma))
     if router.policy == "marginal":
-        assert np.all(np.isfinite(router._s))
+        assert np.all(np.isfinite(router._model._s))
 
 
 @FUZZ
