@@ -1853,14 +1853,10 @@ def _online_step_nb(mu, Q, eta, alpha, constrained):
 # those counts (batch_assign).  The queues then move by the batch's counts
 # (batch_queue_update): Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.
 
-#: Solvers of the within-batch assignment: ``"auto"`` sorts for two agents,
-#: uses ``"lsa"`` while the replicated cost matrix is small and ``"lp"`` beyond.
+#: Solvers of the within-batch assignment: ``"auto"`` is the one solver of
+#: the engines and the router (:func:`_batch_assign_nb`, compiled); ``"sort"``,
+#: ``"lsa"`` and ``"lp"`` are exact alternatives that may split ties otherwise.
 BATCH_METHODS = ("auto", "sort", "lsa", "lp")
-
-#: Largest replicated cost matrix (tasks x agent slots) that ``"auto"`` hands
-#: to ``scipy.optimize.linear_sum_assignment``.
-_LSA_MAX_ENTRIES = 4_000_000
-
 
 def _validate_constrained(constrained, A):
     """The free-agent mask (App. H.4): A booleans, False for a free agent;
@@ -2034,16 +2030,25 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
     constrained agents are upper bounds and free agents take any number, so
     the queue term then does matter.
 
-    The problem is a transportation problem, solved exactly:
-    ``"sort"`` (two agents): agent 0 takes the tasks with the largest score
-    difference scores[:, 0] - scores[:, 1] (Prop. 1 on the batch);
-    ``"lsa"``: ``scipy.optimize.linear_sum_assignment`` on the score matrix
-    with agent a's column repeated counts[a] times (B times for a free agent);
-    ``"lp"``: the transportation linear programme of
-    :func:`hindsight_optimum` (HiGHS; integral by total unimodularity).
-    ``"auto"`` sorts for two agents, and otherwise uses ``"lsa"`` up to
-    4 million cost entries and ``"lp"`` beyond.  Ties between equally good
-    assignments are broken differently by the methods.
+    The problem is a transportation problem, solved exactly.  ``"auto"`` (the
+    default) is the solver of both engines of :func:`simulate` and of
+    :meth:`Router.assign_batch` (:func:`_batch_assign_nb`, compiled): for two
+    constrained agents agent 0 takes the counts[0] tasks with the largest
+    difference scores[:, 0] - scores[:, 1] (Prop. 1 on the batch), the
+    earlier task first among equal differences; otherwise the tasks enter in
+    batch order, each along a cheapest path of successive shortest paths
+    (onto an agent with room, or onto a full agent whose cheapest task moves
+    on), a placed task moving only when that is strictly better (by more than
+    1e-12) and the lowest agent index winning among equally cheap ends.  Its
+    cost is O(B^2 A + B A^3) per batch with three or more agents or a free
+    agent; for batches of thousands of tasks the alternatives are faster:
+    ``"sort"`` (two agents; the same split as ``"auto"`` when both are
+    constrained); ``"lsa"``: ``scipy.optimize.linear_sum_assignment`` on the
+    score matrix with agent a's column repeated counts[a] times (B times for
+    a free agent); ``"lp"``: the transportation linear programme of
+    :func:`hindsight_optimum` (HiGHS; integral by total unimodularity).  All
+    reach the same optimal total; where several assignments reach it they
+    may pick different ones.
 
     Parameters
     ----------
@@ -2085,16 +2090,17 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
 def _batch_assign_core(S, counts, constrained, method="auto"):
     """:func:`batch_assign` without input checks, for loops over many batches."""
     B, A = S.shape
+    if method == "auto":
+        agent = np.empty(B, dtype=np.int64)
+        _batch_assign_nb(np.ascontiguousarray(S, dtype=float), B, counts.astype(np.int64),
+                         np.asarray(constrained, dtype=np.bool_), agent,
+                         np.zeros(A, dtype=np.int64))
+        return agent
     if constrained.all():
         lower = upper = counts
     else:
         lower = np.zeros(A, dtype=np.int64)
         upper = np.where(constrained, np.minimum(counts, B), B)
-    if method == "auto":
-        if A == 2:
-            method = "sort"
-        else:
-            method = "lsa" if B * int(upper.sum()) <= _LSA_MAX_ENTRIES else "lp"
     if method == "sort":
         return _two_agent_split(S, lower, upper)
     if method == "lp":
@@ -2299,6 +2305,37 @@ def _batch_assign_nb(S, n, N, constrained, agent, upper):
     for a in range(A):
         upper[a] = min(N[a], n) if constrained[a] else n
     _ssp_assign_nb(S, n, upper, agent)
+
+
+@njit(cache=True, inline="always")
+def _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper):
+    """Agents of the ``nb`` tasks scored in ``S`` by the mini-batch rule
+    (Sec. 4.2, App. H.5): the counts ``N`` of :func:`batch_counts` from the
+    capacities and the queues, then the exact assignment of the adjusted
+    scores S - eta Q under them (:func:`_batch_assign_nb`; ``S`` changes in
+    place).  The one batch step of both engines and the router."""
+    _batch_counts_nb(nb, alpha, Q, constrained, N)
+    for jj in range(nb):
+        for a in range(S.shape[1]):
+            S[jj, a] -= eta * Q[a]
+    _batch_assign_nb(S, nb, N, constrained, agent, upper)
+
+
+@njit(cache=True)
+def _batch_step_nb(S, alpha, constrained, eta, Q):
+    """A whole mini-batch as :meth:`Router.assign_batch` takes it: the agents
+    of :func:`_batch_choose_nb` for the rows of ``S``, then the queues after
+    the batch (Eq. 1 in batch form, in place).  Returns the agents and how
+    many tasks each agent got."""
+    nb, A = S.shape
+    N = np.zeros(A, dtype=np.int64)
+    agent = np.empty(nb, dtype=np.int64)
+    _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, np.zeros(A, dtype=np.int64))
+    realised = np.zeros(A, dtype=np.int64)
+    for j in range(nb):
+        realised[agent[j]] += 1
+    _queue_update_nb(Q, alpha, constrained, realised, nb)
+    return agent, realised
 
 
 # =============================================================================
@@ -4718,11 +4755,7 @@ def _choose_agents_nb(S, nb, rule, Q, N, agent, upper):
     if batch == 0:
         agent[0] = _select_nb(S[0], Q, eta)
     else:
-        _batch_counts_nb(nb, alpha, Q, constrained, N)
-        for jj in range(nb):
-            for a in range(S.shape[1]):
-                S[jj, a] -= eta * Q[a]
-        _batch_assign_nb(S, nb, N, constrained, agent, upper)
+        _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper)
 
 
 @njit(cache=True)
@@ -5407,14 +5440,8 @@ class _TaskLedger:
         self.expiry = max_pending is not None or max_age is not None
         self._order = deque() if self.expiry else None
 
-    def next_id(self, task_id):
-        """The id of the next task: ``task_id`` checked, or by default its
-        sequence number, or the next integer no pending task uses."""
-        if task_id is None:
-            tid = self.n_assigned
-            while tid in self.pending:        # a caller chose this number
-                tid += 1
-            return tid
+    def check_id(self, task_id):
+        """A caller's id for the next task, checked: unique among pending tasks."""
         tid = _validate_task_id(task_id)
         if tid in self.pending:
             raise ValueError(f"task_id {tid!r} is already pending (assigned, reward not "
@@ -5422,7 +5449,7 @@ class _TaskLedger:
         return tid
 
     def batch_ids(self, n, task_ids):
-        """The ids of a batch of ``n`` tasks, as :meth:`next_id` gives them one by one."""
+        """The ids of a batch of ``n`` tasks, as :meth:`book` gives them one by one."""
         if task_ids is None:
             ids, tid = [], self.n_assigned
             for _ in range(n):
@@ -5445,8 +5472,16 @@ class _TaskLedger:
         return ids
 
     def book(self, tid, a, x):
-        """Task ``tid`` (context ``x``) went to agent ``a``: it is pending."""
+        """Task ``tid`` (context ``x``) went to agent ``a``: it is pending.
+
+        ``tid=None`` gives the automatic id: the task's sequence number, or
+        the next integer no pending task uses (a caller chose that number).
+        """
         seq = self.n_assigned
+        if tid is None:
+            tid = seq
+            while tid in self.pending:
+                tid += 1
         self.pending[tid] = (a, x, seq)
         self.last_task_id = tid
         self.n_assigned = seq + 1
@@ -5744,7 +5779,7 @@ class Router:
             _validate_context(x, self.n_features)  # raises the precise error
         X = x.reshape(1, -1)
         tasks = self._tasks
-        tid = tasks.next_id(task_id)
+        tid = None if task_id is None else tasks.check_id(task_id)
         if self._extra:
             self._model.see(X, copy=False)     # X is this call's own array
         a = self._score(X, self._mu1, True)
@@ -5760,7 +5795,8 @@ class Router:
         The batch of n = len(X) tasks gets integer counts per agent from the
         capacities and the queues (:func:`batch_counts`), then the assignment
         that maximises the summed estimates mu_a(x_i) - eta Q_a under those
-        counts (:func:`batch_assign`); the queues then move by the batch's
+        counts (:func:`batch_assign`, by the solver of the engines, which
+        also splits ties as they do); the queues then move by the batch's
         counts (:func:`batch_queue_update`).  Task ids default to the
         sequence numbers, skipping ids of pending tasks, as in :meth:`assign`;
         :attr:`last_task_id` is the batch's last.  Returns the list of agents.
@@ -5770,10 +5806,7 @@ class Router:
         ids = self._tasks.batch_ids(n, task_ids)
         self._model.see(X)
         _, mu = self._mu(X, False)
-        counts = batch_counts(n, self._alpha, self._Q, self._constrained)
-        chosen = batch_assign(mu - self.eta * self._Q, counts, self._constrained)
-        realised = np.bincount(chosen, minlength=self._A)
-        self._Q[:] = batch_queue_update(self._Q, realised, self._alpha, n, self._constrained)
+        chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained, self.eta, self._Q)
         self._tasks.book_batch(ids, chosen, X)
         self._counts += realised
         return [self._agent_out(int(a)) for a in chosen]

@@ -387,3 +387,32 @@ def test_offline_benchmark_is_simulated_once_and_error_vs_capacity_is_the_two_ag
             np.testing.assert_array_equal(u, v)
     with pytest.raises(ValueError, match="sum to"):
         ca.simulate_grid(X, R, ["offline-logistic"], [(0.5, 0.5), (0.5, 0.7)], runs=1)
+
+
+@pytest.mark.parametrize("caps", [[0.2, 0.3, 0.5], [0.3, None, 0.4], [0.6, None]])
+def test_engines_and_router_split_batch_ties_alike(caps):
+    """One within-batch solver: the marginal policy starts every agent at 0.5,
+    so its first batches are all ties, and the fast engine, the reference
+    engine and Router.assign_batch (and batch_assign's default) split them
+    the same way: the deterministic policy takes the same decisions."""
+    A, B, T = len(caps), 7, 120
+    X, R, _ = ca.synthetic_stream(T, 2, n_agents=A, seed=3)
+    fast = ca.simulate(X, R, caps, "marginal", runs=1, seed=1, batch_size=B,
+                       return_traces=True)
+    ref = ca.simulate(X, R, caps, "marginal", runs=1, seed=1, batch_size=B,
+                      engine="reference", return_traces=True)
+    np.testing.assert_array_equal(fast.assignments, ref.assignments)
+    router = ca.Router(A, caps, "marginal", seed=1)
+    got = []
+    for t0 in range(0, T, B):
+        rows = fast.orders[0, t0:t0 + B]
+        agents = router.assign_batch(X[rows])
+        for tid, i, a in zip(range(t0, t0 + len(rows)), rows, agents):
+            router.update(tid, a, int(R[i, a]))
+        got += agents
+    assert got == fast.assignments[0].tolist()
+    S = np.full((B, A), 0.5)
+    N = ca.batch_counts(B, [c or 0.0 for c in caps], np.zeros(A),
+                        [c is not None for c in caps])
+    np.testing.assert_array_equal(ca.batch_assign(S, N, [c is not None for c in caps]),
+                                  fast.assignments[0, :B])
