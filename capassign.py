@@ -398,6 +398,16 @@ def _validate_settings(settings, name="settings"):
     return settings
 
 
+def _keyword_group(given, defaults, function):
+    """The keyword arguments ``given`` to the group of ``function`` whose names
+    and defaults are ``defaults``: a dict holding every name.  An unknown name
+    raises TypeError, worded as Python words an unexpected keyword argument."""
+    for name in given:
+        if name not in defaults:
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+    return {**defaults, **given}
+
+
 def _validate_weights(weights, n, name="weights"):
     """Check probabilities of ``n`` context points; ``None`` means uniform.
 
@@ -4292,16 +4302,34 @@ def _rng_states(policy_seeds):
     return states
 
 
+#: Private switch of the early exit of forced runs (see the notes of the fast
+#: engine below), for the tests that prove it exact.
+_EARLY_EXIT = True
+#: The capacity rule of a run: shares ``alpha``, the mask of ``constrained``
+#: agents (Eq. 1), the penalty ``eta`` (Eq. 2), the mini-batch size ``batch``
+#: (0: online) and whether the ``early`` exit of forced runs is on.
+_Rule = namedtuple("_Rule", "alpha constrained eta batch early")
+#: What one run writes: the agent and the queues at every step (empty arrays
+#: when not traced) and the tasks per agent.
+_RunOut = namedtuple("_RunOut", "assign queues counts")
+#: A checked call of :func:`simulate`, built once by :func:`_validate_simulation`
+#: and passed down as one value: the ``policy``, the capacities as given
+#: (``caps``, ``None`` for a free agent) and as the capacity ``rule`` of the
+#: runs (:data:`_Rule`), the model ``settings`` and the ``engine``.
+_Simulation = namedtuple("_Simulation", "policy caps rule settings engine")
+
+
 def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings,
                          batch_size=None):
-    """Check every argument of :func:`simulate`; return the normalised values."""
+    """Check every argument of :func:`simulate`, the capacities once; return
+    ``(X, R, runs, seed, sim)`` with ``sim`` a :data:`_Simulation`."""
     _validate_choice(policy, POLICIES, "policy")
     _validate_choice(engine, ENGINES, "engine")
     R = _validate_rewards(R, "R", min_rows=1)
     X = _validate_matrix(X, "X", shape=(R.shape[0], None))
     if "tree" in policy and X.shape[1] < 1:
         raise ValueError(f"X has no feature columns; policy {policy!r} needs at least one")
-    _validate_capacities(capacities, R.shape[1])
+    alpha, constrained = _validate_capacities(capacities, R.shape[1])
     eta = _validate_eta(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
@@ -4315,11 +4343,12 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
             raise ValueError(f"batch_size must be at most the stream length T = "
                              f"{X.shape[0]}, got {batch_size}")
     caps = tuple(None if c is None else float(c) for c in capacities)
-    return X, R.astype(np.uint8), eta, runs, seed, caps, batch_size
+    rule = _Rule(alpha, constrained, eta, batch_size or 0, bool(_EARLY_EXIT))
+    return X, R.astype(np.uint8), runs, seed, _Simulation(policy, caps, rule, settings, engine)
 
 
 def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
-             engine="fast", return_traces=False, settings=PAPER_SETTINGS, batch_size=None):
+             settings=PAPER_SETTINGS, batch_size=None, **execution):
     """Run an assignment policy on a task stream, ``runs`` times (Algorithm 1).
 
     Every run processes the T tasks in its own random order (the paper's
@@ -4366,21 +4395,6 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     seed : int
         Seed of everything random: run k's permutation and the policy's draws.
         Both engines use the same permutations.
-    engine : {"fast", "reference"}
-        ``"reference"`` is the plain Python loop over the model classes of
-        section 5 (slow, the definition), its runs spread over the cores in
-        separate processes; ``"fast"`` runs compiled kernels in parallel over
-        runs.  Neither engine's results depend on the number of cores.  The
-        two agree in distribution, not draw by draw.  One deliberate
-        difference: the fast tree policies bin the contexts
-        (``settings.max_bins``) and use the online Poisson bootstrap of
-        Eckles and Kaptein (2014) - a Poisson(1) weight per observation and
-        tree, drawn once, with every refit the exact tree on those weights -
-        where the reference draws a fresh multinomial resample at each refit
-        (see :class:`ModelSettings`, Notes).
-    return_traces : bool
-        Also return ``orders``, ``assignments`` (runs x T) and ``queues``
-        (runs x T x A) in the result.
     settings : ModelSettings
         Model hyper-parameters (default: the paper's, :data:`PAPER_SETTINGS`).
     batch_size : int or None
@@ -4400,6 +4414,25 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         task goes to the agent that the queues say is due, whatever the
         scores (with free agents the scores still decide between the due
         agent and the free ones).  Offline policies reject a batch size.
+    **execution
+        How the runs are computed and what they return, given by name (one
+        keyword group, checked as a whole):
+
+        engine : {"fast", "reference"}, default "fast"
+            ``"reference"`` is the plain Python loop over the model classes
+            of section 5 (slow, the definition), its runs spread over the
+            cores in separate processes; ``"fast"`` runs compiled kernels in
+            parallel over runs.  Neither engine's results depend on the
+            number of cores.  The two agree in distribution, not draw by
+            draw.  One deliberate difference: the fast tree policies bin the
+            contexts (``settings.max_bins``) and use the online Poisson
+            bootstrap of Eckles and Kaptein (2014) - a Poisson(1) weight per
+            observation and tree, drawn once, with every refit the exact tree
+            on those weights - where the reference draws a fresh multinomial
+            resample at each refit (see :class:`ModelSettings`, Notes).
+        return_traces : bool, default False
+            Also return ``orders``, ``assignments`` (runs x T) and ``queues``
+            (runs x T x A) in the result.
 
     Returns
     -------
@@ -4414,17 +4447,18 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
     ([0.35, 0.38], [[0.498, 0.502], [0.5, 0.5]])
     """
-    X, R, eta, runs, seed, caps, batch_size = _validate_simulation(
-        X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
-    return_traces = _validate_bool(return_traces, "return_traces")
+    execution = _keyword_group(execution, {"engine": "fast", "return_traces": False},
+                               "simulate")
+    X, R, runs, seed, sim = _validate_simulation(X, R, capacities, policy, eta, runs, seed,
+                                                 execution["engine"], settings, batch_size)
+    return_traces = _validate_bool(execution["return_traces"], "return_traces")
     orders, policy_seeds = _stream_orders(seed, runs, R.shape[0])
-    rewards, counts, assign, queues = _run_policy(
-        X, R, orders, policy_seeds, caps, eta, policy, engine, settings, return_traces,
-        batch_size)
+    rewards, counts, assign, queues = _run_policy(X, R, orders, policy_seeds, sim,
+                                                  return_traces)
     T = R.shape[0]
-    result = SimulationResult(policy=policy, capacities=caps, eta=eta, runs=runs, seed=seed,
-                              engine=engine, errors=1.0 - rewards / T, assigned=counts / T,
-                              batch_size=batch_size)
+    result = SimulationResult(policy=policy, capacities=sim.caps, eta=sim.rule.eta, runs=runs,
+                              seed=seed, engine=sim.engine, errors=1.0 - rewards / T,
+                              assigned=counts / T, batch_size=sim.rule.batch or None)
     if return_traces:
         result.orders = orders
         result.assignments = assign
@@ -4432,46 +4466,41 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     return result
 
 
-def _run_policy(X, R, orders, policy_seeds, caps, eta, policy, engine, settings, traces,
-                batch_size):
-    """Run one policy over the given task orders on the chosen engine (the
-    arguments already validated by :func:`_validate_simulation`, ``caps`` the
-    capacities with ``None`` for a free agent); returns total rewards and
-    counts per run, and assignments and queues (or None)."""
+def _run_policy(X, R, orders, policy_seeds, sim, traces):
+    """Run the checked simulation ``sim`` (:data:`_Simulation`) over the given
+    task orders on its engine; returns total rewards and counts per run, and
+    assignments and queues (or None)."""
     runs, T = orders.shape
     A = R.shape[1]
-    if policy.startswith("offline-"):
-        rewards, counts, assign = _offline_runs(X, R, orders, policy, policy_seeds,
-                                                engine, settings)
+    if sim.policy.startswith("offline-"):
+        rewards, counts, assign = _offline_runs(X, R, orders, sim.policy, policy_seeds,
+                                                sim.engine, sim.settings)
         queues = None
-    elif engine == "reference":
+    elif sim.engine == "reference":
         rewards = np.zeros(runs, dtype=np.int64)
         counts = np.zeros((runs, A), dtype=np.int64)
         assign = np.zeros((runs, T), dtype=np.int32)
         queues = np.zeros((runs, T, A))
-        for k, (a_k, q_k) in enumerate(_reference_runs(X, R, orders, policy_seeds, caps, eta,
-                                                        policy, settings, batch_size)):
+        for k, (a_k, q_k) in enumerate(_reference_runs(X, R, orders, policy_seeds, sim)):
             assign[k] = a_k
             queues[k] = q_k
             rewards[k] = R[orders[k], a_k].sum()
             counts[k] = np.bincount(a_k, minlength=A)
     else:
-        alpha, constrained = _validate_capacities(caps)
-        rewards, counts, assign, queues = _fast_runs(
-            X, R, orders, alpha, constrained, eta, policy, _rng_states(policy_seeds),
-            settings, traces, batch=batch_size or 0)
+        rewards, counts, assign, queues = _fast_runs(X, R, orders, _rng_states(policy_seeds),
+                                                     sim, traces)
     return rewards, counts, assign, queues
 
 
-def _reference_one(X, R, order, caps, eta, policy, policy_seed, settings, batch_size):
+def _reference_one(X, R, order, sim, policy_seed):
     """One run of the reference engine: its assignments and queue trace."""
     rng = np.random.default_rng(policy_seed)
-    if batch_size is None:
-        return _reference_run(X, R, order, caps, eta, policy, rng, settings)
-    return _reference_batch_run(X, R, order, caps, eta, policy, rng, settings, batch_size)
+    if sim.rule.batch == 0:
+        return _reference_run(X, R, order, sim, rng)
+    return _reference_batch_run(X, R, order, sim, rng)
 
 
-def _reference_runs(X, R, orders, policy_seeds, caps, eta, policy, settings, batch_size):
+def _reference_runs(X, R, orders, policy_seeds, sim):
     """The reference engine's runs, spread over the machine's cores.
 
     Each run depends on its own task order and policy seed only, so the runs
@@ -4479,11 +4508,9 @@ def _reference_runs(X, R, orders, policy_seeds, caps, eta, policy, settings, bat
     and the numbers do not depend on how many there are.  A single run, or a
     single core, stays in this process.
     """
-    args = (caps, eta, policy)
     n_jobs = min(len(orders), os.cpu_count() or 1)
     if n_jobs < 2:
-        return [_reference_one(X, R, order, *args, ps, settings, batch_size)
-                for order, ps in zip(orders, policy_seeds)]
+        return [_reference_one(X, R, order, sim, ps) for order, ps in zip(orders, policy_seeds)]
 
     import joblib
 
@@ -4491,18 +4518,19 @@ def _reference_runs(X, R, orders, policy_seeds, caps, eta, policy, settings, bat
         # loky may note that an idle worker was replaced; that changes nothing
         warnings.simplefilter("ignore", UserWarning)
         return joblib.Parallel(n_jobs=n_jobs, backend="loky")(
-            joblib.delayed(_reference_one)(X, R, order, *args, ps, settings, batch_size)
+            joblib.delayed(_reference_one)(X, R, order, sim, ps)
             for order, ps in zip(orders, policy_seeds))
 
 
-def _reference_run(X, R, order, capacities, eta, policy, rng, settings):
+def _reference_run(X, R, order, sim, rng):
     """One run of Algorithm 1 (App. E), literally: the definition of the engine.
 
-    Returns the chosen agent at every step and the queues in force at every
-    decision.
+    ``sim`` is the checked simulation (:data:`_Simulation`).  Returns the
+    chosen agent at every step and the queues in force at every decision.
     """
     T, A = R.shape
-    queues = VirtualQueues(capacities)
+    policy, eta, settings = sim.policy, sim.rule.eta, sim.settings
+    queues = VirtualQueues(sim.caps)
     models = _make_models(X, A, policy, settings)
     thompson = policy.endswith("-ts")
     chosen = np.zeros(T, dtype=np.int32)
@@ -4540,7 +4568,7 @@ def _make_models(X, A, policy, settings):
     return None
 
 
-def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B):
+def _reference_batch_run(X, R, order, sim, rng):
     """One run of the mini-batch setting (Sec. 4.2, App. H.5), literally.
 
     Batch by batch: scores of every task with the models as they stand, the
@@ -4550,7 +4578,8 @@ def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B)
     :func:`batch_queue_update`.
     """
     T, A = R.shape
-    alpha, constrained = _validate_capacities(capacities)
+    policy, settings = sim.policy, sim.settings
+    alpha, constrained, eta, B, _ = sim.rule
     models = _make_models(X, A, policy, settings)
     thompson = policy.endswith("-ts")
     chosen = np.zeros(T, dtype=np.int32)
@@ -4614,17 +4643,6 @@ def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B)
 # single agent has all the capacity and none is free.  Results are identical
 # with and without the exit (tests/test_batch.py).
 
-#: Private switch of the early exit, for the tests that prove it exact.
-_EARLY_EXIT = True
-
-
-#: The capacity rule of a run: shares ``alpha``, the mask of ``constrained``
-#: agents (Eq. 1), the penalty ``eta`` (Eq. 2), the mini-batch size ``batch``
-#: (0: online) and whether the ``early`` exit of forced runs is on.
-_Rule = namedtuple("_Rule", "alpha constrained eta batch early")
-#: What one run writes: the agent and the queues at every step (empty arrays
-#: when not traced) and the tasks per agent.
-_RunOut = namedtuple("_RunOut", "assign queues counts")
 
 
 @njit(cache=True)
@@ -4942,25 +4960,21 @@ def _run_models(X, policy, settings):
     return _reward_model(policy).run_args(policy, X, settings)
 
 
-def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, traces,
-               batch=0):
-    """Dispatch the compiled kernels of one online policy over all runs.
-
-    ``batch`` is the mini-batch size B, 0 for the online rule.
-    """
+def _fast_runs(X, R, orders, states, sim, traces):
+    """Dispatch the compiled kernels of the checked simulation ``sim``
+    (:data:`_Simulation`, an online policy) over all runs."""
     runs, T = orders.shape
     A = R.shape[1]
     assign = np.zeros((runs, T if traces else 0), dtype=np.int32)
     queues = np.zeros((runs, T if traces else 0, A))
     R = np.ascontiguousarray(R, dtype=np.uint8)
-    marginal, logistic, trees = _run_models(X, policy, settings)
-    stats = np.zeros((runs, 3 * settings.max_depth), dtype=np.int64)
-    rule = _Rule(alpha, constrained, float(eta), int(batch), bool(_EARLY_EXIT))
+    marginal, logistic, trees = _run_models(X, sim.policy, sim.settings)
+    stats = np.zeros((runs, 3 * sim.settings.max_depth), dtype=np.int64)
     models = tuple(m is None for m in (marginal, logistic, trees))
-    started = _first_use(f"{policy.split('-')[0]} simulation", ("_runs_nb",),
+    started = _first_use(f"{sim.policy.split('-')[0]} simulation", ("_runs_nb",),
                          _FIRST_USE_TIME["simulation"],
                          lambda sig: tuple(str(t) == "none" for t in sig[3:6]) == models)
-    rewards, counts = _runs_nb(R, orders, rule, marginal, logistic, trees, states, assign,
+    rewards, counts = _runs_nb(R, orders, sim.rule, marginal, logistic, trees, states, assign,
                                queues, stats)
     _first_use_done(started)
     if not traces:
@@ -5188,7 +5202,7 @@ PAPER_CAPACITY_GRID = (0.2, 0.4, 0.5, 0.6, 0.8)
 
 def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference_T=None,
                       policies=("random", "marginal") + CONTEXTUAL_POLICIES, seed=0,
-                      grid=True, grid_T=21000, grid_d=11, grid_runs=100, out=print):
+                      grid=True, out=print):
     """Time both engines on a synthetic stream and the paper's largest grid.
 
     For each policy: microseconds per decision = time / (runs x T) on a
@@ -5201,12 +5215,12 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     never timed.  The reference engine may be timed on fewer runs or a shorter
     prefix of the stream (``reference_runs``, ``reference_T``).
 
-    With ``grid=True`` it then times the paper's full grid for its largest
-    task shape (T = 21,000, d = 11 like Cardio; synthetic data here): 100
-    runs x 5 capacities x (4 contextual policies + random).  With
-    ``grid_runs`` below 100 only that many runs are simulated per grid point
-    and the printed total is scaled to 100 runs (runs are independent, so
-    time is linear in runs); the output says so.
+    With ``grid`` it then times the paper's full grid for its largest task
+    shape (T = 21,000, d = 11 like Cardio; synthetic data here): 100 runs x
+    5 capacities x (4 contextual policies + random).  With fewer runs per
+    grid point (``grid={"runs": 2}``) only that many runs are simulated per
+    point and the printed total is scaled to 100 runs (runs are independent,
+    so time is linear in runs); the output says so.
 
     Parameters
     ----------
@@ -5216,8 +5230,9 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
         Runs timed on each engine; the reference's stream prefix (optional).
     policies : sequence of str
         The online policies to time.
-    grid, grid_T, grid_d, grid_runs : bool, int
-        Whether to time the grid; its stream's shape and runs per point.
+    grid : bool or dict
+        Whether to time the grid; a dict overrides its stream's shape and
+        runs per point, ``{"T": 21000, "d": 11, "runs": 100}`` by default.
     out : callable
         Receives each line of the report (``print`` by default).
 
@@ -5281,6 +5296,9 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     result = dict(policies=rows, T=T, d=d, fast_runs=fast_runs,
                   reference_runs=reference_runs, reference_T=reference_T)
     if grid:
+        shape = _keyword_group(grid if isinstance(grid, dict) else {},
+                               {"T": 21000, "d": 11, "runs": 100}, "benchmark_engines grid")
+        grid_T, grid_d, grid_runs = shape["T"], shape["d"], shape["runs"]
         Xg, Rg, _ = synthetic_stream(grid_T, grid_d, seed=seed)
         grid_policies = CONTEXTUAL_POLICIES + ("random",)
         per_policy = {p: 0.0 for p in grid_policies}
@@ -5734,7 +5752,7 @@ class Router:
                 f"policy={self.policy!r}, eta={self.eta}, assigned={self.n_assigned}, "
                 f"pending={len(self._pending)})")
 
-    # --- input checks and decisions ---------------------------------------------
+    # --- decisions ------------------------------------------------------------------
 
     def _agent_index(self, agent, name="agent"):
         if self._index is not None and isinstance(agent, str):
@@ -5750,15 +5768,6 @@ class Router:
 
     def _agent_out(self, a):
         return self._names[a] if self._names else a
-
-    def _mu(self, X, step):
-        """Estimates for the rows of X; with ``step`` the chosen agent of X[0]
-        (Eq. 2, the queues advanced: Eq. 1)."""
-        mu = self._mu1 if step else np.empty((X.shape[0], self._A))
-        a = self._score(X, mu, step)
-        if a == -2:
-            raise ValueError(("x" if step else "X") + " contains NaN or infinite values")
-        return a, mu
 
     def assign(self, x, task_id=None):
         """Assign one task with context ``x``; return the agent (Eq. 2).
@@ -5805,7 +5814,8 @@ class Router:
         n = X.shape[0]
         ids = self._tasks.batch_ids(n, task_ids)
         self._model.see(X)
-        _, mu = self._mu(X, False)
+        mu = np.empty((n, self._A))
+        self._score(X, mu, False)             # the estimates only (X is finite: checked)
         chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained, self.eta, self._Q)
         self._tasks.book_batch(ids, chosen, X)
         self._counts += realised
@@ -9610,12 +9620,11 @@ def _simulate_block(X, R, capacities, policy, run_start, run_stop, *, eta=DEFAUL
     children is spawned, and every engine computes each run from its own
     child alone (see :func:`_stream_orders`).
     """
-    X, R, eta, _, seed, caps, _ = _validate_simulation(
-        X, R, capacities, policy, eta, max(run_stop, 1), seed, engine, settings)
+    X, R, _, seed, sim = _validate_simulation(X, R, capacities, policy, eta, max(run_stop, 1),
+                                              seed, engine, settings)
     T = R.shape[0]
     orders, policy_seeds = _stream_orders(seed, run_stop, T, start=run_start)
-    rewards, counts, _, _ = _run_policy(X, R, orders, policy_seeds, caps, eta, policy, engine,
-                                        settings, False, None)
+    rewards, counts, _, _ = _run_policy(X, R, orders, policy_seeds, sim, False)
     return 1.0 - rewards / T, counts / T
 
 
@@ -9864,6 +9873,14 @@ def _sweep_backend(backend, client, scheduler, n_jobs):
     return backend
 
 
+#: How :func:`sweep` computes its cells: its keyword group ``**execution``
+#: with the defaults, checked once (``block``: runs per cell, ``backend``
+#: ``"dask"`` when a ``client`` is given).
+_SweepExecution = namedtuple("_SweepExecution",
+                             "engine block n_jobs backend client scheduler progress out",
+                             defaults=("fast", None, -1, "loky", None, None, None, None))
+
+
 #: What :func:`sweep` computes, fixed before it takes the folder's lock: the
 #: manifest (``sweep.json``), the cells ``(task, policy, capacities, run_start,
 #: run_stop)`` in grid order with their keys, each task's shape, what a worker
@@ -9912,9 +9929,8 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_s
     return _SweepPlan(manifest, specs, keys, shapes, data, sim)
 
 
-def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
-          eta=DEFAULT_ETA, seed=0, task_seed=0, engine="fast", settings=PAPER_SETTINGS,
-          n_jobs=-1, backend="loky", client=None, scheduler=None, progress=None, out=None):
+def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, eta=DEFAULT_ETA, seed=0,
+          task_seed=0, settings=PAPER_SETTINGS, **execution):
     """A resumable, parallel grid of simulations; returns the tidy results table.
 
     The grid is every (task, policy, capacity vector) combination, with the
@@ -9941,22 +9957,31 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     out_dir : path
         The results directory (created if needed).  It remembers the sweep's
         settings in ``sweep.json``; resuming with other settings is an error.
-    runs, block : int
-        Runs per grid point (default 100, the paper's) and runs per cell
-        (default: all runs in one cell).
-    eta, seed, engine, settings
+    runs : int
+        Runs per grid point (default 100, the paper's).
+    eta, seed, settings
         As in :func:`simulate`.
-    n_jobs : int
-        Parallel jobs (joblib convention: -1 = all cores).
-    backend : {"loky", "threading", "sequential", "dask"}
-        joblib backend.  ``"dask"`` runs the cells on a Dask distributed
-        cluster through joblib's dask backend: pass ``client`` (a
-        ``distributed.Client``) or ``scheduler`` (an address such as
-        ``"tcp://10.0.0.1:8786"``).  Passing ``client`` implies ``"dask"``.
-    progress : bool, optional
-        Show a tqdm progress bar; by default only when stderr is a terminal.
-    out : callable, optional
-        Receives one summary line (cells computed and reused).
+    task_seed : int
+        Seed of :func:`load_task` for tasks given by name.
+    **execution
+        How the cells are computed, given by name (one keyword group,
+        checked as a whole):
+
+        engine : {"fast", "reference"}, default "fast"
+            As in :func:`simulate`.
+        block : int, optional
+            Runs per cell (default: all runs in one cell).
+        n_jobs : int, default -1
+            Parallel jobs (joblib convention: -1 = all cores).
+        backend : {"loky", "threading", "sequential", "dask"}, default "loky"
+            joblib backend.  ``"dask"`` runs the cells on a Dask distributed
+            cluster through joblib's dask backend: pass ``client`` (a
+            ``distributed.Client``) or ``scheduler`` (an address such as
+            ``"tcp://10.0.0.1:8786"``).  Passing ``client`` implies ``"dask"``.
+        progress : bool, optional
+            Show a tqdm progress bar; by default only when stderr is a terminal.
+        out : callable, optional
+            Receives one summary line (cells computed and reused).
 
     Returns
     -------
@@ -10002,19 +10027,21 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     (1, 3, '0.5/0.5')
     """
     # --- check everything before any work --------------------------------------
+    ex = _keyword_group(execution, _SweepExecution._field_defaults, "sweep")
     task_items = _sweep_task_items(tasks)
     policies = _validate_names(policies, POLICIES, "policies")
     cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
-    block = runs if block is None else _validate_int(block, "block", lo=1)
+    ex["block"] = runs if ex["block"] is None else _validate_int(ex["block"], "block", lo=1)
     eta = _validate_eta(eta)
     seed = _validate_int(seed, "seed")
     task_seed = _validate_int(task_seed, "task_seed")
-    _validate_choice(engine, ENGINES, "engine")
+    _validate_choice(ex["engine"], ENGINES, "engine")
     _validate_settings(settings)
-    backend = _sweep_backend(backend, client, scheduler, n_jobs)
-    plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
-                       task_seed, (eta, seed, engine, settings))
+    ex["backend"] = _sweep_backend(ex["backend"], ex["client"], ex["scheduler"], ex["n_jobs"])
+    ex = _SweepExecution(**ex)
+    plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, ex.block,
+                       task_seed, (eta, seed, ex.engine, settings))
 
     out_dir = Path(out_dir)
     cells = out_dir / "cells"
@@ -10025,14 +10052,15 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
                          f"place)") from None
     lock = _lock_sweep_dir(out_dir)
     try:
-        return _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, out)
+        return _sweep_locked(out_dir, plan, ex)
     finally:
         os.close(lock)
 
 
-def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, out):
+def _sweep_locked(out_dir, plan, ex):
     """The part of :func:`sweep` that runs while it holds the folder's lock:
-    compute or reuse the cells of the :class:`_SweepPlan` ``plan``."""
+    compute or reuse the cells of the :class:`_SweepPlan` ``plan`` as the
+    :data:`_SweepExecution` ``ex`` says."""
     import pandas as pd
 
     manifest, specs, keys, shapes = plan.manifest, plan.specs, plan.keys, plan.shapes
@@ -10072,19 +10100,19 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
             warnings.warn(f"sweep: stored cell {path} {why}; it is computed again",
                           RuntimeWarning, stacklevel=3)
     reused = len(records)
-    threads = 1 if (backend != "sequential" and n_jobs != 1) else None
+    threads = 1 if (ex.backend != "sequential" and ex.n_jobs != 1) else None
     if todo:
         import joblib
         from tqdm.auto import tqdm
 
-        show = sys.stderr.isatty() if progress is None else bool(progress)
+        show = sys.stderr.isatty() if ex.progress is None else bool(ex.progress)
         calls = (joblib.delayed(_sweep_cell)(spec, plan.data[spec[0]], plan.sim, threads)
                  for spec in todo)
-        opts = {} if backend == "sequential" else {"n_jobs": n_jobs}
-        if backend == "dask":
-            opts.update({"client": client} if client is not None
-                        else {"scheduler_host": scheduler})
-        ctx = joblib.parallel_config(backend=backend, **opts)
+        opts = {} if ex.backend == "sequential" else {"n_jobs": ex.n_jobs}
+        if ex.backend == "dask":
+            opts.update({"client": ex.client} if ex.client is not None
+                        else {"scheduler_host": ex.scheduler})
+        ctx = joblib.parallel_config(backend=ex.backend, **opts)
         with ctx, tqdm(total=len(todo), disable=not show, desc="sweep cells") as bar:
             results = joblib.Parallel(return_as="generator_unordered")(calls)
             for spec, errors, assigned in results:
@@ -10113,10 +10141,10 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
     df.attrs["reused"] = reused
     if invalid:
         df.attrs["invalid"] = len(invalid)
-    if out is not None:
+    if ex.out is not None:
         bad = f", {len(invalid)} of them replacing invalid stored cells" if invalid else ""
-        out(f"sweep: {len(specs)} cells ({len(todo)} computed{bad}, {reused} already stored); "
-            f"table {out_dir / 'results.csv'} ({len(df)} rows)")
+        ex.out(f"sweep: {len(specs)} cells ({len(todo)} computed{bad}, {reused} already "
+               f"stored); table {out_dir / 'results.csv'} ({len(df)} rows)")
     return df
 
 
@@ -11124,7 +11152,7 @@ def _cmd_bench(args):
     else:
         benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs,
                           reference_runs=args.reference_runs, reference_T=ref_T, seed=args.seed,
-                          grid=not args.no_grid, grid_runs=grid_runs, **kwargs)
+                          grid=not args.no_grid and {"runs": grid_runs}, **kwargs)
 
 
 def _parse_capacities(text, name="--capacities"):
