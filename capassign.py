@@ -29,6 +29,11 @@ The module is organised in the order data flows through it:
 11. plotting                - figures in the paper's style
 12. command line            - ``python -m capassign ...``
 
+The numbers quoted from the paper (``DEFAULT_ETA``, ``PAPER_*``) stand
+together before section 1, each with its place in the paper.  A section uses
+only names defined in itself or in the sections before it
+(tests/test_sections.py).
+
 The standard library is imported below; numpy at import time; the heavier
 libraries (scipy, pandas, matplotlib, scikit-learn, numba) inside the
 functions that need them, so that ``import capassign`` stays fast and the
@@ -79,13 +84,16 @@ CAPACITY_TOL = 1e-9
 #: use, with the classes and exceptions they return or raise.  Every other
 #: name is private and may change.
 __all__ = [
+    # the paper's numbers (before section 1)
+    "DEFAULT_ETA", "PAPER_RUNS", "PAPER_ALPHAS", "PAPER_CAPACITY_GRID", "PAPER_TABLE3",
+    "PAPER_TABLE4", "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
     # validation constants and the reward rule (section 1)
     "CAPACITY_TOL", "REWARD_RULE",
     # compiled kernels: the first-use notice (section 2)
     "PROGRESS_ENV",
     # theory / oracle (section 3)
-    "ORACLE_LP_MAX_CONTEXTS", "HINDSIGHT_METHODS", "OptimalAssignment", "TwoAgentThreshold",
-    "DisagreementRegions", "HindsightOptimum", "random_assignment_value",
+    "TIE_TOL", "ORACLE_LP_MAX_CONTEXTS", "HINDSIGHT_METHODS", "OptimalAssignment",
+    "TwoAgentThreshold", "DisagreementRegions", "HindsightOptimum", "random_assignment_value",
     "optimal_assignment", "benchmark_oracle", "shadow_price_policy", "two_agent_threshold",
     "disagreement_regions", "disagreement_gain", "hindsight_optimum",
     # capacity control (section 4)
@@ -93,24 +101,25 @@ __all__ = [
     "batch_assign",
     # reward models (section 5)
     "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees", "MarginalAccuracy",
+    "ROUTER_STREAM_CUTS", "ROUTER_STATE_LIMITS",
     # simulation engine (section 6)
-    "POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES", "DEFAULT_ETA",
-    "SimulationResult", "synthetic_stream", "simulate", "simulate_grid",
-    "PAPER_CAPACITY_GRID", "benchmark_engines",
+    "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES",
+    "SimulationResult", "synthetic_stream", "simulate", "simulate_grid", "OFFLINE_MAX_BINS",
+    "benchmark_engines",
     # streaming router (section 7)
-    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "ROUTER_POLICIES", "ROUTER_STREAM_CUTS",
-    "ROUTER_STATE_LIMITS", "Router", "benchmark_startup", "benchmark_router",
+    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "benchmark_startup", "benchmark_router",
     # tasks (section 8)
     "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
     "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
-    "PAPER_TABLE3", "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
+    "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
     "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS",
-    "MMLU_EXPERIMENTS",
+    "MMLU_EXPERIMENTS", "TABULAR_STREAM_FRACTION", "TABULAR_AGENT1_SHARE",
+    "IMAGENET16H_CLASSES", "MMLU_EMBEDDINGS_PATH", "MMLU_EXACT_SOURCE",
     "tabular_agent_accuracies", "mmlu_questions", "mmlu_models", "mmlu_substitutes",
     "mmlu_embeddings", "embed_mmlu_questions", "first_pc", "mmlu_task", "synthetic_task",
     "load_task", "accuracy_by_context",
     # experiments (section 9)
-    "PAPER_TABLE4", "PAPER_CAMELYON17", "PAPER_FIG1_THRESHOLD", "PAPER_ALPHAS", "PAPER_RUNS",
+    "ENCODING_TOL",
     "paper_accuracies", "paper_logistic_targets", "write_tabular_agent_search",
     "tabular_agent_search", "encoding_evidence", "paper_agent_seed", "mean_ci",
     "two_agent_capacities", "error_vs_capacity", "paper_claims", "error_table", "glue",
@@ -118,10 +127,10 @@ __all__ = [
     "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis", "analyse_experiment",
     "CapacityAdherence", "capacity_adherence", "adherence_table", "simulate_known_mu",
     "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
-    "SIMILAR_TOL", "ONLINE_POLICIES", "ENGINE_VALIDATION_PATH", "validate_engines",
+    "SIMILAR_TOL", "ENGINE_VALIDATION_PATH", "validate_engines",
     "read_engine_validation", "engine_validation",
     # resumable sweeps (section 10)
-    "SWEEP_BACKENDS", "sweep",
+    "SWEEP_SCHEMA", "SWEEP_BACKENDS", "sweep",
     # plotting (section 11)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
     "plot_capacity_adherence", "plot_paired_differences", "BOOK_STYLE", "book_figure",
@@ -130,6 +139,69 @@ __all__ = [
     "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce", "chapter_drift",
     "sync_text", "main",
 ]
+
+
+# =============================================================================
+# The paper's numbers
+# =============================================================================
+#
+# Every number quoted from the paper stands here, with its place in the paper,
+# so that a reader finds them together and the book prints them beside ours.
+# The hyper-parameters of App. E are the defaults of ModelSettings (section 5),
+# whose default instance is PAPER_SETTINGS.
+
+# --- the protocol of the experiments (Sec. 4) ---------------------------------
+
+#: The queue penalty eta of the experiments (Sec. 4; Eq. 2): 0.5.
+DEFAULT_ETA = 0.5
+#: The experimental protocol of Sec. 4: capacities of agent 1 on the x-axis of
+#: the main figures (the online policies run at PAPER_CAPACITY_GRID inside it).
+PAPER_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
+#: The paper's number of randomised task orders per point (Sec. 4).
+PAPER_RUNS = 100
+#: Capacities of agent 1 in the paper's two-agent experiments (Sec. 4).
+PAPER_CAPACITY_GRID = (0.2, 0.4, 0.5, 0.6, 0.8)
+
+# --- the numbers the paper reports -------------------------------------------
+
+#: The paper's Table 3 (App. H.1): features, online tasks, accuracies as printed.
+PAPER_TABLE3 = {
+    "bank": dict(features=15, tasks=12357, acc=(0.91, 0.53)),
+    "credit": dict(features=23, tasks=9000, acc=(0.82, 0.67)),
+    "coupon": dict(features=24, tasks=3624, acc=(0.72, 0.57)),
+    "cardio": dict(features=11, tasks=21000, acc=(0.74, 0.58)),
+    "mmlu": dict(features=1, tasks=217, acc=(0.32, 0.47)),
+    "imagenet16h": dict(features=1, tasks=2000, acc=(0.77, 0.86)),
+}
+
+#: Table 4 (App. H.2): error rates at alpha = (0.5, 0.5), 10 runs, agent
+#: construction seeds 0-4, for (non-contextual, logistic greedy, tree greedy).
+PAPER_TABLE4 = {
+    "bank": [(0.128, 0.122, 0.113), (0.136, 0.129, 0.117), (0.278, 0.195, 0.171),
+             (0.260, 0.187, 0.180), (0.124, 0.097, 0.097)],
+    "credit": [(0.195, 0.190, 0.188), (0.194, 0.190, 0.188), (0.256, 0.241, 0.222),
+               (0.257, 0.242, 0.224), (0.197, 0.192, 0.188)],
+    "coupon": [(0.352, 0.343, 0.342), (0.369, 0.357, 0.360), (0.357, 0.335, 0.341),
+               (0.347, 0.331, 0.340), (0.349, 0.341, 0.345)],
+    "cardio": [(0.334, 0.332, 0.309), (0.373, 0.354, 0.309), (0.338, 0.335, 0.306),
+               (0.340, 0.338, 0.307), (0.343, 0.338, 0.311)],
+}
+
+#: The paper's Fig. 1 example (Sec. 2.3): with 25% capacity for LLaMA-13B and
+#: 75% for Cohere Small the optimal constrained policy thresholds the MMLU
+#: context "around x = 0.3".
+PAPER_FIG1_THRESHOLD = dict(capacity_llama=0.25, capacity_cohere=0.75, x=0.3)
+
+#: What the paper reports on Camelyon17 (Sec. 4.1, Fig. 2a-b; Table 3; the
+#: eta study of App. H), which cannot be re-run here: the image patches and the
+#: paper's two hospital-trained classifiers are not available (data/README.md).
+PAPER_CAMELYON17 = dict(
+    features=1, tasks=2000, acc=(0.69, 0.69), runs=100,
+    offline_error_05=0.16,       # optimistic offline unconstrained error, Fig. 2b
+    online_error_05=0.23,        # online policies' average error at alpha1 = 0.5 ("roughly")
+    offline_share_agent1=0.5,    # offline policies give "roughly half" the tasks to agent 1
+    etas=(0.0, 0.5, 5.0),        # the eta values the App. H sensitivity text names
+)
 
 
 # =============================================================================
@@ -470,13 +542,13 @@ def _validate_contexts(X, d, name="X"):
 # machine code next to this file, so a new process (or notebook kernel) loads
 # it instead of compiling again.
 # numba (about two thirds of the import time of this module) is imported when
-# a kernel is first called, not when capassign is imported: ``@njit(...)``
+# a kernel is first called, not when capassign is imported: ``@_njit(...)``
 # below records the Python function, and the first call of any kernel
 # compiles-or-loads all of them through numba at once (:func:`_numba_kernels`),
 # replacing the module's names by numba's dispatchers.  Callers that need no
 # kernel (data loaders, the oracle, the command line's help) never import it.
 _LAZY_KERNELS = {}
-prange = range  # numba.prange once the kernels are created
+_prange = range  # numba.prange once the kernels are created
 
 
 class _LazyKernel:
@@ -502,7 +574,7 @@ class _LazyKernel:
         return f"<capassign kernel {self.__name__} (not yet created)>"
 
 
-def njit(*args, **options):
+def _njit(*args, **options):
     """``numba.njit`` deferred to the first call of a kernel (same options)."""
     def record(func):
         kernel = _LazyKernel(func, options)
@@ -522,7 +594,7 @@ def _numba_kernels():
             if _LAZY_KERNELS:
                 import numba
 
-                names["prange"] = numba.prange
+                names["_prange"] = numba.prange
                 for name, kernel in list(_LAZY_KERNELS.items()):
                     if names.get(name) is kernel:
                         names[name] = numba.njit(**kernel.options)(kernel.py_func)
@@ -1789,7 +1861,7 @@ def select_agent(mu, Q, eta):
     return int(_select_nb(mu, _validate_queues(Q, mu.shape[0]), eta))
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _select_nb(mu, Q, eta):
     """Eq. 2: ``argmax_a mu[a] - eta Q[a]``, the first agent on ties."""
     best = 0
@@ -1802,7 +1874,7 @@ def _select_nb(mu, Q, eta):
     return best
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _selection_shares_nb(alpha, constrained):
     """Compiled :func:`_selection_shares`: ``alpha`` itself unless the free
     agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`."""
@@ -1822,7 +1894,7 @@ def _selection_shares_nb(alpha, constrained):
     return p
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _queue_update_nb(Q, alpha, constrained, N, B):
     """Eq. 1 in place: Q_a <- [Q_a + N_a - B alpha_a]_+, free agents 0.
 
@@ -1837,7 +1909,7 @@ def _queue_update_nb(Q, alpha, constrained, N, B):
             Q[a] = 0.0
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _queue_update_one_nb(Q, alpha, constrained, a):
     """Eq. 1 in place after one task went to agent ``a`` (N its indicator, B = 1)."""
     N = np.zeros(Q.shape[0], dtype=np.int64)
@@ -1845,7 +1917,7 @@ def _queue_update_one_nb(Q, alpha, constrained, a):
     _queue_update_nb(Q, alpha, constrained, N, 1)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _online_step_nb(mu, Q, eta, alpha, constrained):
     """One online decision: the agent of Eq. 2, then the queues of Eq. 1."""
     chosen = _select_nb(mu, Q, eta)
@@ -2127,7 +2199,7 @@ def _batch_assign_core(S, counts, constrained, method="auto"):
 # --- compiled batch allocation, for the fast engine ---------------------------
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _batch_counts_nb(B, alpha, Q, constrained, N):
     """The counts of :func:`batch_counts` (Sec. 4.2, App. H.5), written into ``N``.
 
@@ -2167,7 +2239,7 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
             k += 1
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder_last):
     """:func:`_batch_counts_nb` once every share is in ``alpha`` (free agents
     count 0); with ``remainder_last`` the last entry is the free agents'
@@ -2222,7 +2294,7 @@ def _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder_last):
         N[idx[j]] = np.int64(base[j])
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _ssp_assign_nb(S, n, upper, agent):
     """Exact capacitated assignment of the first ``n`` rows of ``S``, any A.
 
@@ -2287,7 +2359,7 @@ def _ssp_assign_nb(S, n, upper, agent):
         load[best] += 1
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _batch_assign_nb(S, n, N, constrained, agent, upper):
     """Compiled :func:`_batch_assign_core` on the first ``n`` rows of ``S``.
 
@@ -2317,7 +2389,7 @@ def _batch_assign_nb(S, n, N, constrained, agent, upper):
     _ssp_assign_nb(S, n, upper, agent)
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper):
     """Agents of the ``nb`` tasks scored in ``S`` by the mini-batch rule
     (Sec. 4.2, App. H.5): the counts ``N`` of :func:`batch_counts` from the
@@ -2331,7 +2403,7 @@ def _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper):
     _batch_assign_nb(S, nb, N, constrained, agent, upper)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _batch_step_nb(S, alpha, constrained, eta, Q):
     """A whole mini-batch as :meth:`Router.assign_batch` takes it: the agents
     of :func:`_batch_choose_nb` for the rows of ``S``, then the queues after
@@ -2696,47 +2768,47 @@ class MarginalAccuracy:
 # seeded from numpy's SeedSequence, so a run's numbers never depend on which
 # thread runs it.
 
-@njit(cache=True, inline="always")
-def _rotl(x, k):
+@_njit(cache=True, inline="always")
+def _rotl_nb(x, k):
     return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
 
 
-@njit(cache=True)
-def _next_u64(s):
-    result = _rotl(s[1] * np.uint64(5), 7) * np.uint64(9)
+@_njit(cache=True)
+def _next_u64_nb(s):
+    result = _rotl_nb(s[1] * np.uint64(5), 7) * np.uint64(9)
     t = s[1] << np.uint64(17)
     s[2] ^= s[0]
     s[3] ^= s[1]
     s[1] ^= s[2]
     s[0] ^= s[3]
     s[2] ^= t
-    s[3] = _rotl(s[3], 45)
+    s[3] = _rotl_nb(s[3], 45)
     return result
 
 
-@njit(cache=True)
-def _uniform(s):
+@_njit(cache=True)
+def _uniform_nb(s):
     """A double in [0, 1) with 53 random bits."""
-    return float(_next_u64(s) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    return float(_next_u64_nb(s) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@njit(cache=True)
-def _randint(s, n):
+@_njit(cache=True)
+def _randint_nb(s, n):
     """An integer uniform on {0, ..., n-1}: floor(n u) of a 53-bit uniform u."""
-    k = int(_uniform(s) * n)
+    k = int(_uniform_nb(s) * n)
     return k if k < n else n - 1
 
 
-@njit(cache=True)
-def _normal_pair(s):
+@_njit(cache=True)
+def _normal_pair_nb(s):
     """Two independent standard normal draws (both outputs of Box-Muller)."""
-    u1 = 1.0 - _uniform(s)
-    u2 = _uniform(s)
+    u1 = 1.0 - _uniform_nb(s)
+    u2 = _uniform_nb(s)
     r = math.sqrt(-2.0 * math.log(u1))
     return r * math.cos(2.0 * math.pi * u2), r * math.sin(2.0 * math.pi * u2)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _sigmoid_nb(z):
     if z >= 0:
         return 1.0 / (1.0 + math.exp(-z))
@@ -2744,7 +2816,7 @@ def _sigmoid_nb(z):
     return e / (1.0 + e)
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _logistic_score_nb(theta, Sigma, x, thompson, kappa, g):
     """Score of one agent's Laplace-logistic model at design vector x (App. E.1):
     sigmoid(theta'x), or with ``thompson`` the draw
@@ -2768,7 +2840,7 @@ def _logistic_score_nb(theta, Sigma, x, thompson, kappa, g):
     return _sigmoid_nb(m)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
     """One Laplace-logistic step in place (App. E.1); ``Sx`` is scratch.
 
@@ -2864,8 +2936,8 @@ _TreeConfig = namedtuple("_TreeConfig",
                          "n_bins max_bins n_trees max_depth min_leaf refit_every")
 
 
-@njit(cache=True)
-def _new_refit(B, max_depth, stats):
+@_njit(cache=True)
+def _new_refit_nb(B, max_depth, stats):
     """Scratch of a refit of B trees of depth ``max_depth`` (:data:`_Refit`),
     adding its counters to ``stats``."""
     return _Refit(np.zeros((2 ** max_depth - 1, B), dtype=np.bool_),
@@ -2874,14 +2946,14 @@ def _new_refit(B, max_depth, stats):
                   np.empty(B, dtype=np.int64), stats)
 
 
-@njit(cache=True, inline="always")
-def _agent_forest(F, a):
+@_njit(cache=True, inline="always")
+def _agent_forest_nb(F, a):
     """Agent a's :data:`_Forest` out of the :data:`_Forests` ``F``."""
     return _Forest(F.W[a], F.H[a], F.HS[a], F.node_c[a], F.node_s[a], F.feat[a], F.thr[a],
                    F.val[a], F.head[a], F.nxt[a])
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _tree_predict_nb(feat, thr, val, xb):
     k = 0
     while feat[k] >= 0:
@@ -2893,7 +2965,7 @@ def _tree_predict_nb(feat, thr, val, xb):
     return 0.0 if v < 0.0 else (1.0 if v > 1.0 else v)
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, r, B):
     """Score every threshold of feature j at node u in trees 0..B-1 (see
     :func:`_split_node_nb`), updating their best score and position in the
@@ -2924,7 +2996,7 @@ def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, r, B):
             bpos[b] = fcol if pr > b0 else bpos[b]
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _split_node_nb(f, u, n_bins, max_bins, min_leaf, r):
     """Best split of heap node ``u`` in every tree of the forest ``f``, side by side.
 
@@ -3022,10 +3094,10 @@ def _split_node_nb(f, u, n_bins, max_bins, min_leaf, r):
 # refits are now nested instead of independent.
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _poisson1_nb(rng):
     """A Poisson(1) draw by inversion of its CDF (one uniform)."""
-    u = _uniform(rng)
+    u = _uniform_nb(rng)
     k = 0
     p = 0.36787944117144233  # e^-1
     F = p
@@ -3036,7 +3108,7 @@ def _poisson1_nb(rng):
     return k
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
     """Add weight w of a row to tree b's histograms from node ``start`` down
     its path through the tree's current splits (internal-level nodes only)."""
@@ -3054,7 +3126,7 @@ def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
         u = 2 * u + 1 if xb[f] <= thr[b, u] else 2 * u + 2
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, f):
     """Add row k (bins ``xb``, reward ``y``) to one agent's online forest ``f``.
 
@@ -3066,7 +3138,7 @@ def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, f):
     _online_add_row_nb(xb, y, k, max_depth, max_bins, f)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
     """Add row k, with its weights ``f.W[:, k]`` already drawn, to an online forest.
 
@@ -3094,7 +3166,7 @@ def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
         _path_add_nb(xb, y, w, b, 0, n_int, max_bins, H, HS, feat, thr)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins):
     """Node u of tree b moved its threshold on feature j across bins lo+1..hi.
 
@@ -3122,7 +3194,7 @@ def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins)
             k = nxt[j, k]
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r):
     """Refit one agent's online ``forest`` on its first n rows, incrementally.
 
@@ -3240,18 +3312,18 @@ def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r
             val[b, u] = node_s[u, b] / C if C > 0 else 0.0
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _bootstrap_weights_nb(n_trees, n, rng):
     """Multinomial bootstrap multiplicities ``W[b, k]``: per tree b, n uniform
     draws from the n rows, counted (App. E.2)."""
     W = np.zeros((n_trees, n), dtype=np.int32)
     for b in range(n_trees):
         for _ in range(n):
-            W[b, _randint(rng, n)] += 1
+            W[b, _randint_nb(rng, n)] += 1
     return W
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
     """Fit tree b on the rows ``(Xb[k], y[k])`` with weights ``W[b, k]``, from scratch.
 
@@ -3274,11 +3346,11 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
     for k in range(n):
         _online_add_row_nb(Xb[k], y[k], k, max_depth, max_bins, f)
     _online_refit_nb(Xb, y, n, n_bins, max_bins, max_depth, min_leaf, f,
-                     _new_refit(n_trees, max_depth, np.zeros(3 * max_depth, np.int64)))
+                     _new_refit_nb(n_trees, max_depth, np.zeros(3 * max_depth, np.int64)))
     return f.feat, f.thr, f.val
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
     """One agent's estimate for the binned context ``xb`` (App. E.2) from its
     B trees ``feat, thr, val`` (first axis: the tree), as both the simulation
@@ -3287,9 +3359,9 @@ def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
     (greedy) or one tree drawn uniformly (Thompson)."""
     n_trees = feat.shape[0]
     if not fitted:
-        return _uniform(rng) if thompson else 0.5
+        return _uniform_nb(rng) if thompson else 0.5
     if thompson:
-        b = _randint(rng, n_trees)
+        b = _randint_nb(rng, n_trees)
         return _tree_predict_nb(feat[b], thr[b], val[b], xb)
     acc = 0.0
     for b in range(n_trees):
@@ -3297,7 +3369,7 @@ def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
     return acc / n_trees
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     """Agent a observed reward y for the binned context ``xb`` (App. E.2).
 
@@ -3311,7 +3383,7 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     for j in range(xb.shape[0]):
         F.Xa[a, k, j] = xb[j]
     F.ya[a, k] = y
-    fa = _agent_forest(F, a)
+    fa = _agent_forest_nb(F, a)
     _online_observe_nb(xb, y, k, cfg.max_depth, cfg.max_bins, rng, fa)
     F.nobs[a] = k + 1
     if F.nobs[a] % cfg.refit_every == 0:
@@ -3320,7 +3392,7 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
         F.fitted[a] = True
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _logistic_mu_nb(theta, Sigma, z, thompson, kappa, rng, has_spare, spare):
     """One agent's estimate for the design vector ``z`` (App. E.1), as both the
     simulation and the router score: sigma(theta_hat^T z) (greedy) or sigma
@@ -3333,25 +3405,25 @@ def _logistic_mu_nb(theta, Sigma, z, thompson, kappa, rng, has_spare, spare):
             g = spare
             has_spare = False
         else:
-            g, spare = _normal_pair(rng)
+            g, spare = _normal_pair_nb(rng)
             has_spare = True
     return _logistic_score_nb(theta, Sigma, z, thompson, kappa, g), has_spare, spare
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _marginal_mu_nb(n, s, a):
     """The ``marginal`` estimate of agent a (App. D.5): its mean reward so far
     (``s[a]`` rewards in ``n[a]`` tasks), 0.5 before its first reward."""
     return s[a] / n[a] if n[a] > 0 else 0.5
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _random_agent_nb(rng, share, cum):
     """The ``random`` policy's agent: a with probability ``share[a]`` (alpha_a,
     or the free agents' remainder), by inversion of the cumulative shares
     ``cum`` with one uniform; the last agent with a share if rounding leaves
     the uniform above them all."""
-    u = _uniform(rng)
+    u = _uniform_nb(rng)
     last = 0
     for b in range(share.shape[0]):
         if share[b] > 0.0:
@@ -3405,7 +3477,7 @@ ROUTER_STREAM_CUTS = tuple(64 * 2 ** k for k in range(9))       # 64 ... 16384
 ROUTER_STATE_LIMITS = {"agents": 1024, "n_features": 4096, "bytes": 2 ** 30, "count": 2 ** 53}
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _bin_row_nb(x, edges, n_edges, xb):
     """Bin one context like :func:`_bin_contexts`: xb[j] = #{edges of j < x[j]}."""
     for j in range(x.shape[0]):
@@ -3421,7 +3493,7 @@ def _bin_row_nb(x, edges, n_edges, xb):
         xb[j] = lo
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _all_finite_nb(X):
     for i in range(X.shape[0]):
         for j in range(X.shape[1]):
@@ -3430,7 +3502,7 @@ def _all_finite_nb(X):
     return True
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
                                 constrained, eta):
     """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
@@ -3458,7 +3530,7 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
     return chosen
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, constrained,
                            eta):
     """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
@@ -3487,7 +3559,7 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
     return _online_step_nb(mu[0], Q, eta, alpha, constrained)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
     """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
     xd[0] = 1.0
@@ -3497,7 +3569,7 @@ def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
     _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, constrained,
                        eta):
     """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
@@ -3521,7 +3593,7 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
     return _online_step_nb(mu[0], Q, eta, alpha, constrained)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     """Agent a observed reward y for context x: the row is binned and learnt
     as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
@@ -3530,7 +3602,7 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, _Refit(*r))
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _router_tree_replay_nb(a, n, cfg, F, r, every_refit):
     """Rebuild agent a's forest from its first n stored rows and their weights.
 
@@ -3544,7 +3616,7 @@ def _router_tree_replay_nb(a, n, cfg, F, r, every_refit):
     trees and histograms without the intermediate refits.
     """
     cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
-    fa = _agent_forest(F, a)
+    fa = _agent_forest_nb(F, a)
     m = (n // cfg.refit_every) * cfg.refit_every
     for k in range(n):
         _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
@@ -3826,7 +3898,7 @@ class _TreeModel(_RewardModel):
         self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
         self._max_bins = 0
         self._install_edges(edges)            # with the histograms H, HS and bin lists head
-        self._refit = _new_refit(B, settings.max_depth,
+        self._refit = _new_refit_nb(B, settings.max_depth,
                                  np.zeros(3 * settings.max_depth, dtype=np.int64))
         self._cap = 0
         self._alloc_rows(256)
@@ -4138,17 +4210,19 @@ def _reward_model(policy):
 #   do not depend on the number of threads.
 
 
-#: Public policy names (Sec. 3, App. D.5, E).  The first two are
-#: non-contextual, the next four learn mu_a(x) online, and the last two are the
-#: paper's optimistic offline benchmark (Sec. 4), which ignores capacities.
-POLICIES = ("random", "marginal", "logistic-greedy", "logistic-ts",
-            "tree-greedy", "tree-ts", "offline-logistic", "offline-tree")
+# Policy names (Sec. 3, App. D.5, E; POLICIES lists them all).  The first two
+# are non-contextual, the next four learn mu_a(x) online, and the last two are
+# the paper's optimistic offline benchmark (Sec. 4), which ignores capacities.
 #: The four contextual online policies of the paper's experiments.
 CONTEXTUAL_POLICIES = ("logistic-greedy", "logistic-ts", "tree-greedy", "tree-ts")
+#: The online policies (Sec. 3), which a :class:`Router` runs too.
+ONLINE_POLICIES = ("random", "marginal") + CONTEXTUAL_POLICIES
+#: The offline unconstrained benchmarks (Sec. 4), which ignore capacities.
+OFFLINE_POLICIES = ("offline-logistic", "offline-tree")
+#: Every policy name of :func:`simulate`.
+POLICIES = ONLINE_POLICIES + OFFLINE_POLICIES
 #: ``"fast"``: compiled kernels; ``"reference"``: the literal Python loop.
 ENGINES = ("fast", "reference")
-#: Default queue penalty eta (Sec. 4: eta = 0.5).
-DEFAULT_ETA = 0.5
 
 
 @dataclass(repr=False)
@@ -4636,7 +4710,7 @@ def _reference_batch_run(X, R, order, sim, rng):
 # left has the lower index.  (The rule "eta Q_a > 1" alone would rarely fire:
 # at eta = 0.5 an unfitted greedy tree agent picked once has score exactly
 # 0.5 - 0.5 = 0 and is never picked again.)  Once at most one agent can still
-# be chosen the rest of the run is forced: _forced_tail adds that agent's
+# be chosen the rest of the run is forced: _forced_tail_nb adds that agent's
 # remaining rewards and fills the traces, without touching models or the rng,
 # which no longer influence anything.  In batch mode an agent with
 # alpha_a = 0 never gets a count, so the run is forced from the start when a
@@ -4645,8 +4719,8 @@ def _reference_batch_run(X, R, order, sim, rng):
 
 
 
-@njit(cache=True)
-def _forced_tail(R, order, t, a, Q, out):
+@_njit(cache=True)
+def _forced_tail_nb(R, order, t, a, Q, out):
     """Steps t.. of a run in which agent ``a`` is the only possible choice."""
     assign, queues, counts = out
     total = 0
@@ -4659,8 +4733,8 @@ def _forced_tail(R, order, t, a, Q, out):
     return total
 
 
-@njit(cache=True)
-def _sole_agent(alpha, constrained, dead):
+@_njit(cache=True)
+def _sole_agent_nb(alpha, constrained, dead):
     """The agent that takes every remaining task, or -1 if the choice is open.
 
     ``dead[a]`` is 0 while agent a may still be chosen, 1 once it never can
@@ -4684,8 +4758,8 @@ def _sole_agent(alpha, constrained, dead):
     return live
 
 
-@njit(cache=True)
-def _initial_dead(alpha, constrained, batch, random_policy):
+@_njit(cache=True)
+def _initial_dead_nb(alpha, constrained, batch, random_policy):
     """Agents that can never be chosen, from the start of a run.
 
     In batch mode (and for the random policy) a constrained agent with
@@ -4701,22 +4775,22 @@ def _initial_dead(alpha, constrained, batch, random_policy):
     return dead
 
 
-@njit(cache=True, inline="always")
-def _may_die(a, rule, dead):
+@_njit(cache=True, inline="always")
+def _may_die_nb(a, rule, dead):
     """Whether the early-exit test applies to agent ``a``, just chosen online (see above)."""
     alpha, constrained, eta, batch, early = rule
     return (batch == 0 and early and eta > 0.0 and constrained[a] and alpha[a] == 0.0
             and dead[a] == 0)
 
 
-@njit(cache=True)
-def _check_dead(a, bound, exact, Q, eta, dead):
+@_njit(cache=True)
+def _check_dead_nb(a, bound, exact, Q, eta, dead):
     """Mark agent ``a`` dead once its score ``bound`` - eta Q_a is below 0 for good.
 
     ``exact`` says that no estimate of the agent can exceed ``bound`` even by
     rounding (the bound is one of the values the policy compares, or 1); then
     a score bound of exactly 0 already loses every tie to a lower-indexed
-    agent (code 2 of :func:`_sole_agent`).  Otherwise a margin of 1e-9 covers
+    agent (code 2 of :func:`_sole_agent_nb`).  Otherwise a margin of 1e-9 covers
     the rounding of a forest's mean of leaf values.
     """
     s = bound - eta * Q[a]
@@ -4726,7 +4800,7 @@ def _check_dead(a, bound, exact, Q, eta, dead):
         dead[a] = 2
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _logistic_bound_nb(theta, Xd):
     """The largest greedy estimate sigma(theta^T z) of a logistic agent over
     the stream's contexts ``Xd``."""
@@ -4739,7 +4813,7 @@ def _logistic_bound_nb(theta, Xd):
     return bound
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _tree_bound_nb(val, fitted, thompson):
     """The largest estimate of an agent's forest: the largest value stored
     in its trees once fitted (every estimate is one of them, or a mean of
@@ -4753,7 +4827,7 @@ def _tree_bound_nb(val, fitted, thompson):
     return bound
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _decision_scratch_nb(batch, A):
     """Scratch of one run's decisions: scores ``S`` and chosen agents of up to
     one batch of tasks (one task online), and per-agent counts ``N`` (batch
@@ -4764,7 +4838,7 @@ def _decision_scratch_nb(batch, A):
             np.zeros(A, dtype=np.int64))
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _choose_agents_nb(S, nb, rule, Q, N, agent, upper):
     """Agents for the ``nb`` tasks scored in ``S``: the online rule (Eq. 2)
     when ``batch`` is 0, else the mini-batch counts and exact assignment of
@@ -4776,7 +4850,7 @@ def _choose_agents_nb(S, nb, rule, Q, N, agent, upper):
         _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent):
     """The ``random`` policy's agents for a batch of ``nb`` tasks: the batch's
     counts (Sec. 4.2) handed to its tasks in a uniformly random order."""
@@ -4787,13 +4861,13 @@ def _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent):
             agent[j] = a
             j += 1
     for j in range(nb - 1, 0, -1):  # Fisher-Yates shuffle
-        k = _randint(rng, j + 1)
+        k = _randint_nb(rng, j + 1)
         tmp = agent[j]
         agent[j] = agent[k]
         agent[k] = tmp
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _record_nb(R, i, a, t, Q, Nb, out):
     """Book task i (step t of the run) to agent a; return its reward."""
     assign, queues, counts = out
@@ -4805,8 +4879,8 @@ def _record_nb(R, i, a, t, Q, Nb, out):
     return R[i, a]
 
 
-@njit(cache=True)
-def _new_forests(A, T, d, cfg):
+@_njit(cache=True)
+def _new_forests_nb(A, T, d, cfg):
     """Empty online forests (:data:`_Forests`) of A agents for up to T rows of
     d binned features."""
     B, max_bins, max_depth = cfg.n_trees, cfg.max_bins, cfg.max_depth
@@ -4825,7 +4899,7 @@ def _new_forests(A, T, d, cfg):
                     np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
     """One run of a policy over the tasks ``order``: Algorithm 1 with one
     reward model (App. E), online or in mini-batches (Sec. 4.2).
@@ -4879,17 +4953,17 @@ def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
     if trees is not None:
         cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
                           trees.min_leaf, trees.refit_every)
-        F = _new_forests(A, T, trees.Xb.shape[1], cfg)
-        scratch = _new_refit(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
-    dead = _initial_dead(alpha, constrained, batch, not learns)
+        F = _new_forests_nb(A, T, trees.Xb.shape[1], cfg)
+        scratch = _new_refit_nb(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
+    dead = _initial_dead_nb(alpha, constrained, batch, not learns)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
     t = 0
     while t < T:
         if early:
-            sole = _sole_agent(alpha, constrained, dead)
+            sole = _sole_agent_nb(alpha, constrained, dead)
             if sole >= 0:
-                return total + _forced_tail(R, order, t, sole, Q, out)
+                return total + _forced_tail_nb(R, order, t, sole, Q, out)
         nb = 1 if batch == 0 else min(batch, T - t)
         if not learns and batch == 0:
             agent[0] = _random_agent_nb(rng, share, cum)
@@ -4925,21 +4999,21 @@ def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
                 _tree_learn_nb(F, a, trees.Xb[i], r, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         a = agent[0]
-        if learns and _may_die(a, rule, dead):
+        if learns and _may_die_nb(a, rule, dead):
             # the largest estimate agent a can give for the rest of the run
             if marginal is not None:
-                _check_dead(a, s[a] / n[a], True, Q, eta, dead)
+                _check_dead_nb(a, s[a] / n[a], True, Q, eta, dead)
             if logistic is not None:
                 bound = 1.0 if logistic.thompson else _logistic_bound_nb(theta[a], logistic.Xd)
-                _check_dead(a, bound, True, Q, eta, dead)
+                _check_dead_nb(a, bound, True, Q, eta, dead)
             if trees is not None:  # a Thompson draw is one stored value; a greedy mean may round up
-                _check_dead(a, _tree_bound_nb(F.val[a], F.fitted[a], trees.thompson),
+                _check_dead_nb(a, _tree_bound_nb(F.val[a], F.fitted[a], trees.thompson),
                             trees.thompson or not F.fitted[a], Q, eta, dead)
         t += nb
     return total
 
 
-@njit(parallel=True, cache=True)
+@_njit(parallel=True, cache=True)
 def _runs_nb(R, orders, rule, marginal, logistic, trees, states, assign, queues, stats):
     """:func:`_run_nb` for every row of ``orders``, in parallel; returns the
     total rewards and the tasks per agent of every run (one compiled kernel
@@ -4947,7 +5021,7 @@ def _runs_nb(R, orders, rule, marginal, logistic, trees, states, assign, queues,
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    for k in prange(runs):
+    for k in _prange(runs):
         rewards[k] = _run_nb(R, orders[k], rule, marginal, logistic, trees, states[k],
                              _RunOut(assign[k], queues[k], counts[k]), stats[k])
     return rewards, counts
@@ -5106,13 +5180,13 @@ def _logistic_map(Z, y, gamma, *, tol=1e-10, max_iter=100):
     return theta
 
 
-@njit(parallel=True, cache=True)
-def _offline_tree_runs(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states):
+@_njit(parallel=True, cache=True)
+def _offline_tree_runs_nb(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states):
     """Fast ``offline-tree``: per run and agent, one forest on all T tasks."""
     runs = states.shape[0]
     T, A = R.shape
     choice = np.zeros((runs, T), dtype=np.int32)
-    for k in prange(runs):
+    for k in _prange(runs):
         best = np.full(T, -1.0)
         for a in range(A):
             W = _bootstrap_weights_nb(n_trees, T, states[k])
@@ -5171,7 +5245,7 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
         # resolution shows directly in its error: bin as finely as uint8 allows.
         Xb, n_bins, _ = _bin_contexts(X, OFFLINE_MAX_BINS)
         max_bins = int(n_bins.max()) if len(n_bins) else 1
-        return _offline_tree_runs(Xb, n_bins, max_bins, np.ascontiguousarray(R, dtype=np.uint8),
+        return _offline_tree_runs_nb(Xb, n_bins, max_bins, np.ascontiguousarray(R, dtype=np.uint8),
                                   settings.n_trees, settings.max_depth,
                                   settings.min_samples_leaf, _rng_states(policy_seeds))
     choice = np.zeros((runs, T), dtype=np.int32)
@@ -5196,8 +5270,6 @@ def _offline_runs(X, R, orders, policy, policy_seeds, engine, settings):
 # --- benchmark -----------------------------------------------------------------
 
 
-#: Capacities of agent 1 in the paper's two-agent experiments (Sec. 4).
-PAPER_CAPACITY_GRID = (0.2, 0.4, 0.5, 0.6, 0.8)
 
 
 def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference_T=None,
@@ -5347,8 +5419,6 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
 ROUTER_SCHEMA = "capassign.router"
 #: The current version of the saved router state (older versions still load).
 ROUTER_SCHEMA_VERSION = 2
-#: Policies a :class:`Router` can run (the online policies of :data:`POLICIES`).
-ROUTER_POLICIES = ("random", "marginal") + CONTEXTUAL_POLICIES
 
 #: The checked configuration of a :class:`Router` (:func:`_router_config`):
 #: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
@@ -5369,7 +5439,7 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
         names = _validate_names(agents, None, "agents", min_count=2, unique=True)
         n_agents = len(names)
     alpha, constrained = _validate_capacities(capacities, n_agents)
-    _validate_choice(policy, ROUTER_POLICIES, "policy")
+    _validate_choice(policy, ONLINE_POLICIES, "policy")
     eta = _validate_eta(eta)
     seed = _validate_int(seed, "seed")
     _validate_settings(settings)
@@ -5412,8 +5482,8 @@ def _saved_config(st, get):
     except (TypeError, ValueError) as exc:
         raise ValueError(f"state['settings']: {exc}") from None
     policy = st["policy"]
-    if not isinstance(policy, str) or policy not in ROUTER_POLICIES:
-        raise ValueError(f"state['policy'] must be one of {', '.join(ROUTER_POLICIES)}, "
+    if not isinstance(policy, str) or policy not in ONLINE_POLICIES:
+        raise ValueError(f"state['policy'] must be one of {', '.join(ONLINE_POLICIES)}, "
                          f"got {policy!r}")
     agents = st["agents"]
     if isinstance(agents, list):
@@ -5623,7 +5693,7 @@ class Router:
         which then takes the rest.  A free agent has no queue; how a weak
         one is handled is described under :func:`simulate`.
     policy : str
-        One of :data:`ROUTER_POLICIES` (default ``"tree-greedy"``).
+        One of :data:`ONLINE_POLICIES` (default ``"tree-greedy"``).
     eta : float
         Queue penalty eta >= 0 (default 0.5, Sec. 4).
     seed : int
@@ -6086,7 +6156,7 @@ def benchmark_startup(*, repeats=3, out=print):
     return rows
 
 
-def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=print):
+def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=print):
     """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
 
     Two agents at capacities (0.5, 0.5), eta = 0.5, on a :func:`synthetic_stream`
@@ -6114,7 +6184,7 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     Parameters
     ----------
     policies : sequence of str
-        Among :data:`ROUTER_POLICIES`.
+        Among :data:`ONLINE_POLICIES`.
     T, d : int
         Length and context dimension of the synthetic stream.
     seed : int
@@ -6202,6 +6272,7 @@ def _find_data_dir():
 DATA_DIR = _find_data_dir()
 #: The data registry: every data file's size, SHA-256, download addresses and provenance.
 REGISTRY_PATH = DATA_DIR / "registry.json"
+#: The MMLU question embeddings of :func:`mmlu_embeddings` (``data embed-mmlu``).
 MMLU_EMBEDDINGS_PATH = DATA_DIR / "mmlu_embeddings.npz"
 
 
@@ -6664,16 +6735,6 @@ class Task:
 #: Valid names for :func:`load_task`.
 TASK_NAMES = ("bank", "credit", "coupon", "cardio", "imagenet16h", "mmlu", "mmlu3", "mmlu5",
               "synthetic")
-
-#: The paper's Table 3 (App. H.1): features, online tasks, accuracies as printed.
-PAPER_TABLE3 = {
-    "bank": dict(features=15, tasks=12357, acc=(0.91, 0.53)),
-    "credit": dict(features=23, tasks=9000, acc=(0.82, 0.67)),
-    "coupon": dict(features=24, tasks=3624, acc=(0.72, 0.57)),
-    "cardio": dict(features=11, tasks=21000, acc=(0.74, 0.58)),
-    "mmlu": dict(features=1, tasks=217, acc=(0.32, 0.47)),
-    "imagenet16h": dict(features=1, tasks=2000, acc=(0.77, 0.86)),
-}
 
 #: Fraction of rows that form the online stream (the agents train on the rest).
 TABULAR_STREAM_FRACTION = 0.3
@@ -7522,45 +7583,6 @@ def accuracy_by_context(x, R, *, bins=10):
 # 9. Experiments
 # =============================================================================
 
-#: Numbers reported in the paper, quoted so every chapter can print them beside
-#: ours (Table 3 is :data:`PAPER_TABLE3` in section 8).
-#: Table 4 (App. H.2): error rates at alpha = (0.5, 0.5), 10 runs, agent
-#: construction seeds 0-4, for (non-contextual, logistic greedy, tree greedy).
-PAPER_TABLE4 = {
-    "bank": [(0.128, 0.122, 0.113), (0.136, 0.129, 0.117), (0.278, 0.195, 0.171),
-             (0.260, 0.187, 0.180), (0.124, 0.097, 0.097)],
-    "credit": [(0.195, 0.190, 0.188), (0.194, 0.190, 0.188), (0.256, 0.241, 0.222),
-               (0.257, 0.242, 0.224), (0.197, 0.192, 0.188)],
-    "coupon": [(0.352, 0.343, 0.342), (0.369, 0.357, 0.360), (0.357, 0.335, 0.341),
-               (0.347, 0.331, 0.340), (0.349, 0.341, 0.345)],
-    "cardio": [(0.334, 0.332, 0.309), (0.373, 0.354, 0.309), (0.338, 0.335, 0.306),
-               (0.340, 0.338, 0.307), (0.343, 0.338, 0.311)],
-}
-
-#: What the paper reports on Camelyon17 (Sec. 4.1, Fig. 2a-b; Table 3; the
-#: eta study of App. H), which cannot be re-run here: the image patches and the
-#: paper's two hospital-trained classifiers are not available (data/README.md).
-PAPER_CAMELYON17 = dict(
-    features=1, tasks=2000, acc=(0.69, 0.69), runs=100,
-    offline_error_05=0.16,       # optimistic offline unconstrained error, Fig. 2b
-    online_error_05=0.23,        # online policies' average error at alpha1 = 0.5 ("roughly")
-    offline_share_agent1=0.5,    # offline policies give "roughly half" the tasks to agent 1
-    etas=(0.0, 0.5, 5.0),        # the eta values the App. H sensitivity text names
-)
-
-#: The paper's Fig. 1 example (Sec. 2.3): with 25% capacity for LLaMA-13B and
-#: 75% for Cohere Small the optimal constrained policy thresholds the MMLU
-#: context "around x = 0.3".
-PAPER_FIG1_THRESHOLD = dict(capacity_llama=0.25, capacity_cohere=0.75, x=0.3)
-
-#: The experimental protocol of Sec. 4: capacities of agent 1 on the x-axis of
-#: the main figures (the online policies run at PAPER_CAPACITY_GRID inside it)
-#: and 100 randomised task orders; the queue penalty is DEFAULT_ETA = 0.5.
-PAPER_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
-#: The paper's number of randomised task orders per point (Sec. 4).
-PAPER_RUNS = 100
-#: The offline unconstrained benchmarks (Sec. 4), which ignore capacities.
-OFFLINE_POLICIES = ("offline-logistic", "offline-tree")
 
 
 #: The four tabular tasks of Sec. 4.1, whose agents are built as in App. H.1.
@@ -8936,7 +8958,7 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     seed = _validate_int(seed, "seed", lo=0)
     T, A = mu.shape
     orders, _ = _stream_orders(seed, runs, T)
-    assign, queues = _known_mu_runs(mu, orders, alpha, constrained, eta)
+    assign, queues = _known_mu_runs_nb(mu, orders, alpha, constrained, eta)
     rewards = R[orders, assign].sum(axis=1)
     counts = np.stack([np.bincount(assign[k], minlength=A) for k in range(runs)])
     caps = tuple(None if c is None else float(c) for c in capacities)
@@ -8946,8 +8968,8 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
                             queues=queues)
 
 
-@njit(cache=True)
-def _known_mu_runs(mu, orders, alpha, constrained, eta):
+@_njit(cache=True)
+def _known_mu_runs_nb(mu, orders, alpha, constrained, eta):
     """Eq. 2 and Eq. 1 with the true ``mu`` (T x A) on every run's task order:
     the assignments and the queues in force at every decision (see
     :func:`simulate_known_mu`)."""
@@ -9244,7 +9266,6 @@ ENGINE_VALIDATION_PATH = Path(__file__).resolve().parent / "book" / "results" / 
 #: Version tag of that file.
 ENGINE_VALIDATION_SCHEMA = "capassign.engine-validation/1"
 #: The online policies (every policy but the offline benchmarks).
-ONLINE_POLICIES = tuple(p for p in POLICIES if not p.startswith("offline-"))
 
 
 def _validation_draw(seed, r, T, prefix):
@@ -11148,7 +11169,7 @@ def _cmd_bench(args):
         benchmark_startup()
     elif args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed,
-                         policies=kwargs.get("policies", ROUTER_POLICIES))
+                         policies=kwargs.get("policies", ONLINE_POLICIES))
     else:
         benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs,
                           reference_runs=args.reference_runs, reference_T=ref_T, seed=args.seed,

@@ -335,15 +335,15 @@ def test_early_exit_fires_and_when_it_may():
     assert refits[True][0] < 0.05 * refits[False][0]
     ones = np.ones(2, dtype=bool)
     # code 1: never chosen again; code 2: loses only ties, i.e. to a lower index
-    assert ca._sole_agent(np.array([0.0, 1.0]), ones, np.array([1, 0], np.int8)) == 1
-    assert ca._sole_agent(np.array([0.0, 1.0]), ones, np.array([2, 0], np.int8)) == -1
-    assert ca._sole_agent(np.array([1.0, 0.0]), ones, np.array([0, 2], np.int8)) == 0
-    assert ca._sole_agent(np.array([0.5, 0.5]), ones, np.array([0, 0], np.int8)) == -1
+    assert ca._sole_agent_nb(np.array([0.0, 1.0]), ones, np.array([1, 0], np.int8)) == 1
+    assert ca._sole_agent_nb(np.array([0.0, 1.0]), ones, np.array([2, 0], np.int8)) == -1
+    assert ca._sole_agent_nb(np.array([1.0, 0.0]), ones, np.array([0, 2], np.int8)) == 0
+    assert ca._sole_agent_nb(np.array([0.5, 0.5]), ones, np.array([0, 0], np.int8)) == -1
     # in batch mode an agent without capacity never gets a count
-    dead = ca._initial_dead(np.array([0.0, 1.0]), ones, 10, False)
-    assert ca._sole_agent(np.array([0.0, 1.0]), ones, dead) == 1
-    online = ca._initial_dead(np.array([0.0, 1.0]), ones, 0, False)
-    assert ca._sole_agent(np.array([0.0, 1.0]), ones, online) == -1
+    dead = ca._initial_dead_nb(np.array([0.0, 1.0]), ones, 10, False)
+    assert ca._sole_agent_nb(np.array([0.0, 1.0]), ones, dead) == 1
+    online = ca._initial_dead_nb(np.array([0.0, 1.0]), ones, 0, False)
+    assert ca._sole_agent_nb(np.array([0.0, 1.0]), ones, online) == -1
 
 
 # --- simulate_grid -------------------------------------------------------------------

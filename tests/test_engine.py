@@ -168,7 +168,7 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
     head, nxt = np.full((d, mb), -1, np.int32), np.zeros((d, T), np.int32)
     forest = ca._Forest(W, H, HS, nc, ns, feat, thr, val, head, nxt)
     stats = np.zeros(3 * depth, np.int64)
-    refit = ca._new_refit(B, depth, stats)
+    refit = ca._new_refit_nb(B, depth, stats)
     checked = 0
     for k in range(n_rows):
         ca._online_observe_nb(Xb[k], y[k], k, depth, mb, rng, forest)
@@ -218,7 +218,7 @@ def test_xoshiro_matches_reference_sequence():
 
     state = np.array([0x9E3779B97F4A7C15, 7, 2**63 + 5, 12345], dtype=np.uint64)
     py = [int(v) for v in state]
-    assert [int(ca._next_u64(state)) for _ in range(50)] == [nxt(py) for _ in range(50)]
+    assert [int(ca._next_u64_nb(state)) for _ in range(50)] == [nxt(py) for _ in range(50)]
 
 
 # --- simulate(): behaviour of both engines ---------------------------------------

@@ -181,13 +181,13 @@ def test_unreadable_numba_cache_index_is_recompiled(tmp_path):
     call = ("import numpy as np, capassign as ca\n"
             "R = np.ones((3, 2), dtype=np.uint8); order = np.arange(3)\n"
             "out = ca.{t}(np.zeros(0, np.int32), np.zeros((0, 2)), np.zeros(2, np.int64))\n"
-            "print(ca._forced_tail(R, order, 0, 1, np.zeros(2), out), out.counts.tolist())\n")
+            "print(ca._forced_tail_nb(R, order, 0, 1, np.zeros(2), out), out.counts.tolist())\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     (tmp_path / "capassign.py").write_text(src, encoding="utf-8")
     first = subprocess.run([sys.executable, "-c", call.format(t="_RunOut")], cwd=tmp_path,
                            env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-2000:]
-    index = list((tmp_path / "__pycache__").glob("capassign._forced_tail-*.nbi"))
+    index = list((tmp_path / "__pycache__").glob("capassign._forced_tail_nb-*.nbi"))
     assert len(index) == 1                       # the kernel was cached next to the module
     (tmp_path / "capassign.py").write_text(src.replace("_RunOut", "_RunOutV2"),
                                            encoding="utf-8")

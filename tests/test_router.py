@@ -14,7 +14,7 @@ def stream():
     return X, R
 
 
-@pytest.mark.parametrize("policy", ca.ROUTER_POLICIES)
+@pytest.mark.parametrize("policy", ca.ONLINE_POLICIES)
 def test_router_takes_the_decisions_of_a_simulated_run(stream, policy):
     # Immediate rewards in run k's task order, with run k's random state and
     # the whole stream as reference contexts: exactly simulate's run k.
@@ -53,7 +53,7 @@ def _delayed_run(policy, X, R, save_at=None, T=2000, reference=True, **kw):
     return decisions, router
 
 
-@pytest.mark.parametrize("policy", ca.ROUTER_POLICIES)
+@pytest.mark.parametrize("policy", ca.ONLINE_POLICIES)
 def test_restored_router_decides_like_an_uninterrupted_one(stream, policy):
     X, R = stream
     plain, r1 = _delayed_run(policy, X, R)
@@ -351,7 +351,7 @@ def test_one_reward_rule_everywhere(stream, bad):
         ca.simulate(X[:50], Rb, [0.5, 0.5], "random", runs=1)
     with pytest.raises(ValueError, match=f"R: {msg}"):
         ca.hindsight_optimum(Rb, [0.5, 0.5])
-    for policy in ca.ROUTER_POLICIES:
+    for policy in ca.ONLINE_POLICIES:
         router = ca.Router(2, [0.5, 0.5], policy, n_features=4)
         a = router.assign(X[0])
         with pytest.raises(ValueError, match=f"reward: {msg}"):

@@ -170,7 +170,7 @@ def test_same_mistake_same_error_everywhere(no_work, tmp_path, arg, entry, value
 
 def test_policy_argument_of_simulate_and_router():
     for call, allowed in ((lambda v: ca.simulate(X, R, [0.5, 0.5], v), ca.POLICIES),
-                          (lambda v: ca.Router(2, [0.5, 0.5], v), ca.ROUTER_POLICIES)):
+                          (lambda v: ca.Router(2, [0.5, 0.5], v), ca.ONLINE_POLICIES)):
         names = ", ".join(repr(p) for p in allowed)
         with pytest.raises(ValueError) as info:
             call("ucb")
