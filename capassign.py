@@ -104,7 +104,7 @@ __all__ = [
     "ROUTER_STREAM_CUTS", "ROUTER_STATE_LIMITS",
     # simulation engine (section 6)
     "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES",
-    "SimulationResult", "synthetic_stream", "simulate", "simulate_grid", "OFFLINE_MAX_BINS",
+    "SimulationResult", "synthetic_stream", "simulate", "OFFLINE_MAX_BINS",
     "benchmark_engines",
     # streaming router (section 7)
     "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "benchmark_startup", "benchmark_router",
@@ -122,7 +122,8 @@ __all__ = [
     "ENCODING_TOL",
     "paper_accuracies", "paper_logistic_targets", "write_tabular_agent_search",
     "tabular_agent_search", "encoding_evidence", "paper_agent_seed", "mean_ci",
-    "two_agent_capacities", "error_vs_capacity", "paper_claims", "error_table", "glue",
+    "two_agent_capacities", "simulate_grid", "error_vs_capacity", "paper_claims", "error_table",
+    "glue",
     "difference_ci", "runs_needed", "paired_tests", "paired_table", "hindsight_gaps",
     "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis", "analyse_experiment",
     "CapacityAdherence", "capacity_adherence", "adherence_table", "simulate_known_mu",
@@ -364,21 +365,6 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
     return alpha, constrained
 
 
-def _selection_shares(alpha, constrained):
-    """The shares with which the ``random`` policy draws agents (App. H.4).
-
-    A constrained agent is drawn with probability alpha_a.  When the
-    constrained shares sum to less than one (possible only with a free
-    agent), the free agents share the remainder 1 - sum alpha equally;
-    otherwise a free agent is never drawn.  Equals ``alpha`` whenever the
-    constrained shares sum to one.  The same code as the compiled
-    :func:`_selection_shares_nb`, run as plain Python so that the theory
-    functions need no compiled kernel.
-    """
-    alpha = np.asarray(alpha, dtype=float)
-    return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
-
-
 def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0, shape=None):
     """An array argument: ``ndim`` dimensions, at least ``min_rows`` rows; return it.
 
@@ -461,13 +447,6 @@ def _validate_reward(r, name="reward"):
     if not (r == 0 or r == 1):
         raise ValueError(f"{name}: {REWARD_RULE}; got {r!r}")
     return float(r)
-
-
-def _validate_settings(settings, name="settings"):
-    """Model hyper-parameters: a :class:`ModelSettings` (TypeError otherwise); return them."""
-    if not isinstance(settings, ModelSettings):
-        raise TypeError(f"{name} must be a ModelSettings, got {type(settings).__name__}")
-    return settings
 
 
 def _keyword_group(given, defaults, function):
@@ -625,7 +604,6 @@ def _drop_unreadable_index(kernel):
             pass
 
 
-
 _LAZY_LOCK = threading.Lock()
 
 # --- First use of the compiled kernels -------------------------------------------
@@ -706,6 +684,44 @@ def _first_use_done(started):
 
         print(f"capassign: compiled in {time.perf_counter() - started:.0f} s",
               file=sys.stderr, flush=True)
+
+
+# --- The random policy's shares (App. H.4), from section 3 on --------------------
+
+
+@_njit(cache=True)
+def _selection_shares_nb(alpha, constrained):
+    """Compiled :func:`_selection_shares`: ``alpha`` itself unless the free
+    agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`."""
+    p = alpha.copy()
+    total = 0.0
+    n_free = 0
+    for a in range(alpha.shape[0]):
+        if constrained[a]:
+            total += alpha[a]
+        else:
+            n_free += 1
+    rest = 1.0 - total
+    if n_free > 0 and rest > 1e-9:
+        for a in range(alpha.shape[0]):
+            if not constrained[a]:
+                p[a] = rest / n_free
+    return p
+
+
+def _selection_shares(alpha, constrained):
+    """The shares with which the ``random`` policy draws agents (App. H.4).
+
+    A constrained agent is drawn with probability alpha_a.  When the
+    constrained shares sum to less than one (possible only with a free
+    agent), the free agents share the remainder 1 - sum alpha equally;
+    otherwise a free agent is never drawn.  Equals ``alpha`` whenever the
+    constrained shares sum to one.  The same code as the compiled
+    :func:`_selection_shares_nb`, run as plain Python so that the theory
+    functions need no compiled kernel.
+    """
+    alpha = np.asarray(alpha, dtype=float)
+    return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
 
 
 # =============================================================================
@@ -1875,26 +1891,6 @@ def _select_nb(mu, Q, eta):
 
 
 @_njit(cache=True)
-def _selection_shares_nb(alpha, constrained):
-    """Compiled :func:`_selection_shares`: ``alpha`` itself unless the free
-    agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`."""
-    p = alpha.copy()
-    total = 0.0
-    n_free = 0
-    for a in range(alpha.shape[0]):
-        if constrained[a]:
-            total += alpha[a]
-        else:
-            n_free += 1
-    rest = 1.0 - total
-    if n_free > 0 and rest > 1e-9:
-        for a in range(alpha.shape[0]):
-            if not constrained[a]:
-                p[a] = rest / n_free
-    return p
-
-
-@_njit(cache=True)
 def _queue_update_nb(Q, alpha, constrained, N, B):
     """Eq. 1 in place: Q_a <- [Q_a + N_a - B alpha_a]_+, free agents 0.
 
@@ -2502,6 +2498,13 @@ class ModelSettings:
 
 #: The paper's hyper-parameters (App. E).
 PAPER_SETTINGS = ModelSettings()
+
+
+def _validate_settings(settings, name="settings"):
+    """Model hyper-parameters: a :class:`ModelSettings` (TypeError otherwise); return them."""
+    if not isinstance(settings, ModelSettings):
+        raise TypeError(f"{name} must be a ModelSettings, got {type(settings).__name__}")
+    return settings
 
 
 def _sigmoid(z):
@@ -4718,7 +4721,6 @@ def _reference_batch_run(X, R, order, sim, rng):
 # with and without the exit (tests/test_batch.py).
 
 
-
 @_njit(cache=True)
 def _forced_tail_nb(R, order, t, a, Q, out):
     """Steps t.. of a run in which agent ``a`` is the only possible choice."""
@@ -5056,98 +5058,6 @@ def _fast_runs(X, R, orders, states, sim, traces):
     return rewards, counts, assign, queues
 
 
-
-def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
-    """:func:`simulate` for every policy at every capacity vector, as a tidy table.
-
-    The general form of the paper's capacity sweeps (Sec. 4.1, App. H.3-H.6):
-    ``capacities`` is a list of capacity vectors (any number of agents, free
-    agents as ``None``) and ``x`` the value each is plotted at (by default the
-    first agent's capacity); ``kwargs`` go to :func:`simulate` (``runs``,
-    ``eta``, ``seed``, ``batch_size``, ...).  Returns a ``pandas.DataFrame``
-    with the columns of :func:`error_vs_capacity` (``task``, ``policy``,
-    ``alpha1`` = x, ``runs``, ``error``, ``std``, ``ci_low``, ``ci_high`` (95%
-    across runs), ``frac1``, ``errors``) plus ``eta``, ``batch_size``,
-    ``capacities`` and ``shares`` (mean realised share of every agent), so
-    that :func:`error_table` and :func:`plot_error_vs_capacity` apply.  Run k
-    of every row sees the same task order, so rows can be compared run by run.
-    Offline benchmarks ignore capacities: each is simulated once and reported
-    at every capacity vector.
-
-    Parameters
-    ----------
-    X, R : array_like
-        The task stream: features (T x d) and 0/1 rewards (T x A).
-    policies : sequence of str
-        Names from :data:`POLICIES`.
-    capacities : sequence of sequences
-        Capacity vectors, ``None`` for a free agent.
-    x : sequence of float, optional
-        The ``alpha1`` column, one value per capacity vector.
-    label : str, optional
-        The ``task`` column.
-    **kwargs
-        Arguments of :func:`simulate`.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per (policy, capacity vector).
-
-    Examples
-    --------
-    >>> X, R, _ = synthetic_stream(T=200, d=2, n_agents=3, seed=1)
-    >>> df = simulate_grid(X, R, ["random"], [(0.2, 0.3, 0.5), (0.3, None, 0.4)], runs=2)
-    >>> df[["policy", "alpha1", "capacities"]].assign(error=df.error.round(3))
-       policy  alpha1        capacities  error
-    0  random     0.2   (0.2, 0.3, 0.5)   0.45
-    1  random     0.3  (0.3, None, 0.4)   0.46
-    """
-    import pandas as pd
-
-    policies = _validate_names(policies, POLICIES, "policies")
-    capacities = [list(c) for c in capacities]
-    if len(capacities) == 0:
-        raise ValueError("capacities must list at least one capacity vector")
-    if x is None:
-        x = [c[0] if c[0] is not None else float("nan") for c in capacities]
-    x = list(x)
-    if len(x) != len(capacities):
-        raise ValueError(f"x has {len(x)} values but there are {len(capacities)} "
-                         f"capacity vectors")
-    return pd.DataFrame(_grid_rows(X, R, policies, capacities, x, label, True, kwargs))
-
-
-def _grid_rows(X, R, policies, capacities, x, label, details, kwargs):
-    """The rows of :func:`simulate_grid` (``details``: with its extra columns)
-    and of :func:`error_vs_capacity`, one per policy and capacity vector.
-
-    An offline benchmark ignores capacities, so it is simulated once and its
-    result reported at every capacity vector (each still validated).
-    """
-    rows = []
-    for policy in policies:
-        res = None
-        for xi, caps in zip(x, capacities):
-            if res is None or policy not in OFFLINE_POLICIES:
-                res = simulate(X, R, caps, policy, **kwargs)
-            else:
-                _validate_capacities(caps, res.n_agents)
-            m, lo, hi = mean_ci(res.errors)
-            row = {"task": label, "policy": policy, "alpha1": float(xi), "runs": res.runs,
-                   "error": m, "std": res.std, "ci_low": lo, "ci_high": hi,
-                   "frac1": float(res.assigned[:, 0].mean()),
-                   "errors": np.asarray(res.errors, dtype=float)}
-            if details:
-                row.update(eta=res.eta, batch_size=res.batch_size,
-                           capacities=tuple(None if c is None else float(c) for c in caps),
-                           shares=res.assigned.mean(axis=0))
-            rows.append(row)
-    return rows
-
-# --- offline unconstrained benchmark (Sec. 4) --------------------------------
-
-
 def _logistic_map(Z, y, gamma, *, tol=1e-10, max_iter=100):
     """MAP of the Bayesian logistic model, prior N(0, I/gamma), by damped Newton.
 
@@ -5268,8 +5178,6 @@ def _offline_runs(X, R, orders, policy, policy_seeds, engine, settings):
 
 
 # --- benchmark -----------------------------------------------------------------
-
-
 
 
 def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference_T=None,
@@ -6735,6 +6643,8 @@ class Task:
 #: Valid names for :func:`load_task`.
 TASK_NAMES = ("bank", "credit", "coupon", "cardio", "imagenet16h", "mmlu", "mmlu3", "mmlu5",
               "synthetic")
+#: The four tabular tasks of Sec. 4.1, whose agents are built as in App. H.1.
+TABULAR_TASKS = ("bank", "credit", "coupon", "cardio")
 
 #: Fraction of rows that form the online stream (the agents train on the rest).
 TABULAR_STREAM_FRACTION = 0.3
@@ -7584,11 +7494,6 @@ def accuracy_by_context(x, R, *, bins=10):
 # =============================================================================
 
 
-
-#: The four tabular tasks of Sec. 4.1, whose agents are built as in App. H.1.
-TABULAR_TASKS = ("bank", "credit", "coupon", "cardio")
-
-
 def paper_accuracies(name):
     """The paper's Table 3 accuracies in our agent order (agent 1, agent 2).
 
@@ -7937,6 +7842,97 @@ def two_agent_capacities(alpha1):
     """
     a = float(alpha1)
     return (a, round(1.0 - a, 12))
+
+
+def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
+    """:func:`simulate` for every policy at every capacity vector, as a tidy table.
+
+    The general form of the paper's capacity sweeps (Sec. 4.1, App. H.3-H.6):
+    ``capacities`` is a list of capacity vectors (any number of agents, free
+    agents as ``None``) and ``x`` the value each is plotted at (by default the
+    first agent's capacity); ``kwargs`` go to :func:`simulate` (``runs``,
+    ``eta``, ``seed``, ``batch_size``, ...).  Returns a ``pandas.DataFrame``
+    with the columns of :func:`error_vs_capacity` (``task``, ``policy``,
+    ``alpha1`` = x, ``runs``, ``error``, ``std``, ``ci_low``, ``ci_high`` (95%
+    across runs), ``frac1``, ``errors``) plus ``eta``, ``batch_size``,
+    ``capacities`` and ``shares`` (mean realised share of every agent), so
+    that :func:`error_table` and :func:`plot_error_vs_capacity` apply.  Run k
+    of every row sees the same task order, so rows can be compared run by run.
+    Offline benchmarks ignore capacities: each is simulated once and reported
+    at every capacity vector.
+
+    Parameters
+    ----------
+    X, R : array_like
+        The task stream: features (T x d) and 0/1 rewards (T x A).
+    policies : sequence of str
+        Names from :data:`POLICIES`.
+    capacities : sequence of sequences
+        Capacity vectors, ``None`` for a free agent.
+    x : sequence of float, optional
+        The ``alpha1`` column, one value per capacity vector.
+    label : str, optional
+        The ``task`` column.
+    **kwargs
+        Arguments of :func:`simulate`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (policy, capacity vector).
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=200, d=2, n_agents=3, seed=1)
+    >>> df = simulate_grid(X, R, ["random"], [(0.2, 0.3, 0.5), (0.3, None, 0.4)], runs=2)
+    >>> df[["policy", "alpha1", "capacities"]].assign(error=df.error.round(3))
+       policy  alpha1        capacities  error
+    0  random     0.2   (0.2, 0.3, 0.5)   0.45
+    1  random     0.3  (0.3, None, 0.4)   0.46
+    """
+    import pandas as pd
+
+    policies = _validate_names(policies, POLICIES, "policies")
+    capacities = [list(c) for c in capacities]
+    if len(capacities) == 0:
+        raise ValueError("capacities must list at least one capacity vector")
+    if x is None:
+        x = [c[0] if c[0] is not None else float("nan") for c in capacities]
+    x = list(x)
+    if len(x) != len(capacities):
+        raise ValueError(f"x has {len(x)} values but there are {len(capacities)} "
+                         f"capacity vectors")
+    return pd.DataFrame(_grid_rows(X, R, policies, capacities, x, label, True, kwargs))
+
+
+def _grid_rows(X, R, policies, capacities, x, label, details, kwargs):
+    """The rows of :func:`simulate_grid` (``details``: with its extra columns)
+    and of :func:`error_vs_capacity`, one per policy and capacity vector.
+
+    An offline benchmark ignores capacities, so it is simulated once and its
+    result reported at every capacity vector (each still validated).
+    """
+    rows = []
+    for policy in policies:
+        res = None
+        for xi, caps in zip(x, capacities):
+            if res is None or policy not in OFFLINE_POLICIES:
+                res = simulate(X, R, caps, policy, **kwargs)
+            else:
+                _validate_capacities(caps, res.n_agents)
+            m, lo, hi = mean_ci(res.errors)
+            row = {"task": label, "policy": policy, "alpha1": float(xi), "runs": res.runs,
+                   "error": m, "std": res.std, "ci_low": lo, "ci_high": hi,
+                   "frac1": float(res.assigned[:, 0].mean()),
+                   "errors": np.asarray(res.errors, dtype=float)}
+            if details:
+                row.update(eta=res.eta, batch_size=res.batch_size,
+                           capacities=tuple(None if c is None else float(c) for c in caps),
+                           shares=res.assigned.mean(axis=0))
+            rows.append(row)
+    return rows
+
+# --- offline unconstrained benchmark (Sec. 4) --------------------------------
 
 
 def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
@@ -9107,6 +9103,11 @@ def regret_curve(result, mu, shadow_prices):
                         reward=reward, modified=modified)
 
 
+def _log_times(t_max, points, t_min=1):
+    """About ``points`` integer times from ``t_min`` to ``t_max``, evenly spaced in log t."""
+    return np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
+
+
 def loglog_slope(y, *, t_min=None, t_max=None, points=50):
     """Slope of log y(t) against log t: the exponent b of a growth y ~ c t^b.
 
@@ -10269,11 +10270,6 @@ _EXTRA_STYLE = {
 def _style(policy):
     style = POLICY_STYLE.get(policy) or _EXTRA_STYLE.get(policy) or dict(label=str(policy))
     return dict(style)
-
-
-def _log_times(t_max, points, t_min=1):
-    """About ``points`` integer times from ``t_min`` to ``t_max``, evenly spaced in log t."""
-    return np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
 
 
 def _loglog_lines(ax, series, points, lw, ylabel, title, legend):
