@@ -1239,6 +1239,47 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
                 f"max |load - alpha| = {err:.1e}")
 
 
+def _split_ties(tied, w, left, exact, upper):
+    """The split of :func:`shadow_price_policy` for its m contexts at a tie.
+
+    ``tied`` (m x A) marks each context's tied agents, ``w`` the contexts'
+    weights, ``left`` what each agent's capacity leaves after the contexts
+    without a tie; ``exact`` / ``upper`` mark the agents whose load must equal
+    / stay within it.  A feasibility linear programme over the tied entries;
+    returns the rows of assignment probabilities.
+    """
+    from scipy.optimize import linprog
+    from scipy import sparse
+
+    ii, aa = np.nonzero(tied)
+    nv = ii.size
+    m, A = tied.shape
+    rows_ctx = sparse.csr_matrix((np.ones(nv), (ii, np.arange(nv))), shape=(m, nv))
+    wv = w[ii]
+
+    def capacity_rows(mask):   # the loads of the agents in mask and what they have left
+        agents = np.flatnonzero(mask)
+        keep = np.isin(aa, agents)
+        rows = sparse.csr_matrix((wv[keep], (np.searchsorted(agents, aa)[keep],
+                                              np.arange(nv)[keep])), shape=(agents.size, nv))
+        return rows, left[agents]
+
+    ex, ex_left = capacity_rows(exact)
+    up, up_left = capacity_rows(upper)
+    kw = dict(A_ub=up, b_ub=up_left) if up_left.size else {}
+    res = linprog(np.zeros(nv), A_eq=sparse.vstack([rows_ctx, ex]).tocsr(),
+                  b_eq=np.concatenate([np.ones(m), ex_left]), bounds=(0, None),
+                  method="highs", options=_HIGHS_OPTIONS, **kw)
+    if res.status != 0:
+        raise ValueError("shadow_prices do not meet the capacities: no split of the "
+                         "tied contexts reaches them (are the shadow prices optimal "
+                         "for these capacities?)")
+    x = np.clip(res.x, 0.0, None)
+    Pa = np.zeros((m, A))
+    Pa[ii, aa] = x
+    return Pa / Pa.sum(axis=1, keepdims=True)
+
+
 def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
                         tol=TIE_TOL):
     """The policy argmax_a mu_a(x) - lambda_a for given shadow prices (Thm 1).
@@ -1318,36 +1359,7 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
                              f"{np.round(load0, 6).tolist()} instead of "
                              f"{np.round(alpha, 6).tolist()}")
         return P
-    from scipy.optimize import linprog
-    from scipy import sparse
-
-    ii, aa = np.nonzero(tied[ambiguous])
-    nv = ii.size
-    rows_ctx = sparse.csr_matrix((np.ones(nv), (ii, np.arange(nv))),
-                                 shape=(ambiguous.size, nv))
-    wv = w[ambiguous][ii]
-
-    def capacity_rows(mask):   # the loads of the agents in mask and what they have left
-        agents = np.flatnonzero(mask)
-        keep = np.isin(aa, agents)
-        rows = sparse.csr_matrix((wv[keep], (np.searchsorted(agents, aa)[keep],
-                                              np.arange(nv)[keep])), shape=(agents.size, nv))
-        return rows, alpha[agents] - load0[agents]
-
-    ex, ex_left = capacity_rows(exact)
-    up, up_left = capacity_rows(upper)
-    kw = dict(A_ub=up, b_ub=up_left) if up_left.size else {}
-    res = linprog(np.zeros(nv), A_eq=sparse.vstack([rows_ctx, ex]).tocsr(),
-                  b_eq=np.concatenate([np.ones(ambiguous.size), ex_left]), bounds=(0, None),
-                  method="highs", options=_HIGHS_OPTIONS, **kw)
-    if res.status != 0:
-        raise ValueError("shadow_prices do not meet the capacities: no split of the "
-                         "tied contexts reaches them (are the shadow prices optimal "
-                         "for these capacities?)")
-    x = np.clip(res.x, 0.0, None)
-    Pa = np.zeros((ambiguous.size, A))
-    Pa[ii, aa] = x
-    P[ambiguous] = Pa / Pa.sum(axis=1, keepdims=True)
+    P[ambiguous] = _split_ties(tied[ambiguous], w[ambiguous], alpha - load0, exact, upper)
     return P
 
 
@@ -3198,86 +3210,98 @@ def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins)
 
 
 @_njit(cache=True)
+def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
+    """Rebuild the histograms of the stale pairs of ``level`` in a refit of
+    :func:`_online_refit_nb` (the children of a node whose split was rebuilt).
+
+    Only one child of a pair is summed from the rows; the other is parent
+    minus it.  The rows of the summed child are found through the bin lists
+    of its parent's split feature: the child whose bins hold less of the
+    tree's weight is picked, and of the rows in those bins only those that
+    reach the parent are kept.  The child is summed into a small contiguous
+    histogram (cache-resident), then written, with its sibling, into the
+    tree's strided column of H and HS.
+    """
+    W, H, HS, node_c, node_s, feat, thr, val, head, nxt = forest
+    stale, stats = r.stale, r.stats
+    B = W.shape[0]
+    d = Xa.shape[1]
+    n_cols = H.shape[1]
+    first = 2 ** level - 1
+    last = 2 ** (level + 1) - 1
+    acc = np.empty(n_cols, dtype=np.int32)
+    accs = np.empty_like(acc)
+    for b in range(B):
+        for u in range(first, last, 2):
+            if not stale[u, b]:
+                continue
+            stats[level] += 2
+            par = (u - 1) // 2
+            f = feat[b, par]
+            q = thr[b, par]
+            w_left = 0
+            for qq in range(q + 1):
+                w_left += H[0, f * max_bins + qq, b]
+            lf = 2 * w_left <= node_c[0, b]
+            acc[:] = 0
+            accs[:] = 0
+            for qq in range(0 if lf else q + 1, q + 1 if lf else n_bins[f]):
+                k = head[f, qq]
+                while k >= 0:
+                    w = np.int32(W[b, k])
+                    if w != 0 and k < n:
+                        x = 0
+                        for _ in range(level - 1):
+                            x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
+                        if x == par:
+                            if ya[k]:
+                                for j in range(d):
+                                    col = j * max_bins + Xa[k, j]
+                                    acc[col] += w
+                                    accs[col] += w
+                            else:
+                                for j in range(d):
+                                    acc[j * max_bins + Xa[k, j]] += w
+                    k = nxt[f, k]
+            t = u if lf else u + 1
+            o = 2 * u + 1 - t
+            for c in range(n_cols):
+                H[t, c, b] = acc[c]
+                HS[t, c, b] = accs[c]
+                H[o, c, b] = H[par, c, b] - acc[c]
+                HS[o, c, b] = HS[par, c, b] - accs[c]
+
+
+@_njit(cache=True)
 def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r):
     """Refit one agent's online ``forest`` on its first n rows, incrementally.
 
     ``Xa[k]``, ``ya[k]``: bins and reward of the agent's k-th row;
-    ``forest.W[b, k]`` its weight in tree b.  On return every tree equals the fit from scratch
-    (one refit of an empty forest) on the same weighted rows (tested tree by
-    tree); on an empty forest it grows every tree level by level from the
-    rows.
-    ``forest.head``/``nxt`` are the bin lists of :func:`_online_observe_nb`.
-    ``r`` is the :data:`_Refit` scratch; ``r.stale`` marks the nodes whose
-    histogram must be rebuilt.  Adds to ``r.stats[level]`` the number of
+    ``forest.W[b, k]`` its weight in tree b.  On return every tree equals the
+    fit from scratch (one refit of an empty forest) on the same weighted rows
+    (tested tree by tree); on an empty forest it grows every tree level by
+    level from the rows.  ``forest.head``/``nxt`` are the bin lists of
+    :func:`_online_observe_nb`.  ``r`` is the :data:`_Refit` scratch;
+    ``r.stale`` marks the nodes whose histogram must be rebuilt
+    (:func:`_rebuild_level_nb`).  Adds to ``r.stats[level]`` the number of
     (tree, node) pairs of that level whose histograms were rebuilt from the
-    rows, to
-    ``stats[max_depth + level]`` the number of nodes of that level whose split
-    changed, and to ``stats[2 max_depth + level]`` the number of those whose
-    subtree was updated by moving only the rows that crossed the threshold.
+    rows, to ``stats[max_depth + level]`` the number of nodes of that level
+    whose split changed, and to ``stats[2 max_depth + level]`` the number of
+    those whose subtree was updated by moving only the rows that crossed the
+    threshold.
     """
     W, H, HS, node_c, node_s, feat, thr, val, head, nxt = forest
     stale, nfeat, nthr, stats = r.stale, r.nfeat, r.nthr, r.stats
     B = W.shape[0]
-    d = Xa.shape[1]
     n_nodes = feat.shape[1]
     n_int = H.shape[0]
-    n_cols = H.shape[1]
     for b in range(B):
         stale[0, b] = False
     for level in range(max_depth):
         first = 2 ** level - 1
         last = 2 ** (level + 1) - 1
         if level > 0:
-            # Rebuild the histograms of this level's stale pairs (the children
-            # of a node whose split was rebuilt).  Only one child of a pair is
-            # summed from the rows; the other is parent minus it.  The rows of
-            # the summed child are found through the bin lists of its parent's
-            # split feature: the child whose bins hold less of the tree's
-            # weight is picked, and of the rows in those bins only those that
-            # reach the parent are kept.  The child is summed into a small
-            # contiguous histogram (cache-resident), then written, with its
-            # sibling, into the tree's strided column of H and HS.
-            acc = np.empty(n_cols, dtype=np.int32)
-            accs = np.empty_like(acc)
-            for b in range(B):
-                for u in range(first, last, 2):
-                    if not stale[u, b]:
-                        continue
-                    stats[level] += 2
-                    par = (u - 1) // 2
-                    f = feat[b, par]
-                    q = thr[b, par]
-                    w_left = 0
-                    for qq in range(q + 1):
-                        w_left += H[0, f * max_bins + qq, b]
-                    lf = 2 * w_left <= node_c[0, b]
-                    acc[:] = 0
-                    accs[:] = 0
-                    for qq in range(0 if lf else q + 1, q + 1 if lf else n_bins[f]):
-                        k = head[f, qq]
-                        while k >= 0:
-                            w = np.int32(W[b, k])
-                            if w != 0 and k < n:
-                                x = 0
-                                for _ in range(level - 1):
-                                    x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
-                                if x == par:
-                                    if ya[k]:
-                                        for j in range(d):
-                                            col = j * max_bins + Xa[k, j]
-                                            acc[col] += w
-                                            accs[col] += w
-                                    else:
-                                        for j in range(d):
-                                            acc[j * max_bins + Xa[k, j]] += w
-                            k = nxt[f, k]
-                    t = u if lf else u + 1
-                    o = 2 * u + 1 - t
-                    for c in range(n_cols):
-                        H[t, c, b] = acc[c]
-                        HS[t, c, b] = accs[c]
-                        H[o, c, b] = H[par, c, b] - acc[c]
-                        HS[o, c, b] = HS[par, c, b] - accs[c]
+            _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r)
         for u in range(first, last):
             _split_node_nb(forest, u, n_bins, max_bins, min_leaf, r)
             for b in range(B):
@@ -4444,27 +4468,23 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     capacities : sequence of length A
         alpha_a in [0, 1] per agent, or ``None`` for a free agent (App. H.4);
         the constrained entries sum to 1, or to at most 1 with a free agent,
-        which then takes the rest (e.g. ``[0.2, 0.3, None]``: at most 20% and
-        30%).  A free agent has no queue, so no capacity holds it back: it is
-        chosen whenever its estimate beats every constrained agent's
-        mu_a - eta Q_a.  A *weak* free agent is therefore kept away only by
-        its learned accuracy; it still gets tasks while the estimates are
-        uncertain (early in the stream, Thompson draws) and where every
-        constrained agent is ahead of its share.  To bound its share, give it
-        a capacity instead of ``None`` (or leave it out).
+        which then takes the rest (``[0.2, 0.3, None]``: at most 20% and 30%).
+        A free agent has no queue: it is chosen whenever its estimate beats
+        every constrained agent's mu_a - eta Q_a, so a *weak* free agent is
+        kept away only by its learned accuracy and still gets tasks while the
+        estimates are uncertain; to bound its share, give it a capacity.
     policy : str
         One of :data:`POLICIES`:
 
         - ``"random"``: agent a with probability alpha_a, ignoring x (free
-          agents share the remainder 1 - sum alpha equally, probability 0
-          when the constrained shares sum to 1);
+          agents share the remainder 1 - sum alpha equally);
         - ``"marginal"``: running mean reward of each agent minus eta Q (App. D.5);
         - ``"logistic-greedy"`` / ``"logistic-ts"``: :class:`LaplaceLogistic`
           models, plug-in or Thompson estimate (App. E.1);
         - ``"tree-greedy"`` / ``"tree-ts"``: :class:`BootstrapTrees`, ensemble
           mean or one random tree (App. E.2);
         - ``"offline-logistic"`` / ``"offline-tree"``: the optimistic offline
-          unconstrained benchmark, see :func:`offline_benchmark`.
+          unconstrained benchmark (Sec. 4), see :func:`_offline_choices`.
     eta : float
         Queue penalty, >= 0 (default 0.5 as in the paper).
     runs : int
@@ -4477,20 +4497,15 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     batch_size : int or None
         ``None`` (default): the online rule above, one task at a time.  An
         integer B in [1, T]: the mini-batch setting of Sec. 4.2 and App. H.5.
-        The run's stream is cut into consecutive batches of B tasks (the last
-        one shorter when B does not divide T).  For each batch the policy
-        scores every task with its current models (the greedy estimate, or one
-        Thompson draw per task and agent), takes the integer counts
-        N_{t,a} of :func:`batch_counts` from the capacities and the queues,
-        gives the tasks to the agents by the exact assignment of
-        :func:`batch_assign` under those counts (``random`` deals the counts
-        out in a random order), and only then observes the batch's rewards and
-        updates its models; the queues follow
-        Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.  ``batch_size=1`` is
-        this rule with one-task batches, *not* the online rule: the single
-        task goes to the agent that the queues say is due, whatever the
-        scores (with free agents the scores still decide between the due
-        agent and the free ones).  Offline policies reject a batch size.
+        The stream is cut into consecutive batches of B tasks (the last one
+        shorter).  Each batch is scored with the current models, given the
+        counts N_{t,a} of :func:`batch_counts` and assigned by
+        :func:`batch_assign` under them (``random`` deals the counts out in a
+        random order); then its rewards update the models and the queues
+        follow Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.  ``batch_size=1``
+        is *not* the online rule: the queues, not the scores, pick the agent
+        (between the due agent and free ones the scores still decide).
+        Offline policies reject a batch size.
     **execution
         How the runs are computed and what they return, given by name (one
         keyword group, checked as a whole):
@@ -4499,14 +4514,10 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
             ``"reference"`` is the plain Python loop over the model classes
             of section 5 (slow, the definition), its runs spread over the
             cores in separate processes; ``"fast"`` runs compiled kernels in
-            parallel over runs.  Neither engine's results depend on the
-            number of cores.  The two agree in distribution, not draw by
-            draw.  One deliberate difference: the fast tree policies bin the
-            contexts (``settings.max_bins``) and use the online Poisson
-            bootstrap of Eckles and Kaptein (2014) - a Poisson(1) weight per
-            observation and tree, drawn once, with every refit the exact tree
-            on those weights - where the reference draws a fresh multinomial
-            resample at each refit (see :class:`ModelSettings`, Notes).
+            parallel over runs.  Neither depends on the number of cores; they
+            agree in distribution, not draw by draw.  One deliberate
+            difference: the fast tree policies bin the contexts and use the
+            online Poisson bootstrap (:class:`ModelSettings`, Notes).
         return_traces : bool, default False
             Also return ``orders``, ``assignments`` (runs x T) and ``queues``
             (runs x T x A) in the result.
@@ -4533,14 +4544,10 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     rewards, counts, assign, queues = _run_policy(X, R, orders, policy_seeds, sim,
                                                   return_traces)
     T = R.shape[0]
-    result = SimulationResult(policy=policy, capacities=sim.caps, eta=sim.rule.eta, runs=runs,
-                              seed=seed, engine=sim.engine, errors=1.0 - rewards / T,
-                              assigned=counts / T, batch_size=sim.rule.batch or None)
-    if return_traces:
-        result.orders = orders
-        result.assignments = assign
-        result.queues = queues
-    return result
+    traces = dict(orders=orders, assignments=assign, queues=queues) if return_traces else {}
+    return SimulationResult(policy=policy, capacities=sim.caps, eta=sim.rule.eta, runs=runs,
+                            seed=seed, engine=sim.engine, errors=1.0 - rewards / T,
+                            assigned=counts / T, batch_size=sim.rule.batch or None, **traces)
 
 
 def _run_policy(X, R, orders, policy_seeds, sim, traces):
@@ -4902,6 +4909,18 @@ def _new_forests_nb(A, T, d, cfg):
 
 
 @_njit(cache=True)
+def _logistic_prior_nb(A, p, gamma):
+    """theta = 0 and Sigma = I / gamma of A Laplace-logistic models in p
+    dimensions, before any reward (App. E.1)."""
+    theta = np.zeros((A, p))
+    Sigma = np.zeros((A, p, p))
+    for a in range(A):
+        for j in range(p):
+            Sigma[a, j, j] = 1.0 / gamma
+    return theta, Sigma
+
+
+@_njit(cache=True)
 def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
     """One run of a policy over the tasks ``order``: Algorithm 1 with one
     reward model (App. E), online or in mini-batches (Sec. 4.2).
@@ -4913,25 +4932,19 @@ def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
     the body, so a model's first run compiles that model's kernels only.
 
     At each step the model scores the step's tasks (one online, a batch
-    otherwise) with what it knows before any of their rewards:
-
-    - ``random`` scores nothing: agent a with probability alpha_a online, the
-      batch's counts in a random order in batch mode;
-    - ``marginal`` uses each agent's running mean reward;
-    - ``logistic`` Laplace-logistic models; Thompson sampling draws the scalar
-      theta~^T z ~ N(theta_hat^T z, kappa^2 z^T Sigma z), the exact
-      distribution of theta~^T z under theta~ ~ N(theta_hat, kappa^2 Sigma),
-      at O(p^2) cost without factorising Sigma;
-    - ``trees`` online Poisson-bootstrap forests (see the notes above
-      :func:`_poisson1_nb`): every reward is added to the agent's trees at
-      once, and every ``refit_every`` of them the trees are refit
-      incrementally to the exact weighted fit; estimates use the trees of the
-      last refit, as in the paper (Thompson: one random tree per task and
-      agent).  ``stats`` accumulates the refit counters.
-
-    The agents are then chosen (Eq. 2, or the batch assignment), the rewards
-    enter the chosen agents' models one by one, and the queues move (Eq. 1).
-    Returns the total reward; ``out`` receives the counts (and traces).
+    otherwise) with what it knows before any of their rewards: ``random``
+    scores nothing (agent a with probability alpha_a online, the batch's
+    counts in a random order in batch mode); ``marginal`` each agent's mean
+    reward; ``logistic`` the Laplace-logistic models, Thompson sampling
+    drawing the scalar theta~^T z ~ N(theta_hat^T z, kappa^2 z^T Sigma z),
+    exactly the law of theta~^T z under theta~ ~ N(theta_hat, kappa^2 Sigma),
+    without factorising Sigma; ``trees`` the online Poisson-bootstrap forests
+    (notes above :func:`_poisson1_nb`), their estimates from the last refit
+    as in the paper (Thompson: one random tree per task and agent), ``stats``
+    accumulating the refit counters.  The agents are then chosen (Eq. 2, or
+    the batch assignment), the rewards enter the chosen agents' models one by
+    one, and the queues move (Eq. 1).  Returns the total reward; ``out``
+    receives the counts (and traces).
     """
     alpha, constrained, eta, batch, early = rule
     T = order.shape[0]
@@ -4944,14 +4957,9 @@ def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
         n = np.zeros(A)  # each agent's tasks and reward sum
         s = np.zeros(A)
     if logistic is not None:
-        p = logistic.Xd.shape[1]
-        theta = np.zeros((A, p))
-        Sigma = np.zeros((A, p, p))
-        for a in range(A):
-            for j in range(p):
-                Sigma[a, j, j] = 1.0 / logistic.gamma
+        theta, Sigma = _logistic_prior_nb(A, logistic.Xd.shape[1], logistic.gamma)
         has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
-        Sx = np.empty(p)
+        Sx = np.empty(logistic.Xd.shape[1])
     if trees is not None:
         cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
                           trees.min_leaf, trees.refit_every)
@@ -5278,29 +5286,33 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     if grid:
         shape = _keyword_group(grid if isinstance(grid, dict) else {},
                                {"T": 21000, "d": 11, "runs": 100}, "benchmark_engines grid")
-        grid_T, grid_d, grid_runs = shape["T"], shape["d"], shape["runs"]
-        Xg, Rg, _ = synthetic_stream(grid_T, grid_d, seed=seed)
-        grid_policies = CONTEXTUAL_POLICIES + ("random",)
-        per_policy = {p: 0.0 for p in grid_policies}
-        w0, c0 = clocks()
-        for c in PAPER_CAPACITY_GRID:
-            for policy in grid_policies:
-                t0 = time.perf_counter()
-                simulate(Xg, Rg, [c, 1.0 - c], policy, runs=grid_runs, seed=seed)
-                per_policy[policy] += time.perf_counter() - t0
-        w1, c1 = clocks()
-        scale = 100 / grid_runs
-        n_sim = len(PAPER_CAPACITY_GRID) * len(grid_policies)
-        parts = ", ".join(f"{p} {s * scale:.1f} s" for p, s in per_policy.items())
-        how = ("measured" if grid_runs == 100 else
-               f"scaled from {grid_runs} runs per grid point to 100")
-        out(f"full grid T={grid_T}, d={grid_d}: 100 runs x {len(PAPER_CAPACITY_GRID)} "
-            f"capacities x (4 contextual + random) = {n_sim} simulations: "
-            f"wall {(w1 - w0) * scale:.1f} s, cpu {(c1 - c0) * scale:.1f} s ({how}; {parts})")
-        result.update(grid_wall_seconds=(w1 - w0) * scale, grid_cpu_seconds=(c1 - c0) * scale,
-                      grid_runs=grid_runs, grid_per_policy={p: s * scale for p, s in
-                                                            per_policy.items()})
+        result.update(_benchmark_grid(shape["T"], shape["d"], shape["runs"], seed, out))
     return result
+
+def _benchmark_grid(T, d, runs, seed, out):
+    """The grid timing of :func:`benchmark_engines`: 5 capacities x (4
+    contextual policies + random) on a synthetic stream of shape (T, d),
+    ``runs`` runs per point, the time scaled to 100 runs."""
+    Xg, Rg, _ = synthetic_stream(T, d, seed=seed)
+    grid_policies = CONTEXTUAL_POLICIES + ("random",)
+    per_policy = {p: 0.0 for p in grid_policies}
+    w0, c0 = time.perf_counter(), time.process_time()
+    for c in PAPER_CAPACITY_GRID:
+        for policy in grid_policies:
+            t0 = time.perf_counter()
+            simulate(Xg, Rg, [c, 1.0 - c], policy, runs=runs, seed=seed)
+            per_policy[policy] += time.perf_counter() - t0
+    w1, c1 = time.perf_counter(), time.process_time()
+    scale = 100 / runs
+    n_sim = len(PAPER_CAPACITY_GRID) * len(grid_policies)
+    parts = ", ".join(f"{p} {s * scale:.1f} s" for p, s in per_policy.items())
+    how = "measured" if runs == 100 else f"scaled from {runs} runs per grid point to 100"
+    out(f"full grid T={T}, d={d}: 100 runs x {len(PAPER_CAPACITY_GRID)} capacities x "
+        f"(4 contextual + random) = {n_sim} simulations: wall {(w1 - w0) * scale:.1f} s, "
+        f"cpu {(c1 - c0) * scale:.1f} s ({how}; {parts})")
+    return dict(grid_wall_seconds=(w1 - w0) * scale, grid_cpu_seconds=(c1 - c0) * scale,
+                grid_runs=runs, grid_per_policy={p: s * scale for p, s in per_policy.items()})
+
 
 
 # =============================================================================
@@ -9951,104 +9963,10 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_s
     return _SweepPlan(manifest, specs, keys, shapes, data, sim)
 
 
-def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, eta=DEFAULT_ETA, seed=0,
-          task_seed=0, settings=PAPER_SETTINGS, **execution):
-    """A resumable, parallel grid of simulations; returns the tidy results table.
-
-    The grid is every (task, policy, capacity vector) combination, with the
-    ``runs`` randomised streams of each split into blocks of ``block`` runs;
-    one cell is one block.  Each finished cell is stored atomically in
-    ``out_dir/cells/`` (temporary file, then rename), so the sweep can be
-    killed at any moment and started again with the same arguments: stored
-    cells are read, not recomputed, and the final table is identical to that
-    of an uninterrupted sweep.  The table (one row per task, policy,
-    capacities and run) is also written to ``out_dir/results.csv``.  A
-    block's numbers are exactly those of the same runs of
-    ``simulate(X, R, capacities, policy, runs=runs, seed=seed, eta=eta)``.
-
-    Parameters
-    ----------
-    tasks : sequence
-        Task names for :func:`load_task` (loaded with ``seed=task_seed``), or a
-        dict ``name -> (X, R)`` of your own arrays.
-    policies : sequence of str
-        Names from :data:`POLICIES`.
-    capacities : sequence
-        Capacity vectors (sequences, ``None`` for a free agent), or numbers
-        alpha_1 meaning the two-agent vector (alpha_1, 1 - alpha_1).
-    out_dir : path
-        The results directory (created if needed).  It remembers the sweep's
-        settings in ``sweep.json``; resuming with other settings is an error.
-    runs : int
-        Runs per grid point (default 100, the paper's).
-    eta, seed, settings
-        As in :func:`simulate`.
-    task_seed : int
-        Seed of :func:`load_task` for tasks given by name.
-    **execution
-        How the cells are computed, given by name (one keyword group,
-        checked as a whole):
-
-        engine : {"fast", "reference"}, default "fast"
-            As in :func:`simulate`.
-        block : int, optional
-            Runs per cell (default: all runs in one cell).
-        n_jobs : int, default -1
-            Parallel jobs (joblib convention: -1 = all cores).
-        backend : {"loky", "threading", "sequential", "dask"}, default "loky"
-            joblib backend.  ``"dask"`` runs the cells on a Dask distributed
-            cluster through joblib's dask backend: pass ``client`` (a
-            ``distributed.Client``) or ``scheduler`` (an address such as
-            ``"tcp://10.0.0.1:8786"``).  Passing ``client`` implies ``"dask"``.
-        progress : bool, optional
-            Show a tqdm progress bar; by default only when stderr is a terminal.
-        out : callable, optional
-            Receives one summary line (cells computed and reused).
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``task``, ``policy``, ``capacities`` (e.g. ``"0.2/0.8"``,
-        ``free`` for a free agent), ``alpha1``, ``run``, ``error`` and
-        ``share_1`` .. ``share_A`` (realised fraction of tasks per agent).
-        The attribute ``attrs["computed"]`` / ``attrs["reused"]`` counts cells
-        (and ``attrs["invalid"]`` the stored cells that failed their checks).
-
-    Notes
-    -----
-    What a resumed sweep trusts, and what it does not:
-
-    - ``sweep.json`` records every setting and the sha256 of every task's
-      arrays (dtype, shape and bytes of X and R).  Resuming with other data
-      or other settings raises ``ValueError`` naming the task or setting and
-      the folder; nothing is recomputed or overwritten then.
-    - Every stored cell carries its key (task, policy, capacities, run range,
-      data hash, settings hash) and the sha256 of its key and numbers.  A
-      cell that cannot be read, is not UTF-8 JSON, has another key or schema,
-      the wrong number of rows, numbers that are not finite rates in [0, 1],
-      or a checksum that does not match is computed again and replaced, with
-      a ``RuntimeWarning`` naming the file.  Something that is not a file in
-      a cell's place (e.g. a directory) raises ``ValueError`` naming it,
-      before any cell is computed.
-    - While it runs, a sweep holds an operating-system lock on
-      ``out_dir/.lock``; a second sweep on the same folder raises
-      ``ValueError`` at once and touches nothing.  The kernel releases the
-      lock when the process ends, even by ``kill -9``, so a leftover ``.lock``
-      file is never stale.
-    - Task names may hold any printable characters and be of any length: cell
-      file names keep a short readable part of the name plus a hash of the full
-      key.  Empty names and names with control characters are refused at once.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> X, R, _ = synthetic_stream(100, 3, seed=0)
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     df = sweep({"syn": (X, R)}, ["random"], [0.5], d, runs=3, backend="sequential")
-    >>> df.attrs["computed"], len(df), df.capacities.iloc[0]
-    (1, 3, '0.5/0.5')
-    """
-    # --- check everything before any work --------------------------------------
+def _sweep_arguments(tasks, policies, capacities, runs, eta, seed, task_seed, settings,
+                     execution):
+    """Check every argument of :func:`sweep` (the keyword group ``execution``
+    as a whole); return its :class:`_SweepPlan` and :data:`_SweepExecution`."""
     ex = _keyword_group(execution, _SweepExecution._field_defaults, "sweep")
     task_items = _sweep_task_items(tasks)
     policies = _validate_names(policies, POLICIES, "policies")
@@ -10064,7 +9982,97 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, eta=DEFAULT_
     ex = _SweepExecution(**ex)
     plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, ex.block,
                        task_seed, (eta, seed, ex.engine, settings))
+    return plan, ex
 
+
+def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, eta=DEFAULT_ETA, seed=0,
+          task_seed=0, settings=PAPER_SETTINGS, **execution):
+    """A resumable, parallel grid of simulations; returns the tidy results table.
+
+    The grid is every (task, policy, capacity vector) combination, the
+    ``runs`` randomised streams of each split into cells of ``block`` runs.
+    Each finished cell is stored atomically in ``out_dir/cells/``, so the
+    sweep can be killed at any moment and started again with the same
+    arguments: stored cells are read, not recomputed, and the table (also
+    written to ``out_dir/results.csv``) is identical to that of an
+    uninterrupted sweep.  A cell's numbers are exactly those of the same runs
+    of ``simulate(X, R, capacities, policy, runs=runs, seed=seed, eta=eta)``.
+
+    Parameters
+    ----------
+    tasks : sequence
+        Task names of :func:`load_task`, or a dict ``name -> (X, R)``.
+    policies : sequence of str
+        Names from :data:`POLICIES`.
+    capacities : sequence
+        Capacity vectors (sequences, ``None`` for a free agent), or numbers
+        alpha_1 meaning the two-agent vector (alpha_1, 1 - alpha_1).
+    out_dir : path
+        The results directory (created if needed; see the Notes).
+    runs, eta, seed, settings
+        As in :func:`simulate` (``runs`` per grid point, default 100).
+    task_seed : int
+        Seed of :func:`load_task` for tasks given by name.
+    **execution
+        How the cells are computed (one keyword group, checked as a whole):
+
+        engine : {"fast", "reference"}, default "fast"
+            As in :func:`simulate`.
+        block : int, optional
+            Runs per cell (default: all runs in one cell).
+        n_jobs : int, default -1
+            Parallel jobs (joblib convention: -1 = all cores).
+        backend : {"loky", "threading", "sequential", "dask"}, default "loky"
+            joblib backend; ``"dask"`` runs the cells on a Dask cluster through
+            joblib's dask backend: pass ``client`` (a ``distributed.Client``,
+            which implies ``"dask"``) or ``scheduler`` (``"tcp://host:8786"``).
+        progress : bool, optional
+            A tqdm progress bar; by default only when stderr is a terminal.
+        out : callable, optional
+            Receives one summary line (cells computed and reused).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``task``, ``policy``, ``capacities`` (e.g. ``"0.2/0.8"``,
+        ``free`` for a free agent), ``alpha1``, ``run``, ``error`` and
+        ``share_1`` .. ``share_A`` (realised fraction of tasks per agent);
+        ``attrs["computed"]`` and ``attrs["reused"]`` count the cells
+        computed and read (``attrs["invalid"]`` those that failed checks).
+
+    Notes
+    -----
+    What a resumed sweep trusts, and what it does not:
+
+    - ``sweep.json`` records every setting and the sha256 of every task's
+      arrays (dtype, shape and bytes of X and R); resuming with other data or
+      settings raises ``ValueError`` naming them, and changes nothing.
+    - Every stored cell carries its key (task, policy, capacities, run range,
+      data hash, settings hash) and the sha256 of its key and numbers.  A
+      cell that cannot be read, is not UTF-8 JSON, has another key or schema,
+      the wrong number of rows, numbers that are not finite rates in [0, 1],
+      or a wrong checksum is computed again and replaced, with a
+      ``RuntimeWarning`` naming the file.  Something that is not a file in a
+      cell's place raises ``ValueError`` naming it, before any cell is computed.
+    - While it runs, a sweep holds an operating-system lock on
+      ``out_dir/.lock``: a second sweep on the folder raises ``ValueError`` at
+      once and touches nothing.  The lock ends with the process, even by
+      ``kill -9``, so a leftover ``.lock`` file is never stale.
+    - Task names may hold any printable characters, at any length (a cell's
+      file name is a short part of it plus a hash of the full key); empty
+      names and names with control characters are refused at once.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> X, R, _ = synthetic_stream(100, 3, seed=0)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     df = sweep({"syn": (X, R)}, ["random"], [0.5], d, runs=3, backend="sequential")
+    >>> df.attrs["computed"], len(df), df.capacities.iloc[0]
+    (1, 3, '0.5/0.5')
+    """
+    plan, ex = _sweep_arguments(tasks, policies, capacities, runs, eta, seed, task_seed,
+                                settings, execution)   # every check, before any work
     out_dir = Path(out_dir)
     cells = out_dir / "cells"
     try:
