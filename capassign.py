@@ -16,15 +16,17 @@ The module is organised in the order data flows through it:
                               penalised choice (Eq. 2), free agents (App. H.4),
                               mini-batch allocation (Sec. 4.2, App. H.5)
 5. reward models            - marginal, Laplace-logistic and bootstrap-tree
-                              estimates of mu_a(x) (App. E) that feed the rule
+                              estimates of mu_a(x) (App. E) that feed the rule,
+                              and one object per model that the engine and the
+                              router run (score, learn, saved state)
 6. simulation engine        - Algorithm 1: a literal reference path and a fast
                               path; mini-batches (Sec. 4.2)
 7. streaming router         - live assignment with delayed rewards and saved
-                              state, on the kernels of the simulation engine
+                              state: a facade over the reward-model objects
 8. tasks                    - data registry, loaders, agent construction
-9. experiments              - error-vs-capacity tables, the paper's numbers and
-                              claims, hindsight gaps, paired tests, regret,
-                              capacity adherence
+9. experiments              - error-vs-capacity tables, the paper's claims,
+                              hindsight gaps, paired tests, regret, capacity
+                              adherence
 10. resumable sweeps        - grids stored cell by cell, joblib or Dask
 11. plotting                - figures in the paper's style
 12. command line            - ``python -m capassign ...``
@@ -527,7 +529,6 @@ def _validate_contexts(X, d, name="X"):
 # replacing the module's names by numba's dispatchers.  Callers that need no
 # kernel (data loaders, the oracle, the command line's help) never import it.
 _LAZY_KERNELS = {}
-_prange = range  # numba.prange once the kernels are created
 
 
 class _LazyKernel:
@@ -573,7 +574,6 @@ def _numba_kernels():
             if _LAZY_KERNELS:
                 import numba
 
-                names["_prange"] = numba.prange
                 for name, kernel in list(_LAZY_KERNELS.items()):
                     if names.get(name) is kernel:
                         names[name] = numba.njit(**kernel.options)(kernel.py_func)
@@ -684,6 +684,30 @@ def _first_use_done(started):
 
         print(f"capassign: compiled in {time.perf_counter() - started:.0f} s",
               file=sys.stderr, flush=True)
+
+
+# --- Runs in parallel -----------------------------------------------------------
+#
+# The kernels of the runs of a simulation release the GIL (nogil=True) and
+# are called on blocks of runs from a pool of threads, as many as numba's
+# thread count (numba.set_num_threads and NUMBA_NUM_THREADS apply), instead of
+# a numba prange loop, whose parallel compilation took longer than the run
+# kernels' own.  Every run draws from its own random state and writes only its
+# own rows, so the numbers do not depend on the threads.
+
+
+def _over_runs(n_runs, compute):
+    """``compute(k0, k1)`` for blocks of consecutive runs covering
+    ``range(n_runs)``, in parallel threads; the results in block order."""
+    import numba
+    from concurrent.futures import ThreadPoolExecutor
+
+    threads = max(1, min(numba.get_num_threads(), n_runs))
+    if threads == 1:
+        return [compute(0, n_runs)]
+    bounds = np.linspace(0, n_runs, min(n_runs, 4 * threads) + 1).astype(np.int64)
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(compute, bounds[:-1], bounds[1:]))
 
 
 # --- The random policy's shares (App. H.4), from section 3 on --------------------
@@ -1922,7 +1946,7 @@ def _queue_update_one_nb(Q, alpha, constrained, a):
     """Eq. 1 in place after one task went to agent ``a`` (N its indicator, B = 1)."""
     N = np.zeros(Q.shape[0], dtype=np.int64)
     N[a] = 1
-    _queue_update_nb(Q, alpha, constrained, N, 1)
+    _queue_update_nb(Q, alpha, constrained, N, np.int64(1))  # B as the batch step types it
 
 
 @_njit(cache=True)
@@ -2208,6 +2232,46 @@ def _batch_assign_core(S, counts, constrained, method="auto"):
 
 
 @_njit(cache=True)
+def _sorted_desc_nb(v):
+    """The values of ``v`` in decreasing order (an insertion sort: ``v`` holds
+    one value per agent)."""
+    u = v.copy()
+    for i in range(1, u.shape[0]):
+        x = u[i]
+        j = i - 1
+        while j >= 0 and u[j] < x:
+            u[j + 1] = u[j]
+            j -= 1
+        u[j + 1] = x
+    return u
+
+
+@_njit(cache=True)
+def _stable_argsort_nb(d):
+    """Indices that sort ``d`` increasingly, equal values in index order: a
+    bottom-up merge sort, so the order of ``np.argsort(d, kind="stable")``."""
+    n = d.shape[0]
+    idx = np.arange(n)
+    tmp = np.empty(n, dtype=idx.dtype)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if j >= hi or (i < mid and not d[idx[j]] < d[idx[i]]):
+                    tmp[k] = idx[i]
+                    i += 1
+                else:
+                    tmp[k] = idx[j]
+                    j += 1
+        idx, tmp = tmp, idx
+        width *= 2
+    return idx
+
+
+@_njit(cache=True)
 def _batch_counts_nb(B, alpha, Q, constrained, N):
     """The counts of :func:`batch_counts` (Sec. 4.2, App. H.5), written into ``N``.
 
@@ -2224,8 +2288,9 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
         else:
             n_free += 1
     rest = 1.0 - total
-    if n_free == 0 or not rest > 1e-9:
-        _batch_counts_share_nb(B, alpha, Q, constrained, N, False)
+    remainder = n_free > 0 and rest > 1e-9   # a runtime flag: one compiled version
+    if not remainder:
+        _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder)
         return
     alpha2 = np.empty(A + 1)
     Q2 = np.empty(A + 1)
@@ -2238,7 +2303,7 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
     alpha2[A] = rest
     Q2[A] = 0.0
     c2[A] = True
-    _batch_counts_share_nb(B, alpha2, Q2, c2, N2, True)
+    _batch_counts_share_nb(B, alpha2, Q2, c2, N2, remainder)
     k = 0
     for a in range(A):
         N[a] = N2[a]
@@ -2263,7 +2328,7 @@ def _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder_last):
     target = np.empty(m)
     for j in range(m):
         target[j] = B * alpha[idx[j]] - Q[idx[j]]
-    u = np.sort(target)[::-1]
+    u = _sorted_desc_nb(target)
     cum = 0.0
     shift = 0.0
     for j in range(m):
@@ -2386,7 +2451,7 @@ def _batch_assign_nb(S, n, N, constrained, agent, upper):
         d = np.empty(n)
         for j in range(n):
             d[j] = S[j, 1] - S[j, 0]
-        order = np.argsort(d, kind="mergesort")
+        order = _stable_argsort_nb(d)
         for j in range(n):
             agent[j] = 1
         for j in range(N[0]):
@@ -3243,8 +3308,9 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
             for qq in range(q + 1):
                 w_left += H[0, f * max_bins + qq, b]
             lf = 2 * w_left <= node_c[0, b]
-            acc[:] = 0
-            accs[:] = 0
+            for c in range(n_cols):
+                acc[c] = 0
+                accs[c] = 0
             for qq in range(0 if lf else q + 1, q + 1 if lf else n_bins[f]):
                 k = head[f, qq]
                 while k >= 0:
@@ -3322,12 +3388,9 @@ def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r
                              and 4 * abs(q - q_old) <= n_bins[f])
                     if shift:
                         stats[2 * max_depth + level] += 1
-                        if q > q_old:
-                            _shift_split_nb(Xa, ya, forest, b, u, level, f, q_old, q, True,
-                                            n_int, max_bins)
-                        else:
-                            _shift_split_nb(Xa, ya, forest, b, u, level, f, q, q_old, False,
-                                            n_int, max_bins)
+                        to_left = q > q_old      # moved right: rows join the left child
+                        _shift_split_nb(Xa, ya, forest, b, u, level, f, min(q, q_old),
+                                        max(q, q_old), to_left, n_int, max_bins)
                     rebuild = f >= 0 and (moved or stale[u, b]) and not shift
                     stale[2 * u + 1, b] = rebuild
                     stale[2 * u + 2, b] = rebuild
@@ -3465,9 +3528,8 @@ def _random_agent_nb(rng, share, cum):
 #: ``thompson``: Thompson sampling instead of the greedy estimate; ``Xd`` the
 #: contexts with an intercept and ``gamma``, ``kappa``, ``w_min``, ``w_max``
 #: the Laplace-logistic settings (App. E.1); ``Xb`` the binned contexts and
-#: the fields of the forests' :data:`_TreeConfig` (App. E.2; numba's parallel
-#: loop takes no tuple of arrays nested in a tuple).  The ``marginal`` model
-#: reads nothing: its argument is ``True``.
+#: the fields of the forests' :data:`_TreeConfig` (App. E.2).  The ``random``
+#: policy and the ``marginal`` model read nothing: their argument is ``True``.
 _LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max")
 _TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields)
 
@@ -3543,7 +3605,7 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
         return -2
     A = Q.shape[0]
     share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
-    chosen = 0
+    chosen = np.int64(0)  # not a literal 0: _queue_update_one_nb compiles once
     for i in range(X.shape[0]):
         if not learned:
             chosen = _random_agent_nb(rng, share, cum)
@@ -3626,7 +3688,7 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
-    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, _Refit(*r))
+    _tree_learn_nb(_Forests(*F), a, xb, np.uint8(y), _TreeConfig(*cfg), rng, _Refit(*r))
 
 
 @_njit(cache=True)
@@ -3753,8 +3815,8 @@ class _MarginalModel(_RewardModel):
 
     @classmethod
     def run_args(cls, policy, X, settings):
-        """The ``(marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
-        return (None if policy == "random" else True), None, None
+        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        return (True, None, None, None) if policy == "random" else (None, True, None, None)
 
     def score(self, X, mu, step):
         return _router_noncontextual_mu_nb(X, self._learned, self._n, self._s, self._cum,
@@ -3805,11 +3867,11 @@ class _LogisticModel(_RewardModel):
 
     @classmethod
     def run_args(cls, policy, X, settings):
-        """The ``(marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
         s = settings
         Xd = np.ascontiguousarray(np.column_stack([np.ones(X.shape[0]), X]))
-        return None, _LogisticRun(Xd, policy.endswith("-ts"), float(s.gamma), float(s.kappa),
-                                  float(s.w_min), float(s.w_max)), None
+        return None, None, _LogisticRun(Xd, policy.endswith("-ts"), float(s.gamma),
+                                        float(s.kappa), float(s.w_min), float(s.w_max)), None
 
     def score(self, X, mu, step):
         return _router_logistic_mu_nb(X, self._xd, self._L, self._thompson, self._kappa,
@@ -3932,10 +3994,10 @@ class _TreeModel(_RewardModel):
 
     @classmethod
     def run_args(cls, policy, X, settings):
-        """The ``(marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
         s = settings
         Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
-        return None, None, _TreeRun(Xb, policy.endswith("-ts"), n_bins,
+        return None, None, None, _TreeRun(Xb, policy.endswith("-ts"), n_bins,
                                     int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
                                     s.max_depth, s.min_samples_leaf, s.refit_every)
 
@@ -4218,7 +4280,7 @@ def _reward_model(policy):
 #
 # engine="reference": _reference_run, a plain loop over the model classes of
 #   section 5 and VirtualQueues of section 4 - Algorithm 1 line by line.
-# engine="fast": one compiled kernel per model family, prange over runs.
+# engine="fast": one compiled kernel per model family, runs in parallel threads.
 #   - logistic: per-agent Sherman-Morrison updates in place, O(p^2) per step;
 #     Thompson draws through the scalar theta~^T z (exact, no factorisation).
 #   - trees: contexts quantile-binned once (edges from X only, never from
@@ -4736,7 +4798,8 @@ def _forced_tail_nb(R, order, t, a, Q, out):
     for s in range(t, order.shape[0]):
         total += R[order[s], a]
         if assign.shape[0] > 0:
-            queues[s, :] = Q
+            for b in range(Q.shape[0]):
+                queues[s, b] = Q[b]
             assign[s] = a
     counts[a] += order.shape[0] - t
     return total
@@ -4883,7 +4946,8 @@ def _record_nb(R, i, a, t, Q, Nb, out):
     counts[a] += 1
     Nb[a] += 1
     if assign.shape[0] > 0:
-        queues[t, :] = Q
+        for b in range(Q.shape[0]):
+            queues[t, b] = Q[b]
         assign[t] = a
     return R[i, a]
 
@@ -4921,15 +4985,17 @@ def _logistic_prior_nb(A, p, gamma):
 
 
 @_njit(cache=True)
-def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
+def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
     """One run of a policy over the tasks ``order``: Algorithm 1 with one
     reward model (App. E), online or in mini-batches (Sec. 4.2).
 
-    The model is the one of ``marginal``, ``logistic`` (a :data:`_LogisticRun`)
-    and ``trees`` (a :data:`_TreeRun`) that is not ``None``; none for the
-    ``random`` policy.  numba compiles one kernel per combination of ``None``
-    arguments and removes the branches of the models left out before it types
-    the body, so a model's first run compiles that model's kernels only.
+    The policy's model is the one of ``random`` (``True``), ``marginal``
+    (``True``), ``logistic`` (a :data:`_LogisticRun`) and ``trees`` (a
+    :data:`_TreeRun`) that is not ``None``.  numba compiles one kernel per
+    combination of ``None`` arguments and removes the branches that a
+    ``None`` argument rules out before it types the body (every branch of a
+    model is guarded by ``model is not None``), so a model's first run
+    compiles that model's kernels only.
 
     At each step the model scores the step's tasks (one online, a batch
     otherwise) with what it knows before any of their rewards: ``random``
@@ -4950,9 +5016,9 @@ def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
     T = order.shape[0]
     A = R.shape[1]
     Q = np.zeros(A)
-    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
-    cum = np.cumsum(share)
-    learns = marginal is not None or logistic is not None or trees is not None
+    if random is not None:
+        share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
+        cum = np.cumsum(share)
     if marginal is not None:
         n = np.zeros(A)  # each agent's tasks and reward sum
         s = np.zeros(A)
@@ -4965,21 +5031,22 @@ def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
                           trees.min_leaf, trees.refit_every)
         F = _new_forests_nb(A, T, trees.Xb.shape[1], cfg)
         scratch = _new_refit_nb(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
-    dead = _initial_dead_nb(alpha, constrained, batch, not learns)
+    dead = _initial_dead_nb(alpha, constrained, batch, random is not None)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
-    t = 0
+    t = np.int64(0)  # not a literal 0: the kernels called in the loop compile once
     while t < T:
         if early:
             sole = _sole_agent_nb(alpha, constrained, dead)
             if sole >= 0:
                 return total + _forced_tail_nb(R, order, t, sole, Q, out)
         nb = 1 if batch == 0 else min(batch, T - t)
-        if not learns and batch == 0:
-            agent[0] = _random_agent_nb(rng, share, cum)
-        elif not learns:
-            _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent)
-        else:
+        if random is not None:
+            if batch == 0:
+                agent[0] = _random_agent_nb(rng, share, cum)
+            else:
+                _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent)
+        if marginal is not None or logistic is not None or trees is not None:
             for jj in range(nb):
                 i = order[t + jj]
                 for a in range(A):
@@ -4993,7 +5060,8 @@ def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
                         S[jj, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a],
                                                trees.Xb[i], trees.thompson, rng)
             _choose_agents_nb(S, nb, rule, Q, N, agent, upper)
-        Nb[:] = 0
+        for a in range(A):
+            Nb[a] = 0
         for jj in range(nb):
             i = order[t + jj]
             a = agent[jj]
@@ -5009,7 +5077,7 @@ def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
                 _tree_learn_nb(F, a, trees.Xb[i], r, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         a = agent[0]
-        if learns and _may_die_nb(a, rule, dead):
+        if _may_die_nb(a, rule, dead):
             # the largest estimate agent a can give for the rest of the run
             if marginal is not None:
                 _check_dead_nb(a, s[a] / n[a], True, Q, eta, dead)
@@ -5023,22 +5091,23 @@ def _run_nb(R, order, rule, marginal, logistic, trees, rng, out, stats):
     return total
 
 
-@_njit(parallel=True, cache=True)
-def _runs_nb(R, orders, rule, marginal, logistic, trees, states, assign, queues, stats):
-    """:func:`_run_nb` for every row of ``orders``, in parallel; returns the
-    total rewards and the tasks per agent of every run (one compiled kernel
-    per reward model, as :func:`_run_nb`)."""
+@_njit(cache=True, nogil=True)
+def _runs_nb(R, orders, rule, random, marginal, logistic, trees, states, assign, queues,
+             stats):
+    """:func:`_run_nb` for every row of ``orders`` (a block of runs of
+    :func:`_over_runs`); returns the total rewards and the tasks per agent of
+    every run (one compiled kernel per reward model, as :func:`_run_nb`)."""
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    for k in _prange(runs):
-        rewards[k] = _run_nb(R, orders[k], rule, marginal, logistic, trees, states[k],
+    for k in range(runs):
+        rewards[k] = _run_nb(R, orders[k], rule, random, marginal, logistic, trees, states[k],
                              _RunOut(assign[k], queues[k], counts[k]), stats[k])
     return rewards, counts
 
 
 def _run_models(X, policy, settings):
-    """The reward-model arguments ``(marginal, logistic, trees)`` of
+    """The reward-model arguments ``(random, marginal, logistic, trees)`` of
     :func:`_runs_nb` for ``policy`` on the contexts ``X``: those of its
     reward model's object (:meth:`_RewardModel.run_args`)."""
     return _reward_model(policy).run_args(policy, X, settings)
@@ -5052,14 +5121,17 @@ def _fast_runs(X, R, orders, states, sim, traces):
     assign = np.zeros((runs, T if traces else 0), dtype=np.int32)
     queues = np.zeros((runs, T if traces else 0, A))
     R = np.ascontiguousarray(R, dtype=np.uint8)
-    marginal, logistic, trees = _run_models(X, sim.policy, sim.settings)
+    models = _run_models(X, sim.policy, sim.settings)
     stats = np.zeros((runs, 3 * sim.settings.max_depth), dtype=np.int64)
-    models = tuple(m is None for m in (marginal, logistic, trees))
+    absent = tuple(m is None for m in models)
     started = _first_use(f"{sim.policy.split('-')[0]} simulation", ("_runs_nb",),
                          _FIRST_USE_TIME["simulation"],
-                         lambda sig: tuple(str(t) == "none" for t in sig[3:6]) == models)
-    rewards, counts = _runs_nb(R, orders, sim.rule, marginal, logistic, trees, states, assign,
-                               queues, stats)
+                         lambda sig: tuple(str(t) == "none" for t in sig[3:7]) == absent)
+    parts = _over_runs(runs, lambda k0, k1: _runs_nb(
+        R, orders[k0:k1], sim.rule, *models, states[k0:k1], assign[k0:k1], queues[k0:k1],
+        stats[k0:k1]))
+    rewards = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[1] for p in parts])
     _first_use_done(started)
     if not traces:
         assign = queues = None
@@ -5098,13 +5170,14 @@ def _logistic_map(Z, y, gamma, *, tol=1e-10, max_iter=100):
     return theta
 
 
-@_njit(parallel=True, cache=True)
+@_njit(cache=True, nogil=True)
 def _offline_tree_runs_nb(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states):
-    """Fast ``offline-tree``: per run and agent, one forest on all T tasks."""
+    """Fast ``offline-tree``: per run (a block of :func:`_over_runs`) and
+    agent, one forest on all T tasks."""
     runs = states.shape[0]
     T, A = R.shape
     choice = np.zeros((runs, T), dtype=np.int32)
-    for k in _prange(runs):
+    for k in range(runs):
         best = np.full(T, -1.0)
         for a in range(A):
             W = _bootstrap_weights_nb(n_trees, T, states[k])
@@ -5163,9 +5236,10 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
         # resolution shows directly in its error: bin as finely as uint8 allows.
         Xb, n_bins, _ = _bin_contexts(X, OFFLINE_MAX_BINS)
         max_bins = int(n_bins.max()) if len(n_bins) else 1
-        return _offline_tree_runs_nb(Xb, n_bins, max_bins, np.ascontiguousarray(R, dtype=np.uint8),
-                                  settings.n_trees, settings.max_depth,
-                                  settings.min_samples_leaf, _rng_states(policy_seeds))
+        R8, states = np.ascontiguousarray(R, dtype=np.uint8), _rng_states(policy_seeds)
+        return np.concatenate(_over_runs(runs, lambda k0, k1: _offline_tree_runs_nb(
+            Xb, n_bins, max_bins, R8, settings.n_trees, settings.max_depth,
+            settings.min_samples_leaf, states[k0:k1])))
     choice = np.zeros((runs, T), dtype=np.int32)
     for k in range(runs):
         rng = np.random.default_rng(policy_seeds[k])
@@ -5311,7 +5385,8 @@ def _benchmark_grid(T, d, runs, seed, out):
         f"(4 contextual + random) = {n_sim} simulations: wall {(w1 - w0) * scale:.1f} s, "
         f"cpu {(c1 - c0) * scale:.1f} s ({how}; {parts})")
     return dict(grid_wall_seconds=(w1 - w0) * scale, grid_cpu_seconds=(c1 - c0) * scale,
-                grid_runs=runs, grid_per_policy={p: s * scale for p, s in per_policy.items()})
+                grid_runs=runs, grid_T=T, grid_d=d,
+                grid_per_policy={p: s * scale for p, s in per_policy.items()})
 
 
 
@@ -6033,7 +6108,8 @@ def benchmark_startup(*, repeats=3, out=print):
     Returns
     -------
     list of dict
-        One row per measurement.
+        One row per measurement (``what``, ``cold``, ``warm``), the imports
+        (``"import capassign"``, ``"import numba"``) first.
 
     Examples
     --------
@@ -6063,7 +6139,8 @@ def benchmark_startup(*, repeats=3, out=print):
     out(f"import capassign: {imp:.2f} s; numba, imported at the first kernel call: "
         f"{numba_imp:.2f} s" + (" (bytecode caching is off: PYTHONDONTWRITEBYTECODE)"
                                 if sys.flags.dont_write_bytecode else ""))
-    rows.append(dict(what="import capassign", cold=imp, warm=imp))
+    rows += [dict(what="import capassign", cold=imp, warm=imp),
+             dict(what="import numba", cold=numba_imp, warm=numba_imp)]
     out(f"{'first call':48s} {'cold (s)':>9s} {'warm (s)':>9s}")
     for what, body in _STARTUP_CASES:
         code = ("import time\nimport capassign as ca\n" + body
@@ -6088,18 +6165,13 @@ def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=pri
     a second time without it (rows ``tree-*, stream bins``), their bin edges
     then cut from the stream itself (see :class:`Router`).
 
-    Measured once (T = 20000, d = 12, on a machine shared with other work, so
-    the figures move by a few us from run to run): with bins from the stream
-    the tree policies took 39.7 (tree-greedy) and 34.2 (tree-ts) CPU us per
-    task against 23.6 and 25.7 with the whole stream as ``X_reference``, and
-    their error was 0.3270 and 0.3310 against 0.3242 and 0.3328.  The nine
-    re-cuts themselves (re-binning and rebuilding every forest, the last one
-    at 16384 contexts) took 3.5 us per task of that stream; after the last cut
-    there are none, so their share falls on longer streams.  The remainder is
-    not pinned down; part of it is how the forests respond to the edges, not
-    the cutting: a router given only the first 16384 contexts as
-    ``X_reference`` was also slower, per stretch of 4000 tasks, than one given
-    all 20000 (23-39 against 21-23 us).
+    The README's router table is one run of it (``bench --readme``).  Of the
+    extra cost of bins from the stream, the nine re-cuts themselves
+    (re-binning and rebuilding every forest, the last at 16384 contexts) are
+    a part that falls on longer streams, as there are none after the last
+    cut; the rest is how the forests respond to the edges: a router given
+    only the first 16384 contexts as ``X_reference`` is also slower than one
+    given the whole stream.
 
     Parameters
     ----------
@@ -6115,7 +6187,8 @@ def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=pri
     Returns
     -------
     dict
-        Policy (or ``"<policy>, stream bins"``) -> wall-clock microseconds per task.
+        Policy (or ``"<policy>, stream bins"``) -> ``us`` and ``cpu_us`` (wall
+        and CPU microseconds per task) and the ``error`` of the tasks routed.
 
     Examples
     --------
@@ -6154,9 +6227,90 @@ def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=pri
         us = (time.perf_counter() - t0) / T * 1e6
         cpu = (time.process_time() - c0) / T * 1e6
         label = f"{policy}, stream bins" if stream else policy
-        result[label] = us
+        result[label] = dict(us=us, cpu_us=cpu, error=1.0 - total / T)
         out(f"{label:<26}{us:>10.2f}{cpu:>9.2f}{1.0 - total / T:>9.4f}")
     return result
+
+
+# --- the README's speed tables -------------------------------------------------
+
+#: The first and last lines of the speed tables ``bench --readme`` prints and
+#: README.md carries (tests/test_readme.py keeps the two in one format).
+_SPEED_MARKERS = ("<!-- speed tables: python -m capassign bench --readme -->",
+                  "<!-- end of the speed tables -->")
+
+
+def _speed_markdown(startup, engines, router, run):
+    """The README's speed tables in Markdown, from one ``bench --readme`` run.
+
+    ``startup``, ``engines`` and ``router`` are what :func:`benchmark_startup`,
+    :func:`benchmark_engines` and :func:`benchmark_router` return; ``run``
+    holds the ``date``, ``cores``, ``numba`` version, ``threads`` and the
+    lowest and highest ``load`` average seen during the run.  Returns the
+    lines, the markers of :data:`_SPEED_MARKERS` first and last.
+    """
+    imports = {r["what"]: r["cold"] for r in startup}
+    lo, hi = run["load"]
+    lines = [_SPEED_MARKERS[0], "",
+             f"Measured with `python -m capassign bench --readme` on {run['date']}: "
+             f"{run['cores']} cores, numba {run['numba']} on {run['threads']} threads, "
+             f"load average {lo:.2f} to {hi:.2f} during the run.", "",
+             f"*First calls*, each in a fresh process (`import capassign`: "
+             f"{imports['import capassign']:.2f} s; numba, imported at the first kernel "
+             f"call: {imports['import numba']:.2f} s), cold (an empty numba cache) and warm "
+             f"(the cache the cold call filled):", "",
+             "| first call | cold (s) | warm (s) |", "|---|---|---|"]
+    lines += [f"| {r['what']} | {r['cold']:.1f} | {r['warm']:.2f} |" for r in startup
+              if not r["what"].startswith("import ")]
+    lines += ["", f"*Engines*, microseconds per decision on a synthetic stream (T={engines['T']}, "
+                  f"d={engines['d']}, two agents at 0.5/0.5; fast engine: "
+                  f"{engines['fast_runs']} runs in parallel, reference: "
+                  f"{engines['reference_runs']} run(s) of {engines['reference_T']} tasks):", "",
+              "| policy | fast (wall) | fast (CPU) | reference (wall) | reference (CPU) "
+              "| speed-up, wall (CPU) |", "|---|---|---|---|---|---|"]
+    lines += [f"| {p} | {r['fast_us']:.3f} | {r['fast_cpu_us']:.3f} | {r['reference_us']:,.1f} "
+              f"| {r['reference_cpu_us']:,.1f} | {r['speedup']:,.0f}x ({r['speedup_cpu']:,.0f}x) |"
+              for p, r in engines["policies"].items()]
+    if "grid_wall_seconds" in engines:
+        tree = sum(v for p, v in engines["grid_per_policy"].items() if p.startswith("tree"))
+        runs = engines["grid_runs"]
+        lines += ["", f"The paper's full grid for its largest task shape (100 runs x 5 capacities "
+                      f"x 5 policies, T={engines['grid_T']}, d={engines['grid_d']}): "
+                      f"{engines['grid_wall_seconds']:,.0f} s wall, "
+                      f"{engines['grid_cpu_seconds']:,.0f} CPU-seconds, "
+                      f"{100 * tree / sum(engines['grid_per_policy'].values()):.0f}% of it in the "
+                      f"tree policies ("
+                      + ("measured" if runs == 100 else f"{runs} runs per point, scaled to 100")
+                      + ")."]
+    lines += ["", "*Router*, `assign` then `update` per task (synthetic stream, two agents, "
+                  "immediate rewards; the tree policies with the whole stream as `X_reference`, "
+                  "or cutting their bins from the stream):", "",
+              "| policy | µs per task (wall) | (CPU) | error |", "|---|---|---|---|"]
+    lines += [f"| {p} | {r['us']:.2f} | {r['cpu_us']:.2f} | {r['error']:.4f} |"
+              for p, r in router.items()]
+    return lines + ["", _SPEED_MARKERS[1]]
+
+
+def _speed_tables(seed=0, out=print):
+    """Run :func:`benchmark_startup`, :func:`benchmark_engines` (full grid)
+    and :func:`benchmark_router` (T = 20000) once, their reports on stderr,
+    and send the README's tables (:func:`_speed_markdown`) to ``out``."""
+    import numba
+
+    loads = [os.getloadavg()[0]]
+
+    def log(line):
+        loads.append(os.getloadavg()[0])
+        print(line, file=sys.stderr, flush=True)
+
+    startup = benchmark_startup(out=log)
+    engines = benchmark_engines(seed=seed, out=log)
+    router = benchmark_router(T=20000, seed=seed, out=log)
+    log("done")
+    run = dict(date=time.strftime("%Y-%m-%d"), cores=os.cpu_count(), numba=numba.__version__,
+               threads=numba.get_num_threads(), load=(min(loads), max(loads)))
+    for line in _speed_markdown(startup, engines, router, run):
+        out(line)
 
 
 # =============================================================================
@@ -11167,7 +11321,9 @@ def _cmd_bench(args):
     for name, v in (("--T", T), ("--d", args.d), ("--fast-runs", args.fast_runs),
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
         _validate_int(v, name, lo=1)
-    if args.oracle:
+    if args.readme:
+        _speed_tables(seed=args.seed)
+    elif args.oracle:
         benchmark_oracle(seed=args.seed)
     elif args.startup:
         benchmark_startup()
@@ -11326,7 +11482,10 @@ _COMMANDS = [
                    "policy, on T tasks)"),
          _opt("--oracle", action="store_true",
               help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts and A = 2 "
-                   "and 5 agents")]),
+                   "and 5 agents"),
+         _opt("--readme", action="store_true",
+              help="run --startup, the engines (full grid) and --router (T=20000) once and "
+                   "print README.md's speed tables (Markdown, with the date and load)")]),
     ("simulate", "simulate one policy on one task",
      "Run one online policy (or offline benchmark) on one task at one capacity vector, over "
      "randomised task orders (Algorithm 1), and print the error rate.", _cmd_simulate, [

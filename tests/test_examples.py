@@ -201,8 +201,9 @@ def test_each_model_compiles_its_own_kernels_only():
     """The run kernel is typed for one reward model at a time: numba's dead
     branch pruning removes the branches of the models left out (their None
     arguments) before it types the body, so the first simulation of a policy
-    compiles no other model's kernels.  (With the model as a literal integer
-    every branch survives this step: all the models were compiled.)"""
+    compiles no other model's kernels (nor, for random, the batch solver).
+    (With the model as a literal integer every branch survives this step:
+    all the models were compiled.)"""
     import numba
     import numpy as np
     from numba.core import analysis, compiler, ir
@@ -210,9 +211,12 @@ def test_each_model_compiles_its_own_kernels_only():
     ca._numba_kernels()
     X, R, _ = ca.synthetic_stream(40, 3, seed=0)
     R = np.ascontiguousarray(R, dtype=np.uint8)
-    own = {"random": set(), "marginal": {"_marginal_mu_nb"},
-           "logistic-ts": {"_laplace_update_nb", "_logistic_bound_nb", "_logistic_mu_nb"},
-           "tree-greedy": {"_tree_learn_nb", "_tree_bound_nb", "_tree_mu_nb"}}
+    choose = {"_choose_agents_nb"}
+    own = {"random": {"_random_agent_nb", "_random_batch_nb"},
+           "marginal": {"_marginal_mu_nb"} | choose,
+           "logistic-ts": {"_laplace_update_nb", "_logistic_bound_nb",
+                           "_logistic_mu_nb"} | choose,
+           "tree-greedy": {"_tree_learn_nb", "_tree_bound_nb", "_tree_mu_nb"} | choose}
     every = set().union(*own.values())
     for policy, kernels in own.items():
         models = ca._run_models(X, policy, ca.PAPER_SETTINGS)
