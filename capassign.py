@@ -22,12 +22,19 @@ The module is organised in the order data flows through it:
 7. streaming router         - live assignment with delayed rewards and saved
                               state, on the kernels of the simulation engine
 8. tasks                    - data registry, loaders, agent construction
-9. experiments              - error-vs-capacity tables, the paper's numbers and
-                              claims, hindsight gaps, paired tests, regret,
-                              capacity adherence
+9. experiments              - error-vs-capacity tables, the paper's numbers,
+                              confidence intervals, paired tests, hindsight
+                              gaps, regret, capacity adherence
 10. resumable sweeps        - grids stored cell by cell, joblib or Dask
 11. plotting                - figures in the paper's style
 12. command line            - ``python -m capassign ...``
+
+What exists only for the companion book lives with the book, in its own
+module ``capbook``: tables, glue, the figure style, the scorecard, the
+chapters' read-outs, the engine validation and the chapter tools (reproduce,
+sync, drift) with their own command line, ``python -m capbook``.  The
+dependency points one way: capbook imports capassign; this module imports
+nothing of the book's tool chain and knows no path inside the book.
 
 The standard library is imported below; numpy at import time; the heavier
 libraries (scipy, pandas, matplotlib, scikit-learn, numba) inside the
@@ -46,7 +53,6 @@ or ValueError (right type, bad value), worded the same at every entry point
 from __future__ import annotations
 
 import argparse
-import ast
 import base64
 import binascii
 import functools
@@ -54,7 +60,6 @@ import hashlib
 import io
 import json
 import math
-import operator
 import os
 import subprocess
 import sys
@@ -64,7 +69,7 @@ import time
 import warnings
 import zipfile
 from collections import deque, namedtuple
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +80,10 @@ __version__ = "0.1.0"
 #: Capacity sums must equal one within this tolerance.
 CAPACITY_TOL = 1e-9
 
-#: The public API: what the book, the README, the tests and the command line
-#: use, with the classes and exceptions they return or raise.  Every other
-#: name is private and may change.
+#: The public API: what a practitioner, the README, the book's chapters and the
+#: command line use, with the classes and exceptions they return or raise.  Every
+#: other name is private and may change.  The book's own helpers (tables, glue,
+#: figure style, read-outs, chapter tools) are not here but in its module capbook.
 __all__ = [
     # validation constants and the reward rule (section 1)
     "CAPACITY_TOL", "REWARD_RULE",
@@ -113,22 +119,18 @@ __all__ = [
     "PAPER_TABLE4", "PAPER_CAMELYON17", "PAPER_FIG1_THRESHOLD", "PAPER_ALPHAS", "PAPER_RUNS",
     "paper_accuracies", "paper_logistic_targets", "write_tabular_agent_search",
     "tabular_agent_search", "encoding_evidence", "paper_agent_seed", "mean_ci",
-    "two_agent_capacities", "error_vs_capacity", "paper_claims", "error_table", "glue",
-    "difference_ci", "runs_needed", "paired_tests", "paired_table", "hindsight_gaps",
-    "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis", "analyse_experiment",
-    "CapacityAdherence", "capacity_adherence", "adherence_table", "simulate_known_mu",
+    "two_agent_capacities", "error_vs_capacity",
+    "difference_ci", "runs_needed", "paired_tests", "hindsight_gaps",
+    "CapacityAdherence", "capacity_adherence", "simulate_known_mu",
     "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
-    "SIMILAR_TOL", "ONLINE_POLICIES", "ENGINE_VALIDATION_PATH", "validate_engines",
-    "read_engine_validation", "engine_validation",
+    "ONLINE_POLICIES",
     # resumable sweeps (section 10)
     "SWEEP_BACKENDS", "sweep",
     # plotting (section 11)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
-    "plot_capacity_adherence", "plot_paired_differences", "BOOK_STYLE", "book_figure",
-    "legend_outside", "Table", "show_table", "glued_values", "SCORECARD_TOL", "scorecard_verdict",
+    "plot_capacity_adherence", "plot_paired_differences",
     # command line (section 12)
-    "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce", "chapter_drift",
-    "sync_text", "main",
+    "main",
 ]
 
 
@@ -4205,7 +4207,7 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     ``alpha1`` = x, ``runs``, ``error``, ``std``, ``ci_low``, ``ci_high`` (95%
     across runs), ``frac1``, ``errors``) plus ``eta``, ``batch_size``,
     ``capacities`` and ``shares`` (mean realised share of every agent), so
-    that :func:`error_table` and :func:`plot_error_vs_capacity` apply.  Run k
+    that :func:`plot_error_vs_capacity` applies.  Run k
     of every row sees the same task order, so rows can be compared run by run.
     Offline benchmarks ignore capacities: each is simulated once and reported
     at every capacity vector.
@@ -6034,7 +6036,7 @@ class DataUnavailable(RuntimeError):
     Examples
     --------
     >>> entry = {"path": "x.csv", "bytes": 1, "sha256": "0" * 64, "urls": []}
-    >>> DataRegistry({"files": [entry]}, data_dir=ROOT / "data").path("x.csv")
+    >>> DataRegistry({"files": [entry]}, data_dir=DATA_DIR).path("x.csv")
     Traceback (most recent call last):
     ...
     capassign.DataUnavailable: data file x.csv is not in CAPASSIGN_DATA=...
@@ -6049,7 +6051,7 @@ class DataIntegrityError(RuntimeError):
     A registry that gives the committed ``data/registry.json`` a wrong hash:
 
     >>> entry = {"path": "registry.json", "bytes": 1, "sha256": "0" * 64, "urls": []}
-    >>> DataRegistry({"files": [entry]}, data_dir=ROOT / "data").path("registry.json")
+    >>> DataRegistry({"files": [entry]}, data_dir=DATA_DIR).path("registry.json")
     Traceback (most recent call last):
     ...
     capassign.DataIntegrityError: checksum mismatch for registry.json ...
@@ -7802,156 +7804,6 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     return pd.DataFrame(rows)
 
 
-#: Largest gap in mean error (absolute) that still counts as "greedy and
-#: Thompson sampling perform similarly" when the paper's claims are checked.
-SIMILAR_TOL = 0.01
-
-
-def paper_claims(df):
-    """Check the paper's three qualitative claims on one error-vs-capacity table.
-
-    The claims of Sec. 4.1 are: (1) every contextual policy beats the
-    non-contextual baseline at every interior capacity, (2) tree models are at
-    least as good as logistic ones, (3) greedy and Thompson sampling perform
-    alike.  Each is judged on the mean errors of ``df`` (a table from
-    :func:`error_vs_capacity`) at the interior capacities 0 < alpha_1 < 1, and
-    returned as rows ``claim``, ``holds`` (bool) and ``detail`` (the numbers
-    behind the verdict).  Claim (3) holds when the largest greedy-vs-TS gap is
-    at most :data:`SIMILAR_TOL`.
-
-    Parameters
-    ----------
-    df : pandas.DataFrame
-        A table from :func:`error_vs_capacity` (``policy``, ``alpha1``,
-        ``error``) of one task.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per claim that ``df`` has the policies to judge.
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> err = {"random": 0.30, "logistic-greedy": 0.22, "logistic-ts": 0.225,
-    ...        "tree-greedy": 0.20, "tree-ts": 0.205}
-    >>> df = pd.DataFrame({"policy": list(err), "alpha1": 0.5, "error": list(err.values())})
-    >>> paper_claims(df).holds.tolist()
-    [True, True, True]
-    """
-    import pandas as pd
-
-    inner = df[(df.alpha1 > 0) & (df.alpha1 < 1)]
-    err = inner.pivot_table(index="alpha1", columns="policy", values="error")
-    rows = []
-    ctx = [p for p in CONTEXTUAL_POLICIES if p in err]
-    if "random" in err and ctx:
-        wins = (err[ctx].lt(err["random"], axis=0))
-        rows.append({"claim": "contextual < random at every interior alpha",
-                     "holds": bool(wins.values.all()),
-                     "detail": f"{int(wins.values.sum())}/{wins.size} (policy, alpha) pairs"})
-    pairs = [("tree-greedy", "logistic-greedy"), ("tree-ts", "logistic-ts")]
-    pairs = [(t, l) for t, l in pairs if t in err and l in err]
-    if pairs:
-        diffs = [float((err[t] - err[l]).mean()) for t, l in pairs]
-        rows.append({"claim": "tree <= logistic (mean error over interior alpha)",
-                     "holds": all(d <= 0 for d in diffs),
-                     "detail": ", ".join(f"{t} - {l}: {d:+.4f}"
-                                         for (t, l), d in zip(pairs, diffs))})
-    pairs = [("logistic-greedy", "logistic-ts"), ("tree-greedy", "tree-ts")]
-    pairs = [(g, t) for g, t in pairs if g in err and t in err]
-    if pairs:
-        gaps = [float((err[g] - err[t]).abs().max()) for g, t in pairs]
-        rows.append({"claim": f"greedy ~ TS (max gap <= {SIMILAR_TOL})",
-                     "holds": all(g <= SIMILAR_TOL for g in gaps),
-                     "detail": ", ".join(f"{g.split('-')[0]}: {v:.4f}"
-                                         for (g, _), v in zip(pairs, gaps))})
-    return pd.DataFrame(rows)
-
-
-def error_table(df, value="error", digits=3, *, text=True):
-    """Pivot a tidy result table to policies x alpha_1, as fixed-width strings for printing.
-
-    Any numeric column can be shown (``value``), e.g. ``"gap"`` of
-    :func:`hindsight_gaps` or ``"diff"`` of :func:`paired_tests`; missing
-    values print as ``n/a``.  With ``text=False`` the pivot keeps its numbers
-    (for :func:`show_table`).
-
-    Parameters
-    ----------
-    df : pandas.DataFrame
-        A tidy table with ``policy``, ``alpha1`` and the column ``value``.
-    value : str
-        The column shown.
-    digits : int
-        Decimals of the text.
-    text : bool
-        Strings (``True``) or the numbers.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Policies (rows, in their first order) x alpha_1 (columns).
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"policy": ["random", "random", "tree-ts"], "alpha1": [0.2, 0.5, 0.5],
-    ...                    "error": [0.31, 0.3, 0.2]})
-    >>> print(error_table(df))
-    alpha1     0.2    0.5
-    policy
-    random   0.310  0.300
-    tree-ts    n/a  0.200
-    """
-    t = df.pivot_table(index="policy", columns="alpha1", values=value, sort=False,
-                       dropna=False)
-    if not _validate_bool(text, "text"):
-        return t
-    return t.map(lambda v: f"{v:.{digits}f}" if np.isfinite(v) else "n/a")
-
-
-def glue(name, value, *, digits=10):
-    """Store a number for a chapter's prose (myst-nb ``glue``), rounded first.
-
-    A float is rounded to ``digits`` significant digits before it is stored,
-    so that the stored output (which nbval compares on re-execution) does not
-    carry last bits that follow the BLAS build, CPU or thread count; the prose
-    formats it further (e.g. ``{glue:text}`key:.3f```).  Integers and other
-    values are stored as they are.  Nothing is displayed.
-
-    Parameters
-    ----------
-    name : str
-        The key the prose refers to.
-    value : int, float or object
-        The value; NumPy scalars are converted to Python numbers.
-    digits : int
-        Significant digits kept of a float.
-
-    Examples
-    --------
-    In a chapter, ``glue("da_fig1_split", 0.29442960928840245)`` stores
-    0.2944296093, as it does for 0.2944296092884027 (the same number computed
-    with other BLAS kernels); outside a notebook it stores nothing:
-
-    >>> glue("da_fig1_split", 0.29442960928840245)
-
-    Returns
-    -------
-    None
-    """
-    from myst_nb import glue as _glue
-
-    if isinstance(value, (bool, np.bool_)):
-        value = bool(value)
-    elif isinstance(value, (int, np.integer)):
-        value = int(value)
-    elif isinstance(value, (float, np.floating)):
-        value = float(f"{float(value):.{digits}g}")
-    _glue(name, value, display=False)
-
-
 # --- Beyond the paper: uncertainty, hindsight gaps, capacity adherence, regret ---
 #
 # The paper reports mean error rates over 100 randomised task orders without
@@ -8245,56 +8097,6 @@ def paired_tests(df, baseline="random", *, level=0.95):
     return out[cols]
 
 
-def _fmt_p(p):
-    if not np.isfinite(p):
-        return "n/a"
-    return "<0.0001" if p < 1e-4 else f"{p:.4f}"
-
-
-def paired_table(tests, digits=4):
-    """:func:`paired_tests` as fixed-width strings, one row per (task, policy, alpha1).
-
-    Parameters
-    ----------
-    tests : pandas.DataFrame
-        A table from :func:`paired_tests`.
-    digits : int
-        Decimals of the difference and its interval.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Text columns ``task``, ``policy``, ``alpha1``, ``diff``, ``95% CI``,
-        ``p (t)``, ``p (Wilcoxon)``, ``p (Holm)`` and ``won/lost``.
-
-    Examples
-    --------
-    >>> import numpy as np, pandas as pd
-    >>> df = pd.DataFrame({"task": "toy", "policy": ["random", "tree-ts"], "alpha1": 0.5,
-    ...                    "errors": [np.array([0.30, 0.32, 0.31]), np.array([0.20, 0.23, 0.21])]})
-    >>> paired_table(paired_tests(df)).iloc[0].tolist()
-    ['toy', 'tree-ts', '0.5', '-0.0967', '[-0.1110, -0.0823]', '0.0012', '0.2500', '0.0012', '3/0 of 3']
-    """
-    import pandas as pd
-
-    _check_frame(tests, ("task", "policy", "alpha1", "diff", "ci_low", "ci_high", "p_t",
-                         "p_wilcoxon", "p_holm", "won", "lost", "runs"), name="tests")
-    f = f"{{:+.{digits}f}}"
-    return pd.DataFrame({
-        "task": tests["task"].astype(str),
-        "policy": tests["policy"],
-        "alpha1": tests["alpha1"].map(lambda v: f"{v:.1f}"),
-        "diff": tests["diff"].map(f.format),
-        "95% CI": [f"[{f.format(lo)}, {f.format(hi)}]"
-                   for lo, hi in zip(tests["ci_low"], tests["ci_high"])],
-        "p (t)": tests["p_t"].map(_fmt_p),
-        "p (Wilcoxon)": tests["p_wilcoxon"].map(_fmt_p),
-        "p (Holm)": tests["p_holm"].map(_fmt_p),
-        "won/lost": [f"{w}/{l} of {n}" for w, l, n in
-                     zip(tests["won"], tests["lost"], tests["runs"])],
-    })
-
-
 def hindsight_gaps(df, *, baseline="random"):
     """Each policy's distance to the hindsight floor, per task and capacity.
 
@@ -8360,186 +8162,6 @@ def hindsight_gaps(df, *, baseline="random"):
                      "gap_low": float(r.ci_low) - h, "gap_high": float(r.ci_high) - h,
                      "closed": float(closed)})
     return pd.DataFrame(rows)
-
-
-# --- one analysis of an error-vs-capacity experiment ------------------------------
-#
-# The experiment chapters (Sec. 4.1, Fig. 3) all read their results the same
-# way: the mean error of every policy at every capacity, the end points beside
-# the paper's Table 3, the paper's three qualitative claims, the distance to
-# the hindsight floor and paired tests against random assignment.
-# analyse_experiment does it once, from the functions above.
-
-#: Line styles of the offline benchmarks in :meth:`ExperimentAnalysis.figure`:
-#: markers and dash patterns of their own, so the two stay visible where they
-#: coincide (on ImageNet-16H both send nearly every task to the same agent).
-OFFLINE_FIGURE_STYLE = {
-    "offline-logistic": dict(marker="o", mfc="none", ms=6, ls=(0, (5, 2))),
-    "offline-tree": dict(marker="x", ms=5, ls=(0, (1, 2))),
-}
-
-
-@dataclass(frozen=True)
-class ExperimentAnalysis:
-    """The read-out of an error-vs-capacity experiment (Sec. 4.1, Fig. 3).
-
-    Made by :func:`analyse_experiment`; every attribute is a dict keyed by task
-    name (in the order of the input) unless said otherwise.
-
-    Attributes
-    ----------
-    results : dict of pandas.DataFrame
-        The tables of :func:`error_vs_capacity` it was made from.
-    errors : dict of pandas.DataFrame
-        Mean error rate, policies (rows) x alpha_1 (columns), numbers.
-    endpoints : pandas.DataFrame
-        One row per task: ``agent 1`` and ``agent 2``, the error of random
-        assignment at alpha_1 = 1 and 0, i.e. each agent's marginal error.
-    paper_endpoints : pandas.DataFrame
-        The same cells from the paper's Table 3 (1 - accuracy; NaN where the
-        paper has no value), aligned with ``endpoints``.
-    claims : dict of pandas.DataFrame
-        :func:`paper_claims` of every task.
-    gaps : dict of pandas.DataFrame
-        :func:`hindsight_gaps` of every task (only with hindsight rows).
-    paired : dict of pandas.DataFrame
-        :func:`paired_tests` of the contextual policies against random
-        assignment, per task.
-
-    Examples
-    --------
-    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
-    >>> df = error_vs_capacity(X, R, ["random", "marginal"], (0.0, 0.5, 1.0), runs=3)
-    >>> out = analyse_experiment({"toy": df})
-    >>> isinstance(out, ExperimentAnalysis), list(out.errors)
-    (True, ['toy'])
-    """
-
-    results: dict
-    errors: dict
-    endpoints: Any
-    paper_endpoints: Any
-    claims: dict
-    gaps: dict
-    paired: dict
-
-    def claims_table(self):
-        """The paper's claims for every task in one frame, indexed by (task, claim).
-
-        The claim is named by its first words (e.g. ``contextual < random``);
-        ``holds`` reads ``yes`` or ``no`` and ``detail`` gives the numbers
-        behind the verdict (see :func:`paper_claims`).
-        """
-        import pandas as pd
-
-        rows = [{"task": name, "claim": r.claim.split(" (")[0].split(" at ")[0],
-                 "holds": "yes" if r.holds else "no", "detail": r.detail}
-                for name, c in self.claims.items() for r in c.itertuples()]
-        return pd.DataFrame(rows, columns=["task", "claim", "holds", "detail"]).set_index(
-            ["task", "claim"])
-
-    def figure(self, *, titles=None, ncols=None):
-        """Error rate against alpha_1, one panel per task, one legend below them.
-
-        Parameters
-        ----------
-        titles : dict, optional
-            Task name -> panel title (default: the task name).
-        ncols : int, optional
-            Panels per row (default: all in one row up to two, else two).
-
-        Returns
-        -------
-        fig, axes
-            The figure (:func:`book_figure` style, legend by
-            :func:`legend_outside`) and a flat list of its panels.
-        """
-        names = list(self.results)
-        ncols = ncols if ncols is not None else min(2, len(names))
-        ncols = _validate_int(ncols, "ncols", 1)
-        nrows = -(-len(names) // ncols)
-        fig, axes = book_figure(ncols, nrows, height=3.0 * nrows + 0.9)
-        axes = list(np.atleast_1d(axes).flat)
-        labels = {POLICY_STYLE[p]["label"]: p for p in OFFLINE_FIGURE_STYLE}
-        for ax, name in zip(axes, names):
-            plot_error_vs_capacity(self.results[name], ax=ax, legend=False,
-                                   title=(titles or {}).get(name, name))
-            for line in ax.get_lines():
-                style = OFFLINE_FIGURE_STYLE.get(labels.get(line.get_label()))
-                if style:
-                    line.set(**style)
-        for ax in axes[len(names):]:
-            ax.set_visible(False)
-        legend_outside(fig, axes[0], ncol=3)
-        return fig, axes
-
-
-def analyse_experiment(results):
-    """Read out an error-vs-capacity experiment the way the paper's Sec. 4.1 does.
-
-    For every task: the mean error table (:func:`error_table`), the agents'
-    marginal errors beside the paper's Table 3, the paper's three claims
-    (:func:`paper_claims`), the distance to the hindsight floor
-    (:func:`hindsight_gaps`, when the tables have hindsight rows) and paired
-    tests of every contextual policy against random assignment
-    (:func:`paired_tests`).  The figure is drawn on demand by
-    :meth:`ExperimentAnalysis.figure`.
-
-    Parameters
-    ----------
-    results : dict
-        Task name -> table of :func:`error_vs_capacity` (a name the paper's
-        Table 3 knows gets the paper's end points beside ours).
-
-    Returns
-    -------
-    ExperimentAnalysis
-        The error tables, claims, gaps and tests of every task, keyed by task
-        name; ``.figure()`` draws the error curves.
-
-    Examples
-    --------
-    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
-    >>> df = error_vs_capacity(X, R, ["random", "logistic-greedy"], (0.0, 0.5, 1.0),
-    ...                        runs=4, label="toy", hindsight=True)
-    >>> out = analyse_experiment({"toy": df})
-    >>> out.errors["toy"].index.tolist()
-    ['random', 'logistic-greedy', 'hindsight']
-    >>> out.endpoints.columns.tolist()
-    ['agent 1', 'agent 2']
-    >>> out.paired["toy"].policy.unique().tolist()
-    ['logistic-greedy']
-    >>> out.claims_table().index.tolist()
-    [('toy', 'contextual < random')]
-    """
-    import pandas as pd
-
-    if not isinstance(results, dict) or not results:
-        raise TypeError(f"results must be a non-empty dict of task name -> DataFrame, "
-                        f"got {type(results).__name__}"
-                        + (" (empty)" if isinstance(results, dict) else ""))
-    for name, df in results.items():
-        _check_frame(df, ("task", "policy", "alpha1", "error", "ci_low", "ci_high", "errors"),
-                     name=f"results[{name!r}]")
-    errors, claims, gaps, paired, ends, paper = {}, {}, {}, {}, [], []
-    for name, df in results.items():
-        errors[name] = error_table(df, text=False)
-        claims[name] = paper_claims(df)
-        if (df.policy == "hindsight").any():
-            gaps[name] = hindsight_gaps(df)
-        keep, is_random = df.policy.isin(["random", *CONTEXTUAL_POLICIES]), df.policy == "random"
-        if is_random.any() and keep.sum() > is_random.sum():
-            paired[name] = paired_tests(df[keep])
-        rnd = df[is_random].set_index("alpha1")["error"]
-        ends.append({"agent 1": float(rnd.get(1.0, np.nan)),
-                     "agent 2": float(rnd.get(0.0, np.nan))})
-        acc = paper_accuracies(name) if name in PAPER_TABLE3 else (np.nan, np.nan)
-        paper.append({"agent 1": 1 - acc[0], "agent 2": 1 - acc[1]})
-    index = pd.Index(list(results), name="task")
-    return ExperimentAnalysis(results=dict(results), errors=errors,
-                              endpoints=pd.DataFrame(ends, index=index),
-                              paper_endpoints=pd.DataFrame(paper, index=index),
-                              claims=claims, gaps=gaps, paired=paired)
 
 
 # --- capacity adherence of a simulated policy ----------------------------------
@@ -8662,51 +8284,6 @@ def capacity_adherence(result, *, burn_in=0, label=None):
         max_deviation=dev[:, burn_in:].max(axis=1),
         max_count_deviation=cdev[:, burn_in:].max(axis=1),
         deviation_curve=dev.mean(axis=0), burn_in=int(burn_in))
-
-
-def adherence_table(adherences, digits=4):
-    """Fixed-width table of :class:`CapacityAdherence` objects, one row each.
-
-    Columns: ``task`` (the label), ``policy``, ``alpha`` (capacities),
-    ``realised`` (mean final shares over runs), ``max dev (mean)`` and
-    ``max dev (worst)`` (the per-run maximum running deviation, averaged over
-    runs and at its worst run) and ``max tasks off (worst)`` (the same in
-    tasks, worst run).
-
-    Parameters
-    ----------
-    adherences : sequence of CapacityAdherence
-        The rows.
-    digits : int
-        Decimals of the shares and deviations.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Text cells.
-
-    Examples
-    --------
-    >>> X, R, _ = synthetic_stream(T=200, d=2, seed=1)
-    >>> res = simulate(X, R, (0.3, 0.7), "marginal", runs=2, return_traces=True)
-    >>> adherence_table([capacity_adherence(res, label="toy")]).iloc[0].tolist()
-    ['toy', 'marginal', '(0.3, 0.7)', '(0.3025, 0.6975)', '0.7000', '0.7000', '1.1']
-    """
-    import pandas as pd
-
-    rows = []
-    for ad in adherences:
-        if not isinstance(ad, CapacityAdherence):
-            raise TypeError(f"adherences must hold CapacityAdherence objects, got "
-                            f"{type(ad).__name__}")
-        caps = ", ".join("free" if np.isnan(c) else f"{c:g}" for c in ad.capacities)
-        rows.append({"task": str(ad.label), "policy": ad.policy, "alpha": f"({caps})",
-                     "realised": "(" + ", ".join(f"{s:.{digits}f}"
-                                                 for s in ad.shares.mean(axis=0)) + ")",
-                     "max dev (mean)": f"{ad.max_deviation.mean():.{digits}f}",
-                     "max dev (worst)": f"{ad.max_deviation.max():.{digits}f}",
-                     "max tasks off (worst)": f"{ad.max_count_deviation.max():.1f}"})
-    return pd.DataFrame(rows)
 
 
 # --- regret against the optimal constrained policy (known mu) -------------------
@@ -9052,353 +8629,8 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
         tail_mean=late.mean(axis=0), tail_sd=late.std(axis=0), tail=tail)
 
 
-# Engine validation on the tabular tasks: the fast engine checked where the
-# paper's results live.  Every tabular result comes from engine="fast"; here both
-# engines run the same paired streams and the per-run numbers are stored in a
-# checksummed file that the fast_engine chapter reads (the reference engine is
-# too slow to re-run there).
-
-#: File written by :func:`validate_engines` and read by :func:`engine_validation`.
-ENGINE_VALIDATION_PATH = Path(__file__).resolve().parent / "book" / "results" / \
-    "engine_validation.json"
-#: Version tag of that file.
-ENGINE_VALIDATION_SCHEMA = "capassign.engine-validation/1"
 #: The online policies (every policy but the offline benchmarks).
 ONLINE_POLICIES = tuple(p for p in POLICIES if not p.startswith("offline-"))
-
-
-def _validation_draw(seed, r, T, prefix):
-    """Rows (sorted) and simulate-seed of paired run ``r``: both from
-    ``SeedSequence([seed, r])``, the same for every engine, policy and alpha_1."""
-    rows_ss, sim_ss = np.random.SeedSequence([seed, r]).spawn(2)
-    rows = np.sort(np.random.default_rng(rows_ss).choice(T, size=min(prefix, T), replace=False))
-    return rows, int(sim_ss.generate_state(1, np.uint32)[0])
-
-
-def _paired_power(sd, n, diff, level=0.05):
-    """Power of the two-sided paired t-test at ``level`` to detect a mean
-    difference ``diff`` with n pairs of standard deviation ``sd`` (noncentral t)."""
-    from scipy import stats
-
-    if n < 2:
-        return 0.0
-    if sd == 0.0:
-        return 1.0
-    nc = diff / (sd / math.sqrt(n))
-    c = stats.t.ppf(1 - level / 2, n - 1)
-    return float(stats.nct.sf(c, n - 1, nc) + stats.nct.cdf(-c, n - 1, nc))
-
-
-def _runs_for_power(sd, diff, power, level, lo, hi):
-    """Smallest n in [lo, hi] whose paired-t power at ``diff`` reaches ``power``
-    (``hi`` when none does)."""
-    n = lo
-    while n < hi and _paired_power(sd, n, diff, level) < power:
-        n += 1
-    return n
-
-
-def _validation_run(task, policy, a1, r, prefix, seed, eta):
-    """Paired run r of one cell on both engines: errors and agent-1 shares."""
-    rows, sim_seed = _validation_draw(seed, r, task.R.shape[0], prefix)
-    X, R = task.X[rows], task.R[rows]
-    out = {}
-    for engine in ENGINES:
-        t0 = time.process_time()
-        res = simulate(X, R, two_agent_capacities(a1), policy, eta=eta, runs=1, seed=sim_seed,
-                       engine=engine)
-        out[engine] = (float(res.errors[0]), float(res.assigned[0, 0]),
-                       time.process_time() - t0)
-    return out
-
-
-def _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power, level, eta,
-                         seed):
-    """The checked settings of :func:`validate_engines`, as stored in its file."""
-    policies = _validate_names(policies, ONLINE_POLICIES, "policies", min_count=0)
-    alphas = [float(_validate_real(a, "alphas", 0.0, 1.0, lo_open=True, hi_open=True))
-              for a in alphas]
-    prefix = _validate_int(prefix, "prefix", lo=10)
-    pilot = _validate_int(pilot, "pilot", lo=2)
-    max_runs = _validate_int(max_runs, "max_runs", lo=pilot)
-    diff = _validate_real(diff, "diff", lo=0.0, lo_open=True)
-    power = _validate_real(power, "power", 0.0, 1.0, lo_open=True, hi_open=True)
-    level = _validate_real(level, "level", 0.0, 1.0, lo_open=True, hi_open=True)
-    return {"policies": policies, "alphas": alphas, "prefix": prefix, "pilot": pilot,
-            "max_runs": max_runs, "diff": diff, "power": power, "level": level,
-            "eta": _validate_eta(eta), "seed": _validate_int(seed, "seed", lo=0),
-            "model_settings": asdict(PAPER_SETTINGS)}
-
-
-def _validation_stored(path, part, name, head, collect, say):
-    """The cells of one task that :func:`validate_engines` stored so far: its
-    partial file ``part`` when made with the same settings and data, else
-    (unless ``collect``) that task's cells of the complete file ``path``."""
-    done = []
-    if part.exists():
-        old, _ = _read_json_file(part)
-        if old is not None and old.get("head") == json.loads(_canonical_json(head)):
-            done = old["cells"]
-            say(f"{name}: resuming, {len(done)} cells stored")
-        else:
-            say(f"{name}: ignoring {part.name} (other settings or data)")
-    elif path.exists() and not collect:
-        old, _ = _read_json_file(path)
-        same = (old is not None
-                and old.get("settings") == json.loads(_canonical_json(head["settings"]))
-                and old.get("tasks", {}).get(name) == json.loads(_canonical_json(head["task"])))
-        if same:
-            done = [{k: v for k, v in c.items() if k != "task"}
-                    for c in old["cells"] if c["task"] == name]
-            say(f"{name}: {len(done)} cells taken from {path.name}")
-    return done
-
-
-def _validation_add_runs(task, cell, n, st):
-    """Paired runs ``cell["runs"]`` .. n - 1 of a cell on both engines
-    (deterministic in the run index); ``st`` are the validation's settings."""
-    for r in range(cell["runs"], n):
-        x = _validation_run(task, cell["policy"], cell["alpha1"], r, st["prefix"], st["seed"],
-                            st["eta"])
-        for e in ENGINES:
-            cell[e]["errors"].append(x[e][0])
-            cell[e]["share1"].append(x[e][1])
-            cell[e]["cpu_seconds"] = round(cell[e]["cpu_seconds"] + x[e][2], 2)
-    cell["runs"] = max(cell["runs"], n)
-
-
-def _validation_sd(cell, k=None):
-    """Sd (ddof 1) of a cell's paired differences fast - reference (its first k runs)."""
-    d = np.subtract(cell["fast"]["errors"][:k], cell["reference"]["errors"][:k])
-    return float(np.std(d, ddof=1))
-
-
-def _validation_grow(task, cell, policy, a1, st):
-    """One cell of :func:`validate_engines` grown by the sample-size rule.
-
-    A new cell (``cell`` None) gets ``pilot`` paired runs and then the runs
-    the rule asks for given the pilot's sd; the rule is then applied again
-    with the sd of every run so far, until it asks for no more.
-    """
-    def rule(sd, n):
-        return _runs_for_power(sd, st["diff"], st["power"], st["level"], n, st["max_runs"])
-
-    if cell is None:
-        cell = {"policy": policy, "alpha1": a1, "runs": 0}
-        cell.update({e: {"errors": [], "share1": [], "cpu_seconds": 0.0} for e in ENGINES})
-        _validation_add_runs(task, cell, st["pilot"], st)
-        cell["pilot_sd"] = _validation_sd(cell, st["pilot"])
-        _validation_add_runs(task, cell, rule(cell["pilot_sd"], st["pilot"]), st)
-    while (n := rule(_validation_sd(cell), cell["runs"])) > cell["runs"]:
-        _validation_add_runs(task, cell, n, st)
-    return cell
-
-
-def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES,
-                     alphas=(0.2, 0.5, 0.8), prefix=2000, pilot=10, max_runs=60, diff=0.005,
-                     power=0.8, level=0.05, eta=DEFAULT_ETA, seed=0, collect=False, out=print):
-    """Paired comparison of ``engine="fast"`` with ``engine="reference"`` (Sec. 4 tasks).
-
-    For every task (the paper-matched agents of :func:`load_task`), online
-    policy and alpha_1, paired run r draws ``prefix`` rows of the task's
-    stream without replacement and a simulate-seed, both from
-    ``SeedSequence([seed, r])`` (:func:`_validation_draw`), and runs
-    ``simulate(X[rows], R[rows], [alpha_1, 1 - alpha_1], policy, runs=1,
-    seed=...)`` on each engine: same rows, same task order, only the engines'
-    own random numbers differ.  Sample size per cell: ``pilot`` paired runs
-    estimate the sd s of the paired differences; the cell then gets the
-    smallest n >= pilot whose two-sided paired t-test at ``level`` has power
-    >= ``power`` against a difference ``diff`` given s (noncentral t), capped
-    at ``max_runs``.  Then the same rule is applied again with s from all
-    the runs so far, adding runs until it asks for no more (a pilot can
-    underestimate s); stored cells are extended the same way.
-
-    Results go to ``path`` (default :data:`ENGINE_VALIDATION_PATH`), read by
-    :func:`engine_validation`.  The work is chunked: each finished cell is
-    kept in ``<path>.<task>.partial`` (atomic writes), so an interrupted call
-    resumes where it stopped, and tasks may be computed by separate calls
-    (e.g. in parallel) before a last call with every task writes the file.
-
-    Parameters
-    ----------
-    path : str or Path, optional
-        Output file.
-    tasks, policies, alphas : sequences
-        Tabular task names, online policies (:data:`ONLINE_POLICIES`),
-        capacities of agent 1.
-    prefix : int
-        Tasks per run (rows drawn from the stream).
-    pilot, max_runs : int
-        Paired runs before the sample-size rule, and its cap.
-    diff, power, level : float
-        Difference to detect, the power wanted and the test's level.
-    eta : float
-        Queue penalty.
-    seed : int
-        Seed of the row subsets and the runs.
-    collect : bool
-        Compute nothing: write the file from the cells stored so far (with
-        every task), listing the cells still to compute under ``"missing"``.
-        A later call without ``collect`` completes them and rewrites it.
-    out : callable
-        Progress printer (``None`` for silence).
-
-    Returns
-    -------
-    Path or None
-        The file written, or ``None`` when only some tasks were asked for
-        (their partial files are then complete).
-
-    Examples
-    --------
-    The argument checks come before any work:
-
-    >>> validate_engines(pilot=10, max_runs=5)
-    Traceback (most recent call last):
-        ...
-    ValueError: max_runs must be an integer >= 10, got 5
-    """
-    tasks = [_validate_choice(t, TABULAR_TASKS, "tasks") for t in tasks]
-    settings = _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power,
-                                    level, eta, seed)
-    policies, alphas = settings["policies"], settings["alphas"]
-    collect = _validate_bool(collect, "collect")
-    path = Path(path) if path is not None else ENGINE_VALIDATION_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    say = out or (lambda *a: None)
-    task_info, cells, missing = {}, [], []
-    for name in tasks:
-        task = load_task(name)
-        info = {"digest": _task_digest(task.X, task.R), "T": int(task.R.shape[0]),
-                "d": int(task.X.shape[1]), "agent_seed": int(task.meta["seed"])}
-        task_info[name] = info
-        part = path.with_name(f"{path.name}.{name}.partial")
-        head = {"settings": settings, "task": info}
-        stored = {(c["policy"], c["alpha1"]): c
-                  for c in _validation_stored(path, part, name, head, collect, say)}
-        for policy in policies:
-            for a1 in alphas:
-                cell = stored.get((policy, a1))
-                if cell is None and collect:
-                    missing.append([name, policy, a1])
-                    continue
-                before = None if cell is None else cell["runs"]
-                if not collect:
-                    cell = _validation_grow(task, cell, policy, a1, settings)
-                cells.append(dict(cell, task=name))
-                if before == cell["runs"]:
-                    continue
-                stored[(policy, a1)] = cell
-                _write_json_atomic(part, {"head": head, "cells": list(stored.values())})
-                diff = np.mean(cell['fast']['errors']) - np.mean(cell['reference']['errors'])
-                say(f"{name} {policy} alpha1={a1}: {cell['runs']} runs"
-                    + (f" (was {before})" if before else "") + f", mean diff {diff:+.4f}, "
-                    f"reference {cell['reference']['cpu_seconds']:.0f} s")
-    if tuple(tasks) != TABULAR_TASKS:
-        if collect:
-            raise ValueError("collect=True needs every tabular task (tasks=TABULAR_TASKS)")
-        return None
-    payload = {"schema": ENGINE_VALIDATION_SCHEMA, "settings": settings, "tasks": task_info,
-               "cells": cells, "missing": missing}
-    _write_text_atomic(path, json.dumps(dict(payload, sha256=_json_digest(payload)),
-                                        sort_keys=True, indent=1) + "\n")
-    if not missing:
-        for name in tasks:
-            path.with_name(f"{path.name}.{name}.partial").unlink(missing_ok=True)
-    return path
-
-
-def read_engine_validation(path=None, *, check_data=True):
-    """The stored engine validation, verified: schema, sha256 of the payload and
-    (``check_data``) the data hash of every task against :func:`load_task`.
-
-    Returns the parsed payload (dict): ``settings``, ``tasks`` (data hash,
-    T, d, agent seed), ``cells`` (per-run errors and agent-1 shares of both
-    engines) and ``missing`` (cells not computed yet, empty when complete);
-    raises ``ValueError`` on any mismatch.
-
-    Parameters
-    ----------
-    path : str or Path, optional
-        The file (default :data:`ENGINE_VALIDATION_PATH`).
-    check_data : bool
-        Also compare the data hashes with the tasks (needs the data).
-
-    Returns
-    -------
-    dict
-
-    Examples
-    --------
-    >>> obj = read_engine_validation(check_data=False)
-    >>> len(obj["cells"]), obj["missing"]
-    (72, [])
-    """
-    path = Path(path) if path is not None else ENGINE_VALIDATION_PATH
-    obj, why = _read_json_file(path)
-    if obj is None:
-        raise ValueError(f"{path} {why}")
-    if not isinstance(obj, dict) or obj.get("schema") != ENGINE_VALIDATION_SCHEMA:
-        raise ValueError(f"{path}: not a {ENGINE_VALIDATION_SCHEMA} file")
-    payload = {k: v for k, v in obj.items() if k != "sha256"}
-    if obj.get("sha256") != _json_digest(payload):
-        raise ValueError(f"{path}: checksum mismatch (the file was edited or is damaged)")
-    if check_data:
-        for name, info in obj["tasks"].items():
-            task = load_task(name)
-            if _task_digest(task.X, task.R) != info["digest"]:
-                raise ValueError(f"{path}: task {name!r} differs from the data it was computed "
-                                 f"on; re-run python -m capassign validate-engines")
-    return obj
-
-
-def engine_validation(path=None, *, check_data=True):
-    """Per task x policy x alpha_1 summary of :func:`validate_engines`' file.
-
-    Columns: ``runs``, ``fast`` and ``reference`` (mean error), ``diff``
-    (paired mean fast - reference) with its 95% Student-t interval
-    ``ci_low``/``ci_high``, ``p`` (two-sided paired t-test), ``holm`` (Holm's
-    adjustment over all cells), ``power`` (paired t-test at the file's level
-    against its ``diff``, given the observed sd), ``sd`` of the paired
-    differences, and agent 1's mean share on each engine (``share_fast``,
-    ``share_reference``).
-
-    Parameters
-    ----------
-    path, check_data
-        As in :func:`read_engine_validation`.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per cell, with ``task``, ``policy``, ``alpha1`` and the columns
-        above.
-
-    Examples
-    --------
-    >>> tab = engine_validation(check_data=False)
-    >>> len(tab), int((tab.holm < 0.05).sum())
-    (72, 0)
-    """
-    import pandas as pd
-
-    obj = read_engine_validation(path, check_data=check_data)
-    st = obj["settings"]
-    rows = []
-    for c in obj["cells"]:
-        f, r = np.asarray(c["fast"]["errors"]), np.asarray(c["reference"]["errors"])
-        d = f - r
-        sd = float(d.std(ddof=1))
-        m, lo, hi = difference_ci(f, r, paired=True)
-        rows.append({"task": c["task"], "policy": c["policy"], "alpha1": c["alpha1"],
-                     "runs": c["runs"], "fast": f.mean(), "reference": r.mean(), "diff": m,
-                     "ci_low": lo, "ci_high": hi, "p": _paired_t_pvalue(d),
-                     "power": _paired_power(sd, d.size, st["diff"], st["level"]), "sd": sd,
-                     "share_fast": float(np.mean(c["fast"]["share1"])),
-                     "share_reference": float(np.mean(c["reference"]["share1"]))})
-    df = pd.DataFrame(rows)
-    df.insert(df.columns.get_loc("p") + 1, "holm", _holm(df["p"].to_numpy()))
-    return df
 
 
 # =============================================================================
@@ -9954,7 +9186,7 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
 # 11. Plotting
 # =============================================================================
 
-#: Colours and line styles shared by every figure of the book.
+#: Colours, line styles and labels of the policies, shared by every plot below.
 POLICY_STYLE = {
     "random": dict(color="0.35", ls=":", marker="o", label="non-contextual (random)"),
     "marginal": dict(color="0.55", ls=":", marker="x", label="learned marginal"),
@@ -10257,646 +9489,9 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
                         title, legend)
 
 
-# --- presentation: one figure style, tables beside the paper -----------------
-
-#: Matplotlib settings of every figure in the book (applied by :func:`book_figure`).
-BOOK_STYLE = {
-    "figure.dpi": 100, "savefig.dpi": 100, "font.size": 9, "axes.titlesize": 9,
-    "axes.labelsize": 9, "legend.fontsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8,
-    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-    "grid.alpha": 0.3, "legend.frameon": False, "lines.linewidth": 1.6, "lines.markersize": 4,
-}
-
-
-def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
-    """A new figure in the book's one style (:data:`BOOK_STYLE`).
-
-    The default size fits the text column of the rendered book: 6.4 inches
-    wide for one panel, 9.6 for two or more, 3.4 inches high per row.  Extra
-    keyword arguments go to :func:`matplotlib.pyplot.subplots`.
-
-    Returns
-    -------
-    fig, axes
-        As from :func:`matplotlib.pyplot.subplots` (``axes`` is an array
-        when there is more than one panel).
-
-    Examples
-    --------
-    >>> fig, ax = book_figure()
-    >>> fig.get_size_inches().tolist()
-    [6.4, 3.4]
-    >>> import matplotlib.pyplot as plt; plt.close(fig)
-
-    Parameters
-    ----------
-    ncols, nrows : int
-        Panels across and down.
-    width, height : float, optional
-        Figure size in inches (defaults above).
-    **subplots
-        Further arguments of :func:`matplotlib.pyplot.subplots`.
-    """
-    import matplotlib.pyplot as plt
-
-    ncols = _validate_int(ncols, "ncols", 1)
-    nrows = _validate_int(nrows, "nrows", 1)
-    plt.rcParams.update(BOOK_STYLE)
-    w = width if width is not None else (6.4 if ncols == 1 else 9.6)
-    h = height if height is not None else 3.4 * nrows
-    return plt.subplots(nrows, ncols, figsize=(w, h), **subplots)
-
-
-def legend_outside(fig, ax=None, *, ncol=None):
-    """One legend for the whole figure, below the panels, outside the data.
-
-    The entries are taken from ``ax`` (default: the figure's first axes) and
-    spread over ``ncol`` columns (default: up to four).  Returns the legend.
-
-    Parameters
-    ----------
-    fig : matplotlib.figure.Figure
-        The figure.
-    ax : matplotlib.axes.Axes, optional
-        The axes whose entries are shown.
-    ncol : int, optional
-        Columns of the legend.
-
-    Returns
-    -------
-    matplotlib.legend.Legend
-
-    Examples
-    --------
-    >>> import matplotlib.pyplot as plt
-    >>> fig, ax = book_figure()
-    >>> _ = ax.plot([0, 1], [0, 1], label="a"); _ = ax.plot([0, 1], [1, 0], label="b")
-    >>> [t.get_text() for t in legend_outside(fig).get_texts()]
-    ['a', 'b']
-    >>> plt.close(fig)
-    """
-    axes = fig.get_axes()
-    if not axes:
-        raise ValueError("legend_outside: the figure has no axes")
-    handles, labels = (ax or axes[0]).get_legend_handles_labels()
-    if not handles:
-        raise ValueError("legend_outside: the axes have no labelled lines")
-    for a in axes:
-        if a.get_legend() is not None:
-            a.get_legend().remove()
-    ncol = ncol if ncol is not None else min(4, len(handles))
-    fig.tight_layout()
-    rows = -(-len(handles) // ncol)
-    bottom = min(0.45, (0.12 + 0.07 * rows) * 3.4 / fig.get_size_inches()[1])
-    fig.subplots_adjust(bottom=bottom)
-    return fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False,
-                      bbox_to_anchor=(0.5, 0.0))
-
-
-def _fmt_number(v, digits):
-    """``v`` rounded to ``digits`` decimals, never ``-0.000``; integers as they are."""
-    if isinstance(v, (bool, np.bool_)) or v is None:
-        return str(v)
-    if isinstance(v, (int, np.integer)):
-        return f"{int(v):,}" if abs(int(v)) >= 10_000 else str(int(v))
-    if isinstance(v, (float, np.floating)):
-        if not np.isfinite(v):
-            return "–" if np.isnan(v) else str(v)
-        return f"{round(float(v), digits) + 0.0:.{digits}f}"
-    return str(v)
-
-
-class Table:
-    """A table for the book: HTML in the rendered page, aligned text elsewhere.
-
-    Made by :func:`show_table`; a notebook displays its HTML (a box that scrolls
-    sideways when wider than the text column), while ``print``, ``repr`` and
-    the notebook's plain-text output (what nbval compares) give the same
-    cells as text.  ``frame`` holds the formatted cells.
-
-    Attributes
-    ----------
-    frame : pandas.DataFrame
-        The formatted cells.
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> t = show_table(pd.DataFrame({"error": [0.25, 0.125]}, index=["random", "tree-ts"]))
-    >>> isinstance(t, Table)
-    True
-    >>> print(t)
-             error
-    random   0.250
-    tree-ts  0.125
-    """
-
-    def __init__(self, frame, html, caption):
-        self.frame, self.html, self.caption = frame, html, caption
-
-    def __repr__(self):
-        text = self.frame.to_string()
-        return f"{self.caption}\n{text}" if self.caption else text
-
-    def _repr_html_(self):
-        return self.html
-
-
-def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, formats=None,
-               wrap=False):
-    """Format a results table for the book, with the paper's values beside ours.
-
-    Numbers are rounded to ``digits`` decimals (never shown as ``-0.000``);
-    ``formats`` maps a column to its own number of decimals or to a format
-    function.  With ``paper`` (a frame whose index and columns are a subset of
-    ``df``'s; NaN where the paper gives nothing) each such cell reads
-    ``ours (paper)``, and where ``tol`` is given the cells that differ by more
-    than ``tol`` are highlighted.
-
-    Parameters
-    ----------
-    df : pandas.DataFrame
-        Our values.
-    digits : int
-        Decimals of floats.
-    paper : pandas.DataFrame, optional
-        The paper's values, aligned with ``df`` by index and column labels.
-    tol : float, optional
-        Highlight cells where ``|ours - paper| > tol``.
-    index : bool
-        Show the index.
-    caption : str, optional
-        A title above the table.
-    formats : dict, optional
-        Per-column decimals (int) or ``callable(value) -> str``.
-    wrap : bool
-        Cells of text: left-aligned, wrapping long content over several
-        lines.  By default every cell keeps one right-aligned line (numbers).
-
-    Returns
-    -------
-    Table
-        Displayed as HTML by a notebook, as text by ``print``.
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> ours = pd.DataFrame({"random": [0.2801, -0.00001]}, index=["bank", "credit"])
-    >>> paper = pd.DataFrame({"random": [0.278, float("nan")]}, index=["bank", "credit"])
-    >>> print(show_table(ours, paper=paper, tol=0.01))
-                   random
-    bank    0.280 (0.278)
-    credit          0.000
-    """
-    import pandas as pd
-
-    if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
-    digits = _validate_int(digits, "digits", 0)
-    formats = dict(formats or {})
-    if paper is not None:
-        if not isinstance(paper, pd.DataFrame):
-            raise TypeError(f"paper must be a pandas DataFrame, got {type(paper).__name__}")
-        extra = [c for c in paper.columns if c not in df.columns]
-        extra += [i for i in paper.index if i not in df.index]
-        if extra:
-            raise ValueError(f"paper has labels that df has not: {extra[:5]}")
-    if tol is not None:
-        tol = _validate_real(tol, "tol", 0.0)
-
-    def cell_text(col, v):
-        f = formats.get(col, digits)
-        return f(v) if callable(f) else _fmt_number(v, f)
-
-    text = pd.DataFrame(index=df.index, columns=df.columns, dtype=object)
-    flag = pd.DataFrame(False, index=df.index, columns=df.columns)
-    for col in df.columns:
-        for i in df.index:
-            v = df.at[i, col]
-            s = cell_text(col, v)
-            p = np.nan
-            if paper is not None and col in paper.columns and i in paper.index:
-                p = paper.at[i, col]
-            if isinstance(p, (int, float, np.number)) and np.isfinite(p):
-                s = f"{s} ({cell_text(col, p)})"
-                if tol is not None and isinstance(v, (int, float, np.number)) \
-                        and abs(float(v) - float(p)) > tol:
-                    flag.at[i, col] = True
-            text.at[i, col] = s
-    # ids unique per table (several tables share a page) yet the same on every run
-    uid = hashlib.sha256(repr((caption, text.to_string(), flag.to_numpy().tolist())).encode())
-    styler = text.style.set_uuid(uid.hexdigest()[:10]).set_table_attributes('class="ca-table"')
-    cell_style = ({"text-align": "left", "white-space": "normal", "vertical-align": "top",
-                   "overflow-wrap": "anywhere"} if _validate_bool(wrap, "wrap")
-                  else {"text-align": "right", "white-space": "nowrap"})
-    styler = styler.set_properties(**cell_style)
-    if flag.to_numpy().any():
-        styler = styler.apply(lambda _: np.where(flag, "background-color: #fde2c8", ""),
-                              axis=None)
-    if not index:
-        styler = styler.hide(axis="index")
-        text = text.reset_index(drop=True)
-    html = styler.to_html()
-    note = ""
-    if paper is not None:
-        note = ("<div style=\"font-size:85%;color:#555\">ours (paper)"
-                + ("; shaded: differs by more than " + _fmt_number(float(tol), 3) if tol is not None
-                   else "") + "</div>")
-    head = f"<div style=\"font-weight:600\">{caption}</div>" if caption else ""
-    box = (f"<div class=\"ca-table-box\" style=\"overflow-x:auto;max-width:100%\">{head}"
-           f"{html}{note}</div>")
-    return Table(text, box, caption)
-
-
-def glued_values(chapter, path=None):
-    """The values a chapter stored with :func:`glue`, read from its executed notebook.
-
-    This is how one page (the reproduction scorecard, the front page) uses
-    another's results without re-computing them or typing them: the values
-    are those the executed chapter holds, so they cannot drift from it.
-
-    Parameters
-    ----------
-    chapter : str
-        A chapter name (see :func:`chapter_names`).
-    path : str or Path, optional
-        The notebook to read; default ``book/executed/<chapter>.ipynb``.
-
-    Returns
-    -------
-    dict
-        Glue name -> value (numbers, strings, lists and dicts of them).
-
-    Examples
-    --------
-    >>> glued_values("ext_eta")["eta_runs"]
-    100
-    """
-    nb_path = Path(path) if path is not None else EXECUTED_DIR / f"{chapter}.ipynb"
-    if not nb_path.is_file():
-        raise ValueError(f"no executed notebook for chapter {chapter!r} at {nb_path}")
-    nb = json.loads(nb_path.read_text(encoding="utf-8"))
-    values = {}
-    for cell in nb.get("cells", []):
-        for out in cell.get("outputs", []):
-            scrap = out.get("metadata", {}).get("scrapbook", {})
-            if "name" not in scrap:
-                continue
-            name, prefix = scrap["name"], scrap.get("mime_prefix", "")
-            text = out.get("data", {}).get(prefix + "text/plain")
-            text = "".join(text) if isinstance(text, list) else text
-            try:
-                values[name] = ast.literal_eval(text)
-            except (ValueError, SyntaxError, TypeError):
-                values[name] = text
-    return values
-
-
-#: Largest |ours - paper| of a reproduced number, by kind (the reproduction scorecard).
-SCORECARD_TOL = {"accuracy": 0.02, "error": 0.01, "rough": 0.01, "count": 0}
-
-
-def scorecard_verdict(item, values):
-    """Verdict of one item of the reproduction scorecard (the paper's Sec. 4 and App. H).
-
-    A number is reproduced when ``|ours - paper| <= tol`` (``tol`` by kind,
-    :data:`SCORECARD_TOL`); a claim when our value satisfies its rule.
-
-    Parameters
-    ----------
-    item : dict
-        ``kind`` (a key of :data:`SCORECARD_TOL`, or ``"claim"``); for a number
-        ``paper`` (and optionally ``tol``), for a claim ``holds``: ``"all of NAME"``
-        (ours equals NAME), ``"most of NAME"`` (more than half), ``"OP X"`` with OP
-        in ``< <= > >= ==`` and X a number or glue name, or ``"true"``; and one of
-        ``ours`` (a glue name), ``needs`` (one not stored yet), ``not_rerun`` (why).
-    values : dict
-        The chapter's values, from :func:`glued_values`.
-
-    Returns
-    -------
-    tuple
-        ``(verdict, ours)``: "reproduced", "differs", "not re-run" or "pending"
-        (a glue name is not stored yet), and our value (None if there is none).
-
-    Examples
-    --------
-    >>> scorecard_verdict({"kind": "error", "paper": 0.171, "ours": "e"}, {"e": 0.1834})
-    ('differs', 0.1834)
-    >>> scorecard_verdict({"kind": "claim", "holds": "all of n", "ours": "k"}, {"k": 20, "n": 20})
-    ('reproduced', 20)
-    """
-    kind = _validate_choice(item.get("kind"), (*SCORECARD_TOL, "claim"), "item['kind']")
-    if "not_rerun" in item:
-        return "not re-run", None
-    if "ours" not in item or item["ours"] not in values:
-        return "pending", None
-    v = values[item["ours"]]
-    if kind != "claim":
-        tol = float(item.get("tol", SCORECARD_TOL[kind]))
-        return ("reproduced" if abs(float(v) - float(item["paper"])) <= tol + 1e-9
-                else "differs"), v
-    ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-           "==": operator.eq, "all": operator.eq,
-           "most": lambda a, b: 2 * a > b, "true": lambda a, _: bool(a)}
-    rel, _, rhs = str(item.get("holds")).partition(" ")
-    _validate_choice(rel, ops, "the first word of item['holds']")
-    rhs = rhs[3:] if rel in ("all", "most") and rhs.startswith("of ") else rhs
-    if rhs in values:
-        x = values[rhs]
-    else:
-        try:
-            x = float(rhs or 0)
-        except ValueError:
-            return "pending", v          # the rule names a value not stored yet
-    return ("reproduced" if ops[rel](v, x) else "differs"), v
-
-
 # =============================================================================
 # 12. Command line
 # =============================================================================
-
-#: The repository root when running from a checkout (chapters live there).
-ROOT = Path(__file__).resolve().parent
-#: The chapters' MyST sources (``book/chapters/*.md``).
-CHAPTER_DIR = ROOT / "book" / "chapters"
-#: The chapters executed with their outputs (``book/executed/*.ipynb``).
-EXECUTED_DIR = ROOT / "book" / "executed"
-
-
-def chapter_names():
-    """Names (file stems) of every chapter source under ``book/chapters``.
-
-    Returns
-    -------
-    list of str
-        Sorted names, e.g. ``"intro"`` for ``book/chapters/intro.md``.
-
-    Examples
-    --------
-    >>> "intro" in chapter_names()
-    True
-    """
-    return sorted(p.stem for p in CHAPTER_DIR.glob("*.md"))
-
-
-def _resolve_chapters(names):
-    known = chapter_names()
-    if not known:
-        raise FileNotFoundError(f"no chapter sources found under {CHAPTER_DIR}; "
-                                f"run from a checkout of the repository")
-    if not names:
-        return _reading_order(known)
-    out = []
-    for n in names:
-        stem = Path(n).stem
-        if stem not in known:
-            raise ValueError(f"unknown chapter {n!r}; known chapters: {', '.join(known)}")
-        out.append(stem)
-    return out
-
-
-def _chapter_reads(name):
-    """Chapters whose stored results chapter ``name`` reads (front matter
-    ``capassign: reads: [...]``, e.g. the front page reads ``exp_tabular``)."""
-    import jupytext
-
-    meta = jupytext.read(CHAPTER_DIR / f"{name}.md").metadata.get("capassign", {})
-    return list(meta.get("reads", []))
-
-
-def _reading_order(names):
-    """``names`` sorted, except that a chapter comes after every chapter it reads."""
-    out, done = [], set()
-
-    def visit(name, path):
-        if name in done:
-            return
-        if name in path:
-            raise ValueError(f"chapters read each other in a cycle: {' -> '.join(path + [name])}")
-        for other in _chapter_reads(name):
-            if other in names:
-                visit(other, path + [name])
-        done.add(name)
-        out.append(name)
-
-    for name in sorted(names):
-        visit(name, [])
-    return out
-
-
-def _clean_executed(nb):
-    """Drop run-dependent metadata (timings, papermill bookkeeping, random cell ids).
-
-    The executed notebooks are committed, so everything that changes from run
-    to run without changing a result is removed: durations, timestamps and the
-    papermill environment record.  Outputs are left untouched.
-    """
-    nb.metadata.pop("papermill", None)
-    for i, cell in enumerate(nb.cells):
-        cell.metadata.pop("papermill", None)
-        cell.metadata.pop("execution", None)
-        if "id" in cell:
-            cell.id = f"cell-{i}"  # random ids would churn every commit
-    return nb
-
-
-def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output=False):
-    """Re-execute chapters through papermill and write the executed notebooks.
-
-    Each chapter source ``book/chapters/NAME.md`` (a jupytext MyST notebook) is
-    converted to a notebook, executed by papermill with the defaults of its
-    ``parameters`` cell (the paper's settings) unless ``parameters`` overrides
-    them, cleaned of run-dependent metadata, and written to
-    ``book/executed/NAME.ipynb``.  A failing cell raises and nothing is written
-    for that chapter.  Without names every chapter runs, in name order except
-    that a chapter runs after the chapters whose results it reads (front
-    matter ``capassign: reads: [...]``).
-
-    Parameters
-    ----------
-    chapters : sequence of str
-        Chapter names (see :func:`chapter_names`); empty for every chapter.
-    parameters : dict, optional
-        Values overriding the chapters' ``parameters`` cells.
-    kernel_name : str
-        The Jupyter kernel to run.
-    log_output : bool
-        Echo the cells' output while they run.
-
-    Returns
-    -------
-    list of pathlib.Path
-        The executed notebooks written.
-
-    Examples
-    --------
-    Running a chapter takes minutes; a name that is no chapter fails at once:
-
-    >>> reproduce(["nope"])
-    Traceback (most recent call last):
-    ...
-    ValueError: unknown chapter 'nope'; known chapters: ...
-    """
-    names = _resolve_chapters(chapters)
-    EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
-    # The kernel runs in book/executed: make this checkout's module importable
-    # there even when the package is not installed.
-    old_path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([old_path] if old_path else []))
-    try:
-        return [_execute_chapter(name, parameters or {}, kernel_name, log_output)
-                for name in names]
-    finally:
-        if old_path is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old_path
-
-
-def _execute_chapter(name, parameters, kernel_name, log_output):
-    """Execute one chapter source with papermill; write and return its notebook."""
-    import jupytext
-    import nbformat
-    import papermill
-
-    src = CHAPTER_DIR / f"{name}.md"
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / f"{name}.ipynb"
-        done = Path(tmp) / f"{name}.out.ipynb"
-        nbformat.write(jupytext.read(src), raw)
-        papermill.execute_notebook(
-            str(raw), str(done), parameters=parameters, kernel_name=kernel_name,
-            cwd=str(EXECUTED_DIR), progress_bar=sys.stderr.isatty(), log_output=log_output)
-        out = _clean_executed(nbformat.read(done, as_version=4))
-    target = EXECUTED_DIR / f"{name}.ipynb"
-    nbformat.write(out, target)
-    print(f"executed {src.relative_to(ROOT)} -> {target.relative_to(ROOT)}")
-    return target
-
-
-def _cell_key(cell):
-    return (cell.cell_type, cell.source.strip())
-
-
-def chapter_drift(name):
-    """Compare a chapter source with its executed notebook.
-
-    Cells papermill injected for overridden parameters are ignored.
-
-    Parameters
-    ----------
-    name : str
-        A chapter name (see :func:`chapter_names`).
-
-    Returns
-    -------
-    list of str
-        Human-readable differences; empty when the executed notebook's cells,
-        code and text, are exactly those of the source.
-
-    Examples
-    --------
-    >>> chapter_drift("intro")
-    []
-    """
-    import jupytext
-    import nbformat
-
-    src = jupytext.read(CHAPTER_DIR / f"{name}.md")
-    path = EXECUTED_DIR / f"{name}.ipynb"
-    if not path.exists():
-        return [f"{path.relative_to(ROOT)} is missing: run `python -m capassign reproduce {name}`"]
-    exe = nbformat.read(path, as_version=4)
-    problems = []
-    if src.metadata.get("capassign") != exe.metadata.get("capassign"):
-        problems.append("front-matter 'capassign' metadata differs")
-    a = [_cell_key(c) for c in src.cells if c.source.strip()]
-    b = [_cell_key(c) for c in exe.cells
-         if c.source.strip() and "injected-parameters" not in c.metadata.get("tags", [])]
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            problems.append(f"cell {i} differs ({x[0]} in source, {y[0]} executed): "
-                            f"{x[1][:60]!r} vs {y[1][:60]!r}")
-    if len(a) != len(b):
-        problems.append(f"source has {len(a)} cells, executed notebook has {len(b)}")
-    return problems
-
-
-def sync_text(chapters=()):
-    """Copy edited prose from chapter sources into executed notebooks.
-
-    Markdown cells may be edited, added or removed (and the ``capassign``
-    front-matter metadata changed); the executed code cells, with their
-    outputs, are kept.  This is allowed only when the sequence of code cells
-    is unchanged, so a text edit never forces a long re-execution while a code
-    edit always does.
-
-    Parameters
-    ----------
-    chapters : sequence of str
-        Chapter names (see :func:`chapter_names`); empty for every chapter.
-
-    Returns
-    -------
-    list of str
-        The names of the notebooks that were updated.
-
-    Examples
-    --------
-    >>> sync_text(["nope"])
-    Traceback (most recent call last):
-    ...
-    ValueError: unknown chapter 'nope'; known chapters: ...
-    """
-    import jupytext
-    import nbformat
-
-    updated = []
-    for name in _resolve_chapters(chapters):
-        src_nb = jupytext.read(CHAPTER_DIR / f"{name}.md")
-        src = [c for c in src_nb.cells if c.source.strip()]
-        path = EXECUTED_DIR / f"{name}.ipynb"
-        exe = nbformat.read(path, as_version=4)
-        injected = [c for c in exe.cells if "injected-parameters" in c.metadata.get("tags", [])]
-        code = [c for c in exe.cells if c.cell_type == "code" and c.source.strip()
-                and "injected-parameters" not in c.metadata.get("tags", [])]
-        if ([c.source.strip() for c in src if c.cell_type == "code"]
-                != [c.source.strip() for c in code]):
-            raise ValueError(f"chapter {name}: code cells changed; "
-                             f"re-execute it with `python -m capassign reproduce {name}`")
-        cells, executed = [], iter(code)
-        for c in src:
-            if c.cell_type != "code":
-                cells.append(c)
-                continue
-            cells.append(next(executed))
-            if "parameters" in c.metadata.get("tags", []):
-                cells.extend(injected)
-        meta = dict(exe.metadata)
-        meta.pop("capassign", None)
-        if "capassign" in src_nb.metadata:
-            meta["capassign"] = src_nb.metadata["capassign"]
-        new = _clean_executed(nbformat.v4.new_notebook(cells=cells, metadata=meta))
-        if nbformat.writes(new) != nbformat.writes(exe):
-            nbformat.write(new, path)
-            updated.append(name)
-            print(f"synced text of {name}")
-    return updated
-
-
-def _cmd_reproduce(args):
-    if args.list:
-        print("\n".join(chapter_names()))
-        return
-    params = {}
-    for k, v in args.parameter:
-        try:
-            params[k] = json.loads(v)
-        except json.JSONDecodeError:
-            params[k] = v
-    reproduce(args.chapters, parameters=params)
-
 
 def _cmd_data_list(args):
     reg = data_registry()
@@ -11024,19 +9619,6 @@ def _cmd_sweep(args):
     print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
 
 
-def _cmd_validate(args):
-    tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
-    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
-    for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
-                        ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
-        _validate_int(v, name, lo=lo)
-    path = validate_engines(args.out, tasks=tasks, prefix=args.prefix, pilot=args.pilot,
-                            max_runs=args.max_runs, seed=args.seed, collect=args.collect,
-                            out=print)
-    if path is not None:
-        print(f"wrote {path}")
-
-
 def _opt(*flags, **kw):
     """One option of a command: the arguments of ``parser.add_argument``."""
     return flags, kw
@@ -11048,8 +9630,6 @@ def _int_opt(flag, default, help):
 
 
 # options shared by several commands
-_CHAPTERS_ARG = _opt("chapters", nargs="*", metavar="CHAPTER",
-                     help="chapter names (stems of book/chapters/*.md); default: all")
 _ETA_OPT = _opt("--eta", type=float, default=DEFAULT_ETA,
                 help=f"queue penalty (default {DEFAULT_ETA})")
 _SEED_OPT = _int_opt("--seed", 0, "seed of the runs")
@@ -11061,17 +9641,6 @@ _ENGINE_OPT = _opt("--engine", default="fast", choices=ENGINES,
 #: of options is a required choice of one of them, function ``None`` prints the
 #: command's help (a command with actions of its own, :data:`_DATA_ACTIONS`).
 _COMMANDS = [
-    ("reproduce", "re-execute book chapters through papermill",
-     "Re-execute chapters (all by default) through papermill at the paper's settings and "
-     "write book/executed/*.ipynb.", _cmd_reproduce, [
-         _CHAPTERS_ARG,
-         _opt("--list", action="store_true", help="list the chapters and exit"),
-         _opt("-p", "--parameter", nargs=2, action="append", default=[],
-              metavar=("NAME", "VALUE"),
-              help="override a parameter (VALUE is read as JSON, else as a string)")]),
-    ("sync-text", "copy edited prose into executed notebooks",
-     "Copy markdown edits from chapter sources into the executed notebooks when no code "
-     "cell changed.", lambda a: sync_text(a.chapters), [_CHAPTERS_ARG]),
     ("data", "list, verify and fetch the data files",
      f"Manage the data files of the paper's experiments. Files are read from ${DATA_ENV} "
      f"when it is set, otherwise from the download cache (${CACHE_ENV}, default data/cache).",
@@ -11141,24 +9710,6 @@ _COMMANDS = [
               help="joblib backend; 'dask' needs --scheduler"),
          _opt("--scheduler", default=None,
               help="Dask scheduler address for --backend dask, e.g. tcp://host:8786")]),
-    ("validate-engines",
-     "compare the fast and reference engines on the tabular tasks -> a checksummed results "
-     "file",
-     "Paired runs of every online policy on Bank, Credit, Coupon and Cardio at three "
-     "capacities on both engines (about an hour on one core); writes the file the "
-     "fast_engine chapter reads.  Interrupted runs resume; --tasks computes some tasks only "
-     "(e.g. in parallel), a final call without it writes the file.", _cmd_validate, [
-         _opt("--out", default=None,
-              help="results file (default book/results/engine_validation.json)"),
-         _opt("--tasks", default=None,
-              help=f"comma-separated subset of {','.join(TABULAR_TASKS)} (default: all)"),
-         _int_opt("--prefix", 2000, "tasks per run"),
-         _int_opt("--pilot", 10, "paired runs before the sample-size rule"),
-         _int_opt("--max-runs", 60, "cap of paired runs per cell"),
-         _int_opt("--seed", 0, "seed of the rows and runs"),
-         _opt("--collect", action="store_true",
-              help="compute nothing: write the file from the cells stored so far, listing "
-                   "the missing ones (a later call completes it)")]),
 ]
 
 #: The actions of ``python -m capassign data``, as in :data:`_COMMANDS`.
@@ -11194,7 +9745,8 @@ def _build_parser():
     parser = argparse.ArgumentParser(
         prog="capassign",
         description="Assign prediction tasks to agents with capacity constraints "
-                    "(Wu, Kher & Smyth) - simulation, reproduction and benchmarks.")
+                    "(Wu, Kher & Smyth) - simulation, sweeps, data and benchmarks; the "
+                    "book's own commands are python -m capbook.")
     parser.add_argument("--version", action="version", version=f"capassign {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_commands(sub, _COMMANDS)
@@ -11229,7 +9781,13 @@ def main(argv=None):
       share of agent 2: 0.4900
     0
     """
-    parser = _build_parser()
+    return _run_command(_build_parser(), argv)
+
+
+def _run_command(parser, argv):
+    """Parse ``argv`` with ``parser`` (a table of commands, as :func:`_build_parser`
+    makes) and run the command; an expected failure is one line on stderr, exit
+    status 2.  The book's command line (``python -m capbook``) runs through it too."""
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -11239,7 +9797,7 @@ def main(argv=None):
     except _EXPECTED_ERRORS as exc:
         if os.environ.get("CAPASSIGN_DEBUG"):
             raise
-        parser.exit(2, f"{_command_name(args)}: error: {_error_line(exc)}\n")
+        parser.exit(2, f"{_command_name(parser, args)}: error: {_error_line(exc)}\n")
     return 0
 
 
@@ -11250,10 +9808,11 @@ _EXPECTED_ERRORS = (ValueError, TypeError, OSError, ImportError, DataUnavailable
                     DataIntegrityError)
 
 
-def _command_name(args):
-    """``capassign data verify`` etc., for error messages."""
+def _command_name(parser, args):
+    """``capassign data verify`` etc. (the parser's program name and the command's
+    words), for error messages."""
     words = (getattr(args, attr, None) for attr in ("command", "data_command"))
-    return " ".join(["capassign", *filter(None, words)])
+    return " ".join([parser.prog, *filter(None, words)])
 
 
 def _error_line(exc):

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import capassign as ca
+import capbook as cb
 
 matplotlib.use("Agg")
 
@@ -193,7 +194,7 @@ def test_paired_table_is_text():
     rng = np.random.default_rng(5)
     base = [rng.normal(0.3, 0.02, 10)] * 2
     df = table({"random": base, "logistic-greedy": [base[0] - 0.05, base[1] + 0.001]})
-    t = ca.paired_table(ca.paired_tests(df))
+    t = cb.paired_table(ca.paired_tests(df))
     assert t.shape == (2, 9)
     assert all(isinstance(v, str) for v in t.to_numpy().ravel())
     assert t["diff"].iloc[0] == "-0.0500" and t["p (t)"].iloc[0] == "<0.0001"
@@ -234,7 +235,7 @@ def test_hindsight_gaps_on_a_simulated_table(synthetic):
     assert np.isnan(rnd.loc[0.0, "closed"]) and np.isnan(rnd.loc[1.0, "closed"])
     assert rnd.loc[0.3, "closed"] == pytest.approx(0.0)
     assert rnd.loc[0.3, "gap"] > 0.05          # random is far above the floor
-    t = ca.error_table(g, "closed")
+    t = cb.error_table(g, "closed")
     assert t.loc["random", 0.0] == "n/a" and t.loc["random", 0.3] == "0.000"
 
 
@@ -291,11 +292,11 @@ def test_capacity_adherence_validation(synthetic):
         ca.capacity_adherence(res, burn_in=2)
     with pytest.raises(TypeError, match="burn_in"):
         ca.capacity_adherence(res, burn_in=0.5)
-    t = ca.adherence_table([ca.capacity_adherence(res, label="x")])
+    t = cb.adherence_table([ca.capacity_adherence(res, label="x")])
     assert list(t.iloc[0]) == ["x", "toy", "(0.5, 0.5)", "(0.5000, 0.5000)", "0.5000",
                                "0.5000", "0.5"]
     with pytest.raises(TypeError, match="CapacityAdherence"):
-        ca.adherence_table([res])
+        cb.adherence_table([res])
 
 
 # ----------------------------------------------------------------------------- known-mu queue rule

@@ -756,11 +756,11 @@ def test_layout_check_itself(viewport, browser, site):
     import numpy as np
     import pandas as pd
 
-    import capassign as ca
+    import capbook as cb
 
     ours = pd.DataFrame(np.linspace(0.1, 0.9, 3 * 16).reshape(3, 16),
                         index=["bank", "credit", "cardio"], columns=[f"alpha={a}" for a in range(16)])
-    table = ca.show_table(ours, paper=ours.round(1), tol=0.01)._repr_html_()
+    table = cb.show_table(ours, paper=ours.round(1), tol=0.01)._repr_html_()
     v = _Visit(browser, site, VIEWPORTS[viewport])
     try:
         v.page.goto(site + "book/executed/intro.html", wait_until="load")

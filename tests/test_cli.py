@@ -1,4 +1,5 @@
-"""The command line (section 12): help for every option, and every expected
+"""The command lines, the library's (``python -m capassign``, section 12) and
+the book's (``python -m capbook``): help for every option, and every expected
 failure reported as one line on stderr (what is wrong, what to do), exit
 status 2, no traceback."""
 
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 import capassign as ca
+import capbook as cb
+from capbook import cli as book_cli, pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 COUPON = "coupon/in-vehicle-coupon-recommendation.csv"
@@ -33,17 +36,24 @@ def _options(parser):
             if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
 
 
-def test_every_option_has_help():
+#: The two command lines: the library's and the book's.
+PARSERS = {"capassign": ca._build_parser, "capbook": book_cli._build_parser}
+
+
+@pytest.mark.parametrize("prog", PARSERS)
+def test_every_option_has_help(prog):
     missing = [f"{' '.join(words)} {'/'.join(a.option_strings) or a.dest}"
-               for words, p in _parsers(ca._build_parser()) for a in _options(p)
+               for words, p in _parsers(PARSERS[prog](), (prog,)) for a in _options(p)
                if not a.help and not isinstance(a, argparse._VersionAction)]
     assert not missing, f"options without help text: {missing}"
 
 
-def test_readme_lists_every_command_and_option():
+@pytest.mark.parametrize("prog", PARSERS)
+def test_readme_lists_every_command_and_option(prog):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"python -m {prog}" in readme
     absent = []
-    for words, p in _parsers(ca._build_parser()):
+    for words, p in _parsers(PARSERS[prog](), (prog,)):
         if len(words) > 1 and " ".join(words[1:]) not in readme:
             absent.append(" ".join(words))
         for a in _options(p):
@@ -55,15 +65,15 @@ def test_readme_lists_every_command_and_option():
         assert f"`{task}`" in readme, task
 
 
-def fails(capsys, argv):
+def fails(capsys, argv, main=ca.main, prog="capassign"):
     """Run ``main(argv)``; it must exit with status 2 and one line on stderr."""
     with pytest.raises(SystemExit) as exc:
-        ca.main(argv)
+        main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.endswith("\n") and err.count("\n") == 1, err
     assert "Traceback" not in err
-    assert err.startswith(f"capassign {argv[0]}")
+    assert err.startswith(f"{prog} {argv[0]}")
     return err
 
 
@@ -155,10 +165,43 @@ def test_subprocess_one_line(tmp_path):
     assert re.match(r"capassign simulate: error: CAPASSIGN_DATA=.* does not exist", got.stderr)
 
 
+# --- the book's command line -------------------------------------------------------
+
+
+def test_the_library_has_no_book_commands(capsys):
+    """reproduce, sync-text and validate-engines are the book's, not the library's."""
+    for command in ("reproduce", "sync-text", "validate-engines"):
+        with pytest.raises(SystemExit) as exc:
+            ca.main([command])
+        assert exc.value.code == 2 and "invalid choice" in capsys.readouterr().err
+        assert command in PARSERS["capbook"]().format_help()
+
+
 def test_missing_optional_package(capsys, monkeypatch):
     def no_papermill(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'papermill'", name="papermill")
 
-    monkeypatch.setattr(ca, "reproduce", no_papermill)
-    err = fails(capsys, ["reproduce", "theory_two_agents"])
+    monkeypatch.setattr(pipeline, "reproduce", no_papermill)
+    err = fails(capsys, ["reproduce", "theory_two_agents"], cb.main, "capbook")
     assert "papermill" in err and "install" in err
+
+
+def test_no_chapters_outside_a_checkout(capsys, monkeypatch, tmp_path):
+    """Installed without the book's folder (from a wheel), the chapter tools say what
+    they need instead of listing nothing."""
+    monkeypatch.setattr(pipeline, "CHAPTER_DIR", tmp_path / "chapters")
+    for argv in (["reproduce", "--list"], ["sync-text"], ["reproduce", "intro"]):
+        err = fails(capsys, argv, cb.main, "capbook")
+        assert "checkout" in err and str(tmp_path / "chapters") in err
+
+
+def test_book_subprocess_one_line(tmp_path):
+    """``python -m capbook``, the real entry point, from outside the checkout."""
+    got = subprocess.run([sys.executable, "-m", "capbook", "validate-engines", "--tasks", "mmlu"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert got.returncode == 2
+    assert got.stderr.count("\n") == 1 and "Traceback" not in got.stderr
+    assert got.stderr.startswith("capbook validate-engines: error: --tasks")
+    listed = subprocess.run([sys.executable, "-m", "capbook", "reproduce", "--list"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stdout.split() == cb.chapter_names()

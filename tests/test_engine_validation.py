@@ -1,6 +1,6 @@
 """The stored comparison of the fast and reference engines on the tabular tasks.
 
-``book/results/engine_validation.json`` is written by ``python -m capassign
+``book/results/engine_validation.json`` is written by ``python -m capbook
 validate-engines`` (about an hour on one core) and read by the fast_engine
 chapter.  These tests check that the file is intact and computed on the data
 as it is now, and re-run a seeded sample of its paired runs on both engines:
@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 import capassign as ca
+import capbook as cb
+from capbook import engines
 
 
 def _or_skip(fn, *args, **kw):
@@ -23,11 +25,11 @@ def _or_skip(fn, *args, **kw):
 
 @pytest.fixture(scope="module")
 def stored():
-    return json.loads(ca.ENGINE_VALIDATION_PATH.read_text(encoding="utf-8"))
+    return json.loads(cb.ENGINE_VALIDATION_PATH.read_text(encoding="utf-8"))
 
 
 def test_file_checksum_and_grid(stored):
-    obj = ca.read_engine_validation(check_data=False)
+    obj = cb.read_engine_validation(check_data=False)
     st = obj["settings"]
     assert set(obj["tasks"]) == set(ca.TABULAR_TASKS)
     assert st["policies"] == list(ca.ONLINE_POLICIES)
@@ -48,16 +50,16 @@ def test_edited_file_is_rejected(stored, tmp_path):
     path = tmp_path / "edited.json"
     path.write_text(json.dumps(bad), encoding="utf-8")
     with pytest.raises(ValueError, match="checksum"):
-        ca.read_engine_validation(path, check_data=False)
+        cb.read_engine_validation(path, check_data=False)
 
 
 def test_data_hashes_match_the_tasks(stored):
-    _or_skip(ca.read_engine_validation, check_data=True)
+    _or_skip(cb.read_engine_validation, check_data=True)
 
 
 def test_summary_table():
-    df = _or_skip(ca.engine_validation)
-    n_missing = len(ca.read_engine_validation(check_data=False)["missing"])
+    df = _or_skip(cb.engine_validation)
+    n_missing = len(cb.read_engine_validation(check_data=False)["missing"])
     assert len(df) == len(ca.TABULAR_TASKS) * len(ca.ONLINE_POLICIES) * 3 - n_missing
     assert ((df.ci_low <= df["diff"]) & (df["diff"] <= df.ci_high)).all()
     assert ((df.p >= 0) & (df.p <= df.holm) & (df.holm <= 1)).all()
@@ -89,7 +91,7 @@ def test_stored_runs_come_back_exactly(stored):
     picks.append((c, int(rng.integers(c["runs"]))))
     for c, r in picks:
         task = _or_skip(ca.load_task, c["task"])
-        got = ca._validation_run(task, c["policy"], c["alpha1"], r, st["prefix"], st["seed"],
+        got = engines._validation_run(task, c["policy"], c["alpha1"], r, st["prefix"], st["seed"],
                                  st["eta"])
         for e in ca.ENGINES:
             assert got[e][0] == c[e]["errors"][r], (c["task"], c["policy"], c["alpha1"], r, e)
@@ -97,28 +99,28 @@ def test_stored_runs_come_back_exactly(stored):
 
 
 def test_validation_draw_is_paired_and_seeded():
-    rows, s = ca._validation_draw(0, 3, 1000, 200)
-    rows2, s2 = ca._validation_draw(0, 3, 1000, 200)
+    rows, s = engines._validation_draw(0, 3, 1000, 200)
+    rows2, s2 = engines._validation_draw(0, 3, 1000, 200)
     assert np.array_equal(rows, rows2) and s == s2
     assert rows.size == 200 and np.unique(rows).size == 200 and np.all(np.diff(rows) > 0)
-    assert not np.array_equal(rows, ca._validation_draw(0, 4, 1000, 200)[0])
+    assert not np.array_equal(rows, engines._validation_draw(0, 4, 1000, 200)[0])
 
 
 def test_paired_power():
     # n = 34 pairs of sd 0.01 detect 0.005 with about 80% power (normal approx. 0.80)
-    assert ca._paired_power(0.01, 34, 0.005) == pytest.approx(0.80, abs=0.02)
-    assert ca._paired_power(0.0, 10, 0.005) == 1.0
-    assert ca._runs_for_power(0.01, 0.005, 0.8, 0.05, 10, 200) in range(33, 36)
-    assert ca._runs_for_power(0.05, 0.005, 0.8, 0.05, 10, 60) == 60
+    assert engines._paired_power(0.01, 34, 0.005) == pytest.approx(0.80, abs=0.02)
+    assert engines._paired_power(0.0, 10, 0.005) == 1.0
+    assert engines._runs_for_power(0.01, 0.005, 0.8, 0.05, 10, 200) in range(33, 36)
+    assert engines._runs_for_power(0.05, 0.005, 0.8, 0.05, 10, 60) == 60
 
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="tasks"):
-        ca.validate_engines(tasks=["imagenet16h"])
+        cb.validate_engines(tasks=["imagenet16h"])
     with pytest.raises(ValueError, match="policies"):
-        ca.validate_engines(policies=["offline-tree"])
+        cb.validate_engines(policies=["offline-tree"])
     with pytest.raises(ValueError, match="max_runs"):
-        ca.validate_engines(pilot=10, max_runs=5)
+        cb.validate_engines(pilot=10, max_runs=5)
 
 
 def test_chunks_resume(tmp_path):
@@ -127,12 +129,12 @@ def test_chunks_resume(tmp_path):
     kw = dict(tasks=["coupon"], policies=["random"], alphas=[0.5], prefix=50, pilot=2,
               max_runs=3)
     said = []
-    assert _or_skip(ca.validate_engines, path, out=said.append, **kw) is None
+    assert _or_skip(cb.validate_engines, path, out=said.append, **kw) is None
     part = tmp_path / "ev.json.coupon.partial"
     first = json.loads(part.read_text())
     assert len(first["cells"]) == 1 and not path.exists()
     said.clear()
-    ca.validate_engines(path, out=said.append, **kw)
+    cb.validate_engines(path, out=said.append, **kw)
     assert said == ["coupon: resuming, 1 cells stored"]
     assert json.loads(part.read_text()) == first
 
@@ -140,9 +142,9 @@ def test_chunks_resume(tmp_path):
 def test_collect_lists_the_missing_cells(tmp_path):
     path = tmp_path / "ev.json"
     kw = dict(policies=["random"], alphas=[0.5], prefix=50, pilot=2, max_runs=3)
-    _or_skip(ca.validate_engines, path, tasks=["coupon"], out=None, **kw)
-    ca.validate_engines(path, collect=True, out=None, **kw)
-    obj = ca.read_engine_validation(path, check_data=False)
+    _or_skip(cb.validate_engines, path, tasks=["coupon"], out=None, **kw)
+    cb.validate_engines(path, collect=True, out=None, **kw)
+    obj = cb.read_engine_validation(path, check_data=False)
     assert [c["task"] for c in obj["cells"]] == ["coupon"]
     assert obj["missing"] == [[t, "random", 0.5] for t in ("bank", "credit", "cardio")]
     assert (tmp_path / "ev.json.coupon.partial").exists()   # kept until the file is complete
@@ -150,10 +152,10 @@ def test_collect_lists_the_missing_cells(tmp_path):
 
 def test_command_line_error(capsys):
     with pytest.raises(SystemExit) as exc:
-        ca.main(["validate-engines", "--tasks", "mmlu"])
+        cb.main(["validate-engines", "--tasks", "mmlu"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("capassign validate-engines: error: --tasks")
+    assert err.count("\n") == 1 and err.startswith("capbook validate-engines: error: --tasks")
 
 
 def test_every_cell_meets_the_rule_with_all_its_runs(stored):
@@ -162,7 +164,7 @@ def test_every_cell_meets_the_rule_with_all_its_runs(stored):
     short = []
     for c in stored["cells"]:
         d = np.subtract(c["fast"]["errors"], c["reference"]["errors"])
-        n = ca._runs_for_power(float(d.std(ddof=1)), st["diff"], st["power"], st["level"],
+        n = engines._runs_for_power(float(d.std(ddof=1)), st["diff"], st["power"], st["level"],
                                c["runs"], st["max_runs"])
         if n > c["runs"] or len(d) != c["runs"]:
             short.append((c["task"], c["policy"], c["alpha1"], c["runs"], n))

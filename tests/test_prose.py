@@ -1,7 +1,7 @@
 """Numbers in a chapter's findings are bound to its computation.
 
 The "What we find" section of every chapter states results; re-running the
-chapter with other parameters (``python -m capassign reproduce NAME -p ...``)
+chapter with other parameters (``python -m capbook reproduce NAME -p ...``)
 must change them with it. So every number there is inserted by myst-nb's
 ``{glue:text}`` (or lives in math, inline code or a reference such as "Fig. 3"
 or "App. H.5"); a bare number typed into the prose fails this test.
@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-import capassign as ca
+import capbook as cb
 
 PENDING = set()
 
@@ -75,13 +75,13 @@ def test_the_check_finds_typed_numbers_and_spares_markup():
     assert bare_numbers(findings(code)) == []
 
 
-@pytest.mark.parametrize("name", ca.chapter_names())
+@pytest.mark.parametrize("name", cb.chapter_names())
 def test_findings_hold_no_typed_numbers(name):
     if name in PENDING:
         pytest.skip(f"{name}: prose not converted to glue yet")
     if name in NO_FINDINGS:
         pytest.skip(f"{name}: a reference page, no findings")
-    text = (ca.CHAPTER_DIR / f"{name}.md").read_text(encoding="utf-8")
+    text = (cb.CHAPTER_DIR / f"{name}.md").read_text(encoding="utf-8")
     section = findings(text)
     assert section.strip(), f"{name}: no 'What we find' section"
     typed = bare_numbers(section)

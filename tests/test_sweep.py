@@ -128,17 +128,21 @@ def test_sweep_rejects_bad_input(small, tmp_path):
 
 # --- command line -------------------------------------------------------------------
 
-SUBCOMMANDS = (["reproduce"], ["sync-text"], ["data"], ["data", "list"], ["data", "verify"],
-               ["data", "fetch"], ["bench"], ["simulate"], ["sweep"])
+# the library's command line and the book's (python -m capbook)
+SUBCOMMANDS = [("capassign", w) for w in (["data"], ["data", "list"], ["data", "verify"],
+                                         ["data", "fetch"], ["bench"], ["simulate"], ["sweep"])]
+SUBCOMMANDS += [("capbook", w) for w in (["reproduce"], ["sync-text"], ["validate-engines"])]
 
 
-@pytest.mark.parametrize("words", SUBCOMMANDS, ids=" ".join)
-def test_every_subcommand_has_help(words, capsys):
+@pytest.mark.parametrize("prog, words", SUBCOMMANDS, ids=lambda v: " ".join(v))
+def test_every_subcommand_has_help(prog, words, capsys):
+    import capbook
+
     with pytest.raises(SystemExit) as exc:
-        ca.main(words + ["--help"])
+        (ca if prog == "capassign" else capbook).main(words + ["--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    assert text.startswith(f"usage: capassign {' '.join(words)}")
+    assert text.startswith(f"usage: {prog} {' '.join(words)}")
     assert len(text.splitlines()) > 3
 
 

@@ -11,13 +11,15 @@ import ast
 import inspect
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import capassign as ca
+import capbook as cb
 
-ROOT = ca.ROOT
+ROOT = Path(__file__).resolve().parents[1]
 
 X, R, _ = ca.synthetic_stream(20, 2, 2, seed=0)
 MU = np.tile([0.2, 0.8], (20, 1))
@@ -409,8 +411,9 @@ def test_validate_names():
     (["validate-engines", "--pilot", "1", "--out", "unused"], "--pilot must be an integer >= 2, got 1"),
 ])
 def test_command_line_uses_the_same_wording(capsys, argv, message):
+    main = cb.main if argv[0] == "validate-engines" else ca.main   # the book's command
     with pytest.raises(SystemExit) as exc:
-        ca.main(argv)
+        main(argv)
     assert exc.value.code == 2
     assert capsys.readouterr().err.rstrip("\n").endswith(message)
 
@@ -418,25 +421,53 @@ def test_command_line_uses_the_same_wording(capsys, argv, message):
 # --- the declared public API -----------------------------------------------------
 
 
-def test_all_names_exist_once_and_are_documented():
-    assert len(ca.__all__) == len(set(ca.__all__))
-    lines = inspect.getsource(ca).splitlines()
+def _assignments(module):
+    """Name -> (source lines, line number) of every top-level assignment of ``module``."""
+    lines = inspect.getsource(module).splitlines()
     assigned = {}
-    for node in ast.parse(inspect.getsource(ca)).body:
+    for node in ast.parse(inspect.getsource(module)).body:
         target = (node.targets[0] if isinstance(node, ast.Assign) else
                   node.target if isinstance(node, ast.AnnAssign) else None)
         if isinstance(target, ast.Name):
-            assigned[target.id] = node.lineno
-    for name in ca.__all__:
-        assert hasattr(ca, name), name
-        obj = getattr(ca, name)
+            assigned[target.id] = (lines, node.lineno)
+    return assigned
+
+
+def _book_modules():
+    import importlib
+    import pkgutil
+
+    return [importlib.import_module(f"capbook.{m.name}") for m in pkgutil.iter_modules(cb.__path__)
+            if m.name != "__main__"]
+
+
+@pytest.mark.parametrize("package", ["capassign", "capbook"])
+def test_all_names_exist_once_and_are_documented(package):
+    module = ca if package == "capassign" else cb
+    home = [ca] if package == "capassign" else _book_modules()
+    assert len(module.__all__) == len(set(module.__all__))
+    assigned = {k: v for m in home for k, v in _assignments(m).items()}
+    for name in module.__all__:
+        assert hasattr(module, name), name
+        obj = getattr(module, name)
         if inspect.isclass(obj) or inspect.isfunction(obj):
-            assert getattr(obj, "__module__", None) == "capassign", name
+            assert getattr(obj, "__module__", "").split(".")[0] == package, name
             own = vars(obj).get("__doc__") if inspect.isclass(obj) else obj.__doc__
             assert (own or "").strip(), f"{name} has no docstring"
         else:                    # data: a ``#:`` comment right above its assignment
             assert name in assigned, name
-            assert lines[assigned[name] - 2].startswith("#:"), f"{name} is not documented"
+            lines, lineno = assigned[name]
+            assert lines[lineno - 2].startswith("#:"), f"{name} is not documented"
+
+
+def test_the_library_knows_nothing_of_the_book():
+    """capassign imports none of the book's tool chain (nor the book module), names no
+    path inside the book and exports none of the book's names."""
+    src = inspect.getsource(ca)
+    for word in ("jupytext", "nbformat", "papermill", "myst_nb", "book/", "import capbook",
+                 "from capbook"):
+        assert word not in src, word
+    assert set(ca.__all__) & set(cb.__all__) == {"main"}   # each its own command line
 
 
 def _references(paths, pattern):
@@ -460,7 +491,17 @@ def test_every_name_the_book_readme_and_tests_use_is_public():
     assert not missing, f"used but not in capassign.__all__: {missing}"
 
 
-def test_star_import_gives_all():
+def test_every_name_the_book_and_tests_use_of_the_book_module_is_public():
+    docs = sorted((ROOT / "book" / "chapters").glob("*.md")) + [ROOT / "README.md"]
+    used = _references(docs, r"(?<![\w\"'/])(?:cb|capbook)\.([A-Za-z]\w*)")
+    used.update(_references(sorted((ROOT / "tests").glob("test_*.py")), r"\bcb\.([A-Za-z]\w*)"))
+    assert len(used) > 15
+    missing = {n: where for n, where in used.items() if n not in cb.__all__}
+    assert not missing, f"used but not in capbook.__all__: {missing}"
+
+
+@pytest.mark.parametrize("package", ["capassign", "capbook"])
+def test_star_import_gives_all(package):
     namespace = {}
-    exec("from capassign import *", namespace)  # noqa: S102
-    assert set(namespace) - {"__builtins__"} == set(ca.__all__)
+    exec(f"from {package} import *", namespace)  # noqa: S102
+    assert set(namespace) - {"__builtins__"} == set((ca if package == "capassign" else cb).__all__)
