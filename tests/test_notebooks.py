@@ -128,6 +128,62 @@ def test_reproduce_drift_and_sync_on_a_tiny_chapter(tmp_path, monkeypatch):
         pipeline.reproduce(["nope"])
 
 
+def test_reproduce_refuses_names_outside_the_parameters_cell(tmp_path, monkeypatch, capsys):
+    """A misspelt name would leave the chapter at its defaults, and a name is written into
+    the notebook as code: only the names of the chapter's parameters cell are taken."""
+    _, executed = _chapter_tree(tmp_path, monkeypatch)
+    with pytest.raises(ValueError, match=r"^parameters 'm' is not a parameter of chapter tiny; "
+                                         r"its parameters: n$"):
+        pipeline.reproduce(["tiny"], parameters={"m": 5}, kernel_name="python3")
+    planted = "n = 1\nopen('planted', 'w').close()\nm"
+    with pytest.raises(ValueError, match=r"is not a parameter of chapter tiny"):
+        pipeline.reproduce(["tiny"], parameters={planted: 5}, kernel_name="python3")
+    assert not (executed / "tiny.ipynb").exists() and not (executed / "planted").exists()
+    # the command line says the same in one line, naming -p
+    with pytest.raises(SystemExit) as exc:
+        capbook.main(["reproduce", "tiny", "-p", "nn", "5"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err == ("capbook reproduce: error: -p 'nn' is not a parameter of chapter tiny; "
+                   "its parameters: n\n")
+
+
+REPR = TINY.replace("print(sum(range(n)))", "print(repr(n))")
+
+
+def test_reproduce_passes_values_as_data(tmp_path, monkeypatch):
+    """Values reach the chapter as the same data (quotes, backslashes, newlines, nested
+    lists and dicts; a tuple as a list), never as other code or a string in their place;
+    what is not JSON data is refused before any run."""
+    _, executed = _chapter_tree(tmp_path, monkeypatch, REPR)
+    value = ["a\"b'c\\\nd \u00e9", (1, 2.5), {"k": None, "t": True}]
+    pipeline.reproduce(["tiny"], parameters={"n": value}, kernel_name="python3")
+    nb = nbformat.read(executed / "tiny.ipynb", as_version=4)
+    expected = ["a\"b'c\\\nd \u00e9", [1, 2.5], {"k": None, "t": True}]
+    assert nb.cells[-1].outputs[0].text == repr(expected) + "\n"
+    (executed / "tiny.ipynb").unlink()
+    for bad, error, message in [(float("nan"), ValueError, " must be finite"),
+                                ([1, float("inf")], ValueError, r"\[1\] must be finite"),
+                                (object(), TypeError, " must be JSON data"),
+                                ({1: 2}, TypeError, " has the key 1; keys must be str")]:
+        with pytest.raises(error, match=rf"^parameters n{message}"):
+            pipeline.reproduce(["tiny"], parameters={"n": bad}, kernel_name="python3")
+    assert not (executed / "tiny.ipynb").exists()
+
+
+def test_a_value_papermill_would_write_as_code_is_refused(tmp_path, monkeypatch):
+    """The check compares each value with the literal papermill writes for it: were
+    papermill's translation to turn a value into code, the run is refused."""
+    from papermill.translators import PythonTranslator
+
+    _chapter_tree(tmp_path, monkeypatch)
+    monkeypatch.setattr(PythonTranslator, "translate",
+                        classmethod(lambda cls, val: "__import__('os').getpid()"))
+    with pytest.raises(ValueError, match=r"^parameters n: the value 3 does not pass to "
+                                         r"papermill as data$"):
+        pipeline.reproduce(["tiny"], parameters={"n": 3}, kernel_name="python3")
+
+
 def test_failing_cell_fails_reproduce(tmp_path, monkeypatch):
     _, executed = _chapter_tree(
         tmp_path, monkeypatch, TINY.replace("print(sum(range(n)))", "raise RuntimeError('boom')"))

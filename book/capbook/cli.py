@@ -29,6 +29,9 @@ def _cmd_reproduce(args):
             params[k] = json.loads(v)
         except json.JSONDecodeError:
             params[k] = v
+        except RecursionError:
+            raise ValueError(f"-p {k}: the value is JSON nested too deeply to read") from None
+    pipeline._check_parameters(args.chapters, params, "-p")
     pipeline.reproduce(args.chapters, parameters=params)
 
 
@@ -38,6 +41,8 @@ def _cmd_validate(args):
     for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
                         ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
         _validate_int(v, name, lo=lo)
+    if args.out is not None:
+        engines._check_results_path(args.out, tasks, "--out")
     path = engines.validate_engines(args.out, tasks=tasks, prefix=args.prefix,
                                     pilot=args.pilot, max_runs=args.max_runs, seed=args.seed,
                                     collect=args.collect, out=print)
@@ -58,7 +63,8 @@ _COMMANDS = [
          _opt("--list", action="store_true", help="list the chapters and exit"),
          _opt("-p", "--parameter", nargs=2, action="append", default=[],
               metavar=("NAME", "VALUE"),
-              help="override a parameter (VALUE is read as JSON, else as a string)")]),
+              help="override a parameter of the chapters' parameters cell (VALUE is read "
+                   "as JSON, else as a string)")]),
     ("sync-text", "copy edited prose into executed notebooks",
      "Copy markdown edits from chapter sources into the executed notebooks when no code "
      "cell changed.", lambda a: pipeline.sync_text(a.chapters), [_CHAPTERS_ARG]),

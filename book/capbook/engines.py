@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -21,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from capassign import (DEFAULT_ETA, ENGINES, ONLINE_POLICIES, PAPER_SETTINGS, TABULAR_TASKS,
-                       _canonical_json, _holm, _json_digest, _paired_t_pvalue, _read_json_file,
-                       _task_digest, _validate_bool, _validate_choice, _validate_eta,
-                       _validate_int, _validate_names, _validate_real, _write_json_atomic,
-                       _write_text_atomic, difference_ci, load_task, simulate,
-                       two_agent_capacities)
+                       _canonical_json, _finite_shares, _holm, _json_digest, _paired_t_pvalue,
+                       _read_json_file, _task_digest, _validate_bool, _validate_choice,
+                       _validate_eta, _validate_int, _validate_names, _validate_real,
+                       _write_json_atomic, _write_text_atomic, difference_ci, load_task,
+                       simulate, two_agent_capacities)
 
 from .pipeline import BOOK_DIR
 
@@ -98,27 +100,174 @@ def _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power,
             "model_settings": asdict(PAPER_SETTINGS)}
 
 
+#: What stands at a path that is not a regular file, by its type (``os.lstat``).
+_FILE_KINDS = ((stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "folder"),
+               (stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISCHR, "character device"),
+               (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+
+
+def _file_kind(path):
+    """``None`` when nothing is at ``path``, ``"file"`` for a regular file, else
+    what is there (a symbolic link is reported as one, not followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode):
+        return "file"
+    return next((kind for is_kind, kind in _FILE_KINDS if is_kind(mode)), "special file")
+
+
+def _check_results_path(path, tasks, name):
+    """``path`` as a Path, once it and the partial files beside it are safe to replace.
+
+    :func:`validate_engines` replaces its results file and the partial files
+    ``<path>.<task>.partial`` of ``tasks`` by renaming a new file onto them,
+    which would put a regular file in the place of a device, a FIFO, a folder
+    or a symbolic link (not in the place of the link's target), and it reads
+    the partial files (a FIFO would block).  So each must be a regular file or
+    a new name in an existing folder, as a sweep's ``--out`` must be a folder;
+    anything else is refused, in one line naming the argument ``name``.
+    """
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+        raise TypeError(f"{name} must be a file path (str or Path), got {path!r}")
+    text = os.fspath(path)
+    if not text:
+        raise ValueError(f"{name} must be a file path, got ''")
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise ValueError(f"{name} {text!r}: its folder {str(path.parent)!r} does not exist or "
+                         f"is not a folder; create it first")
+    for target in [path] + [path.with_name(f"{path.name}.{t}.partial") for t in tasks]:
+        kind = _file_kind(target)
+        if kind not in (None, "file"):
+            what = "" if target == path else f": {target.name} beside it"
+            raise ValueError(f"{name} {text!r}{what} is a {kind}, not a regular file; give "
+                             f"a new file name or a results file to replace")
+    return path
+
+
+#: The fields of a stored cell (``"task"`` too in the complete file) and of
+#: each engine's record in it.
+_CELL_FIELDS = frozenset({"policy", "alpha1", "runs", "pilot_sd", *ENGINES})
+_ENGINE_FIELDS = frozenset({"errors", "share1", "cpu_seconds"})
+
+
+def _finite_at_least_0(v):
+    return type(v) in (int, float) and math.isfinite(v) and v >= 0
+
+
+def _cell_problem(cell, st, tasks=None):
+    """Why ``cell`` is not a cell :func:`validate_engines` computed under the
+    settings ``st``: ``(field, reason)``, or ``None`` when it is one.
+
+    A cell holds exactly the fields it is written with; its policy and
+    alpha_1 are among the settings'; ``pilot <= runs <= max_runs``; each
+    engine has ``runs`` error rates and agent-1 shares in [0, 1] and a finite
+    CPU time >= 0; ``pilot_sd`` is the sd of the first ``pilot`` paired
+    differences.  With ``tasks`` (the complete file) the cell also names one
+    of them under ``"task"``.
+    """
+    fields = _CELL_FIELDS | ({"task"} if tasks is not None else set())
+    if not isinstance(cell, dict):
+        return "", "is not a cell (a JSON object)"
+    if set(cell) != fields:
+        return "", f"has the fields {sorted(cell)}, not {sorted(fields)}"
+    if tasks is not None and not (type(cell["task"]) is str and cell["task"] in tasks):
+        return "task", f"{cell['task']!r} is not one of the file's tasks"
+    if not (type(cell["policy"]) is str and cell["policy"] in st["policies"]):
+        return "policy", f"{cell['policy']!r} is not one of the settings' policies"
+    if not (type(cell["alpha1"]) is float and cell["alpha1"] in st["alphas"]):
+        return "alpha1", f"{cell['alpha1']!r} is not one of the settings' alphas"
+    n = cell["runs"]
+    if not (type(n) is int and st["pilot"] <= n <= st["max_runs"]):
+        return "runs", f"{n!r} is not an integer in [pilot, max_runs] = " \
+                       f"[{st['pilot']}, {st['max_runs']}]"
+    for e in ENGINES:
+        rec = cell[e]
+        if not isinstance(rec, dict) or set(rec) != _ENGINE_FIELDS:
+            return e, f"is not an object with the fields {sorted(_ENGINE_FIELDS)}"
+        for key, what in (("errors", "error rates"), ("share1", "agent-1 shares")):
+            if not _finite_shares(rec[key], n):
+                return f"{e}.{key}", f"does not hold {n} {what} in [0, 1] (runs = {n})"
+        if not _finite_at_least_0(rec["cpu_seconds"]):
+            return f"{e}.cpu_seconds", f"{rec['cpu_seconds']!r} is not a finite number >= 0"
+    sd = cell["pilot_sd"]
+    if not (_finite_at_least_0(sd) and math.isclose(sd, _validation_sd(cell, st["pilot"]),
+                                                     rel_tol=1e-9, abs_tol=1e-12)):
+        return "pilot_sd", f"{sd!r} is not the sd of the first {st['pilot']} paired differences"
+    return None
+
+
+def _check_cells(cells, st, where, tasks=None):
+    """Raise ``ValueError`` naming ``where`` and the field unless ``cells`` is a
+    list of distinct cells that pass :func:`_cell_problem`."""
+    if not isinstance(cells, list):
+        raise ValueError(f"{where}: cells is not a list")
+    seen = set()
+    for i, cell in enumerate(cells):
+        problem = _cell_problem(cell, st, tasks)
+        if problem is None:
+            key = (cell.get("task"), cell["policy"], cell["alpha1"])
+            problem = ("", "repeats an earlier cell") if key in seen else None
+            seen.add(key)
+        if problem is not None:
+            field, why = problem
+            raise ValueError(f"{where}: cells[{i}]{'.' + field if field else ''} {why}")
+
+
+def _read_partial(part, head, st):
+    """The cells stored in the partial file ``part``, checked, or ``None`` when it
+    was made under other settings or data (another ``head``).
+
+    A partial file is written whole (atomically), so one that cannot be read
+    or holds a cell :func:`_cell_problem` refuses was edited or damaged: it is
+    refused in one line naming the file and the field, not recomputed, so that
+    hours of stored runs are never thrown away unseen (removing the file
+    computes its cells again).
+    """
+    obj, why = _read_json_file(part)
+    fix = "; remove it to compute that task's cells again"
+    if obj is None:
+        raise ValueError(f"{part} {why}{fix}")
+    if not isinstance(obj, dict) or set(obj) != {"head", "cells"}:
+        raise ValueError(f"{part}: not a partial file of validate_engines (an object with "
+                         f"'head' and 'cells'){fix}")
+    if obj["head"] != json.loads(_canonical_json(head)):
+        return None
+    try:
+        _check_cells(obj["cells"], st, part)
+    except ValueError as exc:
+        raise ValueError(f"{exc}{fix}") from None
+    return obj["cells"]
+
+
 def _validation_stored(path, part, name, head, collect, say):
     """The cells of one task that :func:`validate_engines` stored so far: its
-    partial file ``part`` when made with the same settings and data, else
-    (unless ``collect``) that task's cells of the complete file ``path``."""
-    done = []
-    if part.exists():
-        old, _ = _read_json_file(part)
-        if old is not None and old.get("head") == json.loads(_canonical_json(head)):
-            done = old["cells"]
-            say(f"{name}: resuming, {len(done)} cells stored")
-        else:
+    partial file ``part`` when made with the same settings and data (checked
+    by :func:`_read_partial`), else (unless ``collect``) that task's cells of
+    the complete file ``path`` when it passes :func:`read_engine_validation`
+    and was made with the same settings and data."""
+    if _file_kind(part) is not None:
+        done = _read_partial(part, head, head["settings"])
+        if done is None:
             say(f"{name}: ignoring {part.name} (other settings or data)")
-    elif path.exists() and not collect:
-        old, _ = _read_json_file(path)
-        same = (old is not None
-                and old.get("settings") == json.loads(_canonical_json(head["settings"]))
-                and old.get("tasks", {}).get(name) == json.loads(_canonical_json(head["task"])))
-        if same:
-            done = [{k: v for k, v in c.items() if k != "task"}
-                    for c in old["cells"] if c["task"] == name]
-            say(f"{name}: {len(done)} cells taken from {path.name}")
+            return []
+        say(f"{name}: resuming, {len(done)} cells stored")
+        return done
+    if collect or _file_kind(path) is None:
+        return []
+    try:
+        old = read_engine_validation(path, check_data=False)
+    except ValueError as exc:
+        say(f"{name}: nothing taken from {path.name} ({exc})")
+        return []
+    if (old["settings"] != json.loads(_canonical_json(head["settings"]))
+            or old["tasks"].get(name) != json.loads(_canonical_json(head["task"]))):
+        return []
+    done = [{k: v for k, v in c.items() if k != "task"} for c in old["cells"]
+            if c["task"] == name]
+    say(f"{name}: {len(done)} cells taken from {path.name}")
     return done
 
 
@@ -186,11 +335,18 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
     kept in ``<path>.<task>.partial`` (atomic writes), so an interrupted call
     resumes where it stopped, and tasks may be computed by separate calls
     (e.g. in parallel) before a last call with every task writes the file.
+    A partial file made with other settings or data is ignored (and
+    replaced); one made with these whose cells are not what this function
+    writes (a field missing, an error rate outside [0, 1], NaN, a run count
+    outside [pilot, max_runs], ...) is refused in one line naming the file
+    and the field: it was edited or damaged, and removing it recomputes it.
 
     Parameters
     ----------
     path : str or Path, optional
-        Output file.
+        Output file: a regular file (replaced) or a new name in an existing
+        folder, as are the partial files beside it; anything else (a folder,
+        a device, a FIFO, a symbolic link) is refused before any work.
     tasks, policies, alphas : sequences
         Tabular task names, online policies (:data:`capassign.ONLINE_POLICIES`),
         capacities of agent 1.
@@ -231,8 +387,7 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
                                     level, eta, seed)
     policies, alphas = settings["policies"], settings["alphas"]
     collect = _validate_bool(collect, "collect")
-    path = Path(path) if path is not None else ENGINE_VALIDATION_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _check_results_path(ENGINE_VALIDATION_PATH if path is None else path, tasks, "path")
     say = out or (lambda *a: None)
     task_info, cells, missing = {}, [], []
     for name in tasks:
@@ -268,17 +423,83 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
         return None
     payload = {"schema": ENGINE_VALIDATION_SCHEMA, "settings": settings, "tasks": task_info,
                "cells": cells, "missing": missing}
+    _check_payload(json.loads(_canonical_json(payload)), path)   # what the reader will accept
     _write_text_atomic(path, json.dumps(dict(payload, sha256=_json_digest(payload)),
-                                        sort_keys=True, indent=1) + "\n")
+                                        sort_keys=True, indent=1, allow_nan=False) + "\n")
     if not missing:
         for name in tasks:
             path.with_name(f"{path.name}.{name}.partial").unlink(missing_ok=True)
     return path
 
 
+#: The fields of a task's entry in the complete file.
+_TASK_FIELDS = frozenset({"digest", "T", "d", "agent_seed"})
+
+
+def _check_payload(obj, path):
+    """Raise ``ValueError`` naming ``path`` and the field unless ``obj`` (the
+    complete file without its checksum) is what :func:`validate_engines`
+    writes; see :func:`read_engine_validation`."""
+    fields = {"schema", "settings", "tasks", "cells", "missing"}
+    if set(obj) != fields:
+        raise ValueError(f"{path}: has the fields {sorted(obj)}, not {sorted(fields)}")
+    st = obj["settings"]
+    args = ("policies", "alphas", "prefix", "pilot", "max_runs", "diff", "power", "level",
+            "eta", "seed")
+    if not isinstance(st, dict) or set(st) != {*args, "model_settings"}:
+        raise ValueError(f"{path}: settings is not an object with the fields "
+                         f"{sorted({*args, 'model_settings'})}")
+    try:
+        checked = _validation_settings(*(st[k] for k in args))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: settings: {exc}") from None
+    for k in args:
+        if checked[k] != st[k] or type(checked[k]) is not type(st[k]):
+            raise ValueError(f"{path}: settings: {k} is {st[k]!r}, which its check reads "
+                             f"as {checked[k]!r}")
+    if not isinstance(st["model_settings"], dict):
+        raise ValueError(f"{path}: settings: model_settings is not an object")
+    tasks = obj["tasks"]
+    if not isinstance(tasks, dict) or sorted(tasks) != sorted(TABULAR_TASKS):
+        raise ValueError(f"{path}: tasks must hold exactly {', '.join(TABULAR_TASKS)}")
+    for name, info in tasks.items():
+        ok = (isinstance(info, dict) and set(info) == _TASK_FIELDS
+              and type(info["digest"]) is str and len(info["digest"]) == 64
+              and all(type(info[k]) is int for k in ("T", "d", "agent_seed"))
+              and info["T"] >= 1 and info["d"] >= 1 and info["agent_seed"] >= 0)
+        if not ok:
+            raise ValueError(f"{path}: tasks.{name} is not a task record (sha256 digest, "
+                             f"integers T >= 1, d >= 1, agent_seed >= 0)")
+    _check_cells(obj["cells"], st, path, tasks)
+    grid = {(t, p, a) for t in tasks for p in st["policies"] for a in st["alphas"]}
+    done = {(c["task"], c["policy"], c["alpha1"]) for c in obj["cells"]}
+    missing = obj["missing"]
+    if not isinstance(missing, list):
+        raise ValueError(f"{path}: missing is not a list")
+    for i, m in enumerate(missing):
+        if not (isinstance(m, list) and len(m) == 3
+                and all(type(x) in (str, float) for x in m) and tuple(m) in grid - done):
+            raise ValueError(f"{path}: missing[{i}] {m!r} is not a [task, policy, alpha1] of "
+                             f"the grid without a cell")
+        done.add(tuple(m))
+    if len(done) != len(grid):
+        raise ValueError(f"{path}: cells and missing do not cover the grid of "
+                         f"{len(grid)} (task, policy, alpha1) once each")
+
+
 def read_engine_validation(path=None, *, check_data=True):
-    """The stored engine validation, verified: schema, sha256 of the payload and
-    (``check_data``) the data hash of every task against :func:`capassign.load_task`.
+    """The stored engine validation, verified: schema, sha256 of the payload, the
+    payload's contents and (``check_data``) the data hash of every task
+    against :func:`capassign.load_task`.
+
+    The contents are checked as :func:`validate_engines` writes them, so that
+    a file whose checksum was recomputed after an edit is still refused when
+    a number is impossible: the settings pass that function's argument
+    checks, the tasks are the tabular tasks with their data hash, T, d and
+    agent seed, every cell passes the checks of a stored cell (error rates
+    and shares in [0, 1], ``pilot <= runs <= max_runs``, ...), and the cells
+    and ``missing`` together cover the grid of tasks, policies and alphas
+    once each.
 
     Returns the parsed payload (dict): ``settings``, ``tasks`` (data hash,
     T, d, agent seed), ``cells`` (per-run errors and agent-1 shares of both
@@ -303,14 +524,22 @@ def read_engine_validation(path=None, *, check_data=True):
     (72, [])
     """
     path = Path(path) if path is not None else ENGINE_VALIDATION_PATH
+    kind = _file_kind(path)
+    if kind not in (None, "file") and not (kind == "symbolic link" and path.is_file()):
+        raise ValueError(f"{path} is a {kind}, not a results file")
     obj, why = _read_json_file(path)
     if obj is None:
         raise ValueError(f"{path} {why}")
     if not isinstance(obj, dict) or obj.get("schema") != ENGINE_VALIDATION_SCHEMA:
         raise ValueError(f"{path}: not a {ENGINE_VALIDATION_SCHEMA} file")
     payload = {k: v for k, v in obj.items() if k != "sha256"}
-    if obj.get("sha256") != _json_digest(payload):
+    try:
+        digest = _json_digest(payload)
+    except ValueError:   # NaN or an infinity: never written by validate_engines
+        digest = None
+    if digest is None or obj.get("sha256") != digest:
         raise ValueError(f"{path}: checksum mismatch (the file was edited or is damaged)")
+    _check_payload(payload, path)
     if check_data:
         for name, info in obj["tasks"].items():
             task = load_task(name)

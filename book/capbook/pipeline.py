@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import errno
 import json
+import math
+import numbers
 import os
 import sys
 import tempfile
@@ -65,6 +67,106 @@ def _resolve_chapters(names):
         if stem not in known:
             raise ValueError(f"unknown chapter {n!r}; known chapters: {', '.join(known)}")
         out.append(stem)
+    return out
+
+
+def _chapter_parameters(name):
+    """The names chapter ``name`` assigns in its ``parameters`` cell, in order
+    (``None`` when it has no such cell): the only names a run may override."""
+    import jupytext
+
+    cells = [c for c in jupytext.read(CHAPTER_DIR / f"{name}.md").cells
+             if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+    if not cells:
+        return None
+    names = []
+    for cell in cells:
+        try:
+            body = ast.parse(cell.source).body
+        except SyntaxError:
+            raise ValueError(f"chapter {name}: its parameters cell is not plain Python") from None
+        for node in body:
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, ast.AnnAssign) else [])
+            names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
+    return names
+
+
+#: How deep lists and dicts may nest in a chapter parameter's value.
+_PARAMETER_DEPTH = 32
+
+
+def _parameter_data(value, where, depth=0):
+    """``value`` as JSON data (``None``, bool, int, finite float, str, and lists
+    and str-keyed dicts of them; a tuple becomes a list), else ``TypeError`` /
+    ``ValueError`` naming ``where``."""
+    if depth > _PARAMETER_DEPTH:
+        raise ValueError(f"{where} nests lists or dicts deeper than {_PARAMETER_DEPTH} levels")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} must be finite, got {value!r}")
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_parameter_data(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        for k in value:
+            if not isinstance(k, str):
+                raise TypeError(f"{where} has the key {k!r}; keys must be str")
+        return {k: _parameter_data(v, f"{where}[{k!r}]", depth + 1) for k, v in value.items()}
+    raise TypeError(f"{where} must be JSON data (None, bool, int, float, str, list, dict), "
+                    f"got {value!r}")
+
+
+def _check_parameters(chapters, parameters, name="parameters"):
+    """``parameters`` checked for a run of ``chapters`` (names as :func:`reproduce`
+    takes them): a dict whose every name is assigned in the ``parameters``
+    cell of every chapter run, with values that are data.
+
+    Papermill writes each value into the executed notebook as Python code
+    (a cell of assignments); only names of the chapter's cell are accepted,
+    so a misspelt name is refused instead of leaving the chapter at its
+    defaults, and nothing but an identifier of that cell ever stands left of
+    ``=``.  Each value must be JSON data and must come back equal from the
+    literal papermill writes for it, so that it arrives as data, never as
+    code.  Refusals are one line naming ``name``.
+    """
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise TypeError(f"{name} must be a dict of parameter names and values, "
+                        f"got {parameters!r}")
+    if not parameters:
+        return {}
+    from papermill.translators import PythonTranslator
+
+    out = {}
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{name}: parameter names must be str, got {key!r}")
+        data = _parameter_data(value, f"{name} {key}")
+        try:
+            same = ast.literal_eval(PythonTranslator.translate(data)) == data
+        except (ValueError, SyntaxError, RecursionError, MemoryError):
+            same = False
+        if not same:
+            raise ValueError(f"{name} {key}: the value {value!r} does not pass to papermill "
+                             f"as data")
+        out[key] = data
+    for chapter in _resolve_chapters(chapters):
+        known = _chapter_parameters(chapter)
+        for key in out:
+            if known is None:
+                raise ValueError(f"{name} {key}: chapter {chapter} has no parameters cell; "
+                                 f"it takes no parameters")
+            if key not in known:
+                raise ValueError(f"{name} {key!r} is not a parameter of chapter {chapter}; "
+                                 f"its parameters: {', '.join(known)}")
     return out
 
 
@@ -130,7 +232,11 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
     chapters : sequence of str
         Chapter names (see :func:`chapter_names`); empty for every chapter.
     parameters : dict, optional
-        Values overriding the chapters' ``parameters`` cells.
+        Values overriding the chapters' ``parameters`` cells: each name must
+        be assigned in the ``parameters`` cell of every chapter run, each
+        value JSON data (``None``, bool, int, finite float, str, lists and
+        str-keyed dicts of them; a tuple is passed as a list).  Papermill
+        passes them to the chapter as literals in a cell of its own.
     kernel_name : str
         The Jupyter kernel to run.
     log_output : bool
@@ -151,6 +257,7 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
     ValueError: unknown chapter 'nope'; known chapters: ...
     """
     names = _resolve_chapters(chapters)
+    parameters = _check_parameters(names, parameters)
     EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
     # The kernel runs in book/executed: make the modules of this process (capassign
     # and this package) importable there even when they are not installed.
@@ -159,7 +266,7 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
     old_path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(here + ([old_path] if old_path else []))
     try:
-        return [_execute_chapter(name, parameters or {}, kernel_name, log_output)
+        return [_execute_chapter(name, parameters, kernel_name, log_output)
                 for name in names]
     finally:
         if old_path is None:
