@@ -340,3 +340,39 @@ def test_table4_seed_errors_are_simulate_at_equal_capacities(coupon):
         assert r.error == res.error
     old = ca.table4_seed_errors("coupon", [3], coding="codes", runs=2)
     assert old.error[0] == df.error[0]        # random assignment ignores the contexts
+
+
+# --- what a model class can separate ------------------------------------------------------
+
+
+def test_contrast_separation_linear_and_nonlinear_signal():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, size=(800, 2))
+    # agent 1 right in two opposite quadrants (XOR): no linear score separates that
+    xor = (X[:, 0] > 0) == (X[:, 1] > 0)
+    R = np.column_stack([xor, ~xor]).astype(float)
+    out = ca.contrast_separation(X, R, 0.5, folds=4).set_index("model")
+    assert out.loc["tree", "auc"] > 0.95 and out.loc["tree", "gain"] > 0.4
+    assert abs(out.loc["logistic", "auc"] - 0.5) < 0.1 and out.loc["logistic", "gain"] < 0.1
+    np.testing.assert_allclose(out.random, 0.5, atol=0.05)
+    np.testing.assert_allclose(out.gain, out.random - out.error)
+    # deterministic in the seed
+    pd.testing.assert_frame_equal(ca.contrast_separation(X, R, 0.5, folds=4).set_index("model"),
+                                  out)
+    # where the agents never disagree there is nothing to separate
+    same = np.column_stack([xor, xor]).astype(float)
+    flat = ca.contrast_separation(X, same, 0.3, folds=3)
+    assert flat.auc.isna().all() and np.allclose(flat.gain, 0.0)
+
+
+def test_contrast_separation_rejects_bad_input():
+    X = np.zeros((10, 1))
+    R = np.zeros((10, 2))
+    with pytest.raises(ValueError, match="R"):
+        ca.contrast_separation(X, np.zeros((10, 3)))
+    with pytest.raises(ValueError, match="alpha1"):
+        ca.contrast_separation(X, R, 1.5)
+    with pytest.raises(ValueError, match="folds"):
+        ca.contrast_separation(X, R, folds=1)
+    with pytest.raises(ValueError, match="R"):
+        ca.contrast_separation(X, np.full((10, 2), 0.5))
