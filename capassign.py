@@ -116,7 +116,8 @@ __all__ = [
     "paper_accuracies", "paper_logistic_targets", "write_tabular_agent_search",
     "tabular_agent_search", "encoding_evidence", "agent_evidence", "paper_agent_seed",
     "MATCH_TOL", "TABLE4_POLICIES", "TABLE4_RUNS", "table4_matched_seeds",
-    "table4_seed_errors", "table4_spreads", "contrast_separation", "mean_ci",
+    "table4_seed_errors", "table4_spreads", "contrast_separation", "task_errors",
+    "laplace_update_influence", "mean_ci",
     "two_agent_capacities", "error_vs_capacity", "paper_claims", "error_table", "glue",
     "difference_ci", "runs_needed", "paired_tests", "paired_table", "hindsight_gaps",
     "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis", "analyse_experiment",
@@ -8292,6 +8293,111 @@ def contrast_separation(X, R, alpha1=0.5, *, folds=5, seed=0, settings=PAPER_SET
         rows.append(dict(model=model, error=error, random=float(random_error),
                          gain=float(random_error - error), auc=float(auc)))
     return pd.DataFrame(rows)
+
+
+def task_errors(result, R):
+    """Error rate of each task of a simulation, averaged over its runs.
+
+    Shows where a policy's errors fall: e.g. on the few tasks with outlying
+    contexts, or on the others through what the model learnt from them.
+
+    Parameters
+    ----------
+    result : SimulationResult
+        From :func:`simulate` with ``return_traces=True``.
+    R : array_like, shape (T, A)
+        The rewards the simulation ran on.
+
+    Returns
+    -------
+    ndarray, shape (T,)
+        For task t, the share of runs in which the agent it was given was wrong.
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=200, d=1, seed=0)
+    >>> res = simulate(X, R, [0.5, 0.5], "random", runs=3, return_traces=True)
+    >>> e = task_errors(res, R)
+    >>> e.shape, bool(np.isclose(e.mean(), res.error))
+    ((200,), True)
+    """
+    if result.orders is None:
+        raise ValueError("result has no traces; simulate with return_traces=True")
+    R = _validate_rewards(R, "R", shape=(result.orders.shape[1], len(result.capacities)))
+    wrong = np.zeros(R.shape[0])
+    for order, agents in zip(result.orders, result.assignments):
+        wrong[order] += 1.0 - R[order, agents]
+    return wrong / result.runs
+
+
+def laplace_update_influence(X, R, *, seed=0, reference=2000, settings=PAPER_SETTINGS):
+    """How far each single Laplace-logistic update moves the agents' estimated contrast.
+
+    The logistic policies learn one :class:`LaplaceLogistic` model per agent
+    (App. E.1); this replays that learning on a two-agent stream without the
+    policy in the loop: the tasks in a seeded random order, update t given to
+    agent t mod 2 (each agent learns from half the tasks, as at alpha =
+    (0.5, 0.5)), and after each update the mean absolute change of the
+    estimated contrast mu_1(x) - mu_2(x) over a fixed set of reference
+    contexts.  Grouping the updates by their context (e.g. outlying or not)
+    shows whether a few tasks move the model more than their share.
+
+    Parameters
+    ----------
+    X : array_like, shape (T, d)
+        Contexts.
+    R : array_like, shape (T, 2)
+        0/1 rewards of the two agents.
+    seed : int
+        Seed of the order and of the reference sample.
+    reference : int or array_like of int
+        The number of reference tasks drawn from the stream, or their indices.
+    settings : ModelSettings
+        The Laplace model's settings.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per update: ``step``, ``task`` (row of X), ``agent`` and
+        ``movement`` (mean |change of mu_1 - mu_2| over the reference contexts).
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=300, d=2, seed=0)
+    >>> df = laplace_update_influence(X, R, reference=50)
+    >>> len(df), df.agent.tolist()[:4], bool((df.movement >= 0).all())
+    (300, [0, 1, 0, 1], True)
+    """
+    import pandas as pd
+
+    X = _validate_matrix(X, "X", min_rows=1)
+    T = X.shape[0]
+    R = _validate_rewards(R, "R", shape=(T, 2))
+    seed = _validate_int(seed, "seed", lo=0)
+    rng = np.random.default_rng([seed, 0])
+    order = rng.permutation(T)
+    if np.ndim(reference) == 0:
+        reference = _validate_int(reference, "reference", lo=1, hi=T)
+        ref = np.sort(rng.choice(T, size=reference, replace=False))
+    else:
+        ref = np.asarray(reference)
+        if ref.ndim != 1 or ref.size == 0 or ref.dtype.kind not in "iu" or \
+                ref.min() < 0 or ref.max() >= T:
+            raise ValueError(f"reference must be a count or task indices in 0..{T - 1}")
+    Zr = np.column_stack([np.ones(ref.size), X[ref]])
+    models = [LaplaceLogistic(X.shape[1], settings) for _ in range(2)]
+    logits = np.zeros((2, ref.size))
+    before = np.zeros(ref.size)
+    movement = np.empty(T)
+    for step, i in enumerate(order):
+        a = step % 2
+        models[a].update(X[i], R[i, a])
+        logits[a] = Zr @ models[a].theta
+        contrast = 0.5 * (np.tanh(0.5 * logits[0]) - np.tanh(0.5 * logits[1]))
+        movement[step] = np.abs(contrast - before).mean()
+        before = contrast
+    return pd.DataFrame({"step": np.arange(T), "task": order, "agent": np.arange(T) % 2,
+                         "movement": movement})
 
 
 def mean_ci(errors, level=0.95):

@@ -376,3 +376,45 @@ def test_contrast_separation_rejects_bad_input():
         ca.contrast_separation(X, R, folds=1)
     with pytest.raises(ValueError, match="R"):
         ca.contrast_separation(X, np.full((10, 2), 0.5))
+
+
+def test_task_errors_split_a_simulation_by_task():
+    X, R, _ = ca.synthetic_stream(T=300, d=2, seed=1)
+    res = ca.simulate(X, R, [0.5, 0.5], "logistic-greedy", runs=4, return_traces=True)
+    e = ca.task_errors(res, R)
+    assert e.shape == (300,) and np.isclose(e.mean(), res.error)
+    # run by run, by hand
+    want = np.zeros(300)
+    for k in range(4):
+        for t in range(300):
+            i = res.orders[k, t]
+            want[i] += 1 - R[i, res.assignments[k, t]]
+    np.testing.assert_allclose(e, want / 4)
+    with pytest.raises(ValueError, match="return_traces"):
+        ca.task_errors(ca.simulate(X, R, [0.5, 0.5], "random", runs=2), R)
+
+
+def test_laplace_update_influence_replays_the_laplace_updates():
+    X, R, _ = ca.synthetic_stream(T=400, d=2, seed=2)
+    X = X.copy()
+    X[17] = [60.0, -60.0]                      # one outlying context
+    df = ca.laplace_update_influence(X, R, reference=np.arange(0, 400, 3))
+    assert list(df.agent[:4]) == [0, 1, 0, 1] and sorted(df.task) == list(range(400))
+    assert np.all(np.isfinite(df.movement)) and (df.movement >= 0).all()
+    # the same updates by hand: LaplaceLogistic in the stated order, contrast on the reference
+    order = df.task.to_numpy()
+    ref = np.arange(0, 400, 3)
+    models = [ca.LaplaceLogistic(2), ca.LaplaceLogistic(2)]
+    mu = lambda m: np.array([m.predict(x) for x in X[ref]])
+    before = np.zeros(ref.size)
+    for step in range(6):
+        i = order[step]
+        models[step % 2].update(X[i], R[i, step % 2])
+        c = mu(models[0]) - mu(models[1])
+        assert df.movement[step] == pytest.approx(np.abs(c - before).mean(), abs=1e-12)
+        before = c
+    pd.testing.assert_frame_equal(df, ca.laplace_update_influence(X, R, reference=ref))
+    with pytest.raises(ValueError, match="reference"):
+        ca.laplace_update_influence(X, R, reference=np.array([0, 400]))
+    with pytest.raises(ValueError, match="reference"):
+        ca.laplace_update_influence(X, R, reference=0)
