@@ -7929,7 +7929,7 @@ def agent_evidence(path=None, *, tol=ENCODING_TOL):
     path : str or Path, optional
         Search file (default :data:`TABULAR_AGENTS_PATH`).
     tol : float
-        Half-width of the window around each reported accuracy.
+        The window around each target, as in :func:`encoding_evidence`.
 
     Returns
     -------
@@ -8038,9 +8038,9 @@ def table4_matched_seeds(name, path=None, *, tol=MATCH_TOL):
     Parameters
     ----------
     name : str
-        One of :data:`TABULAR_TASKS`.
+        A tabular task (:data:`TABULAR_TASKS`).
     path : str or Path, optional
-        Search file (default :data:`TABULAR_AGENTS_PATH`).
+        The seed search to read (default: the committed one).
     tol : float
         Half-width of the window on each accuracy.
 
@@ -8195,6 +8195,12 @@ def table4_spreads(errors, path=None, *, tol=MATCH_TOL):
 # that for each model class on the stream itself, apart from online learning.
 
 
+def _two_agent_stream(X, R):
+    """Contexts (T x d, at least two rows) and 0/1 rewards of two agents (T x 2), checked."""
+    X = _validate_matrix(X, "X", min_rows=2)
+    return X, _validate_rewards(R, "R", shape=(X.shape[0], 2))
+
+
 def contrast_separation(X, R, alpha1=0.5, *, folds=5, seed=0, settings=PAPER_SETTINGS):
     """How well each reward-model class tells from the context which agent is right.
 
@@ -8256,8 +8262,7 @@ def contrast_separation(X, R, alpha1=0.5, *, folds=5, seed=0, settings=PAPER_SET
     import pandas as pd
     from scipy.stats import rankdata
 
-    X = _validate_matrix(X, "X", min_rows=2)
-    R = _validate_rewards(R, "R", min_rows=X.shape[0], shape=(X.shape[0], 2))
+    X, R = _two_agent_stream(X, R)
     alpha1 = _validate_share(alpha1, "alpha1")
     T = X.shape[0]
     folds = _validate_int(folds, "folds", lo=2, hi=T)
@@ -8344,10 +8349,8 @@ def laplace_update_influence(X, R, *, seed=0, reference=2000, settings=PAPER_SET
 
     Parameters
     ----------
-    X : array_like, shape (T, d)
-        Contexts.
-    R : array_like, shape (T, 2)
-        0/1 rewards of the two agents.
+    X, R : array_like
+        As in :func:`contrast_separation`.
     seed : int
         Seed of the order and of the reference sample.
     reference : int or array_like of int
@@ -8370,9 +8373,8 @@ def laplace_update_influence(X, R, *, seed=0, reference=2000, settings=PAPER_SET
     """
     import pandas as pd
 
-    X = _validate_matrix(X, "X", min_rows=1)
+    X, R = _two_agent_stream(X, R)
     T = X.shape[0]
-    R = _validate_rewards(R, "R", shape=(T, 2))
     seed = _validate_int(seed, "seed", lo=0)
     rng = np.random.default_rng([seed, 0])
     order = rng.permutation(T)
