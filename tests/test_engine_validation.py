@@ -94,7 +94,7 @@ def test_stored_runs_come_back_exactly(stored):
     c = trees[int(rng.integers(len(trees)))]
     picks.append((c, int(rng.integers(c["runs"]))))
     for c, r in picks:
-        task = _or_skip(ca.load_task, c["task"])
+        task = _or_skip(engines._validation_task, c["task"], stored["tasks"][c["task"]])
         got = engines._validation_run(task, c["policy"], c["alpha1"], r, st["prefix"], st["seed"],
                                  st["eta"])
         for e in ca.ENGINES:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from capassign import (DEFAULT_ETA, ENGINES, ONLINE_POLICIES, PAPER_SETTINGS, TABULAR_TASKS,
+from capassign import (CONTEXT_CODINGS, DEFAULT_ETA, ENGINES, ONLINE_POLICIES, PAPER_SETTINGS,
+                       TABULAR_TASKS,
                        _canonical_json, _finite_shares, _holm, _json_digest, _paired_t_pvalue,
                        _read_json_file, _task_digest, _validate_bool, _validate_choice,
                        _validate_eta, _validate_int, _validate_names, _validate_real,
@@ -393,7 +394,8 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
     for name in tasks:
         task = load_task(name)
         info = {"digest": _task_digest(task.X, task.R), "T": int(task.R.shape[0]),
-                "d": int(task.X.shape[1]), "agent_seed": int(task.meta["seed"])}
+                "d": int(task.X.shape[1]), "agent_seed": int(task.meta["seed"]),
+                "coding": task.meta["context_coding"]}
         task_info[name] = info
         part = path.with_name(f"{path.name}.{name}.partial")
         head = {"settings": settings, "task": info}
@@ -432,8 +434,10 @@ def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES
     return path
 
 
-#: The fields of a task's entry in the complete file.
-_TASK_FIELDS = frozenset({"digest", "T", "d", "agent_seed"})
+#: The fields of a task's entry in the complete file; ``coding`` (the context
+#: coding of :func:`capassign.load_task`) is absent from files written before it
+#: existed, which ran on the ``"codes"`` coding.
+_TASK_FIELDS = frozenset({"digest", "T", "d", "agent_seed", "coding"})
 
 
 def _check_payload(obj, path):
@@ -463,7 +467,8 @@ def _check_payload(obj, path):
     if not isinstance(tasks, dict) or sorted(tasks) != sorted(TABULAR_TASKS):
         raise ValueError(f"{path}: tasks must hold exactly {', '.join(TABULAR_TASKS)}")
     for name, info in tasks.items():
-        ok = (isinstance(info, dict) and set(info) == _TASK_FIELDS
+        ok = (isinstance(info, dict) and set(info) in (_TASK_FIELDS, _TASK_FIELDS - {"coding"})
+              and info.get("coding", "codes") in CONTEXT_CODINGS
               and type(info["digest"]) is str and len(info["digest"]) == 64
               and all(type(info[k]) is int for k in ("T", "d", "agent_seed"))
               and info["T"] >= 1 and info["d"] >= 1 and info["agent_seed"] >= 0)
@@ -502,7 +507,7 @@ def read_engine_validation(path=None, *, check_data=True):
     once each.
 
     Returns the parsed payload (dict): ``settings``, ``tasks`` (data hash,
-    T, d, agent seed), ``cells`` (per-run errors and agent-1 shares of both
+    T, d, agent seed, context coding), ``cells`` (per-run errors and agent-1 shares of both
     engines) and ``missing`` (cells not computed yet, empty when complete);
     raises ``ValueError`` on any mismatch.
 
@@ -542,11 +547,17 @@ def read_engine_validation(path=None, *, check_data=True):
     _check_payload(payload, path)
     if check_data:
         for name, info in obj["tasks"].items():
-            task = load_task(name)
+            task = _validation_task(name, info)
             if _task_digest(task.X, task.R) != info["digest"]:
                 raise ValueError(f"{path}: task {name!r} differs from the data it was computed "
                                  f"on; re-run python -m capbook validate-engines")
     return obj
+
+
+def _validation_task(name, info):
+    """The task a stored validation ran on: its agent seed and context coding (a file
+    without a coding predates the coding by column type: ``"codes"``)."""
+    return load_task(name, info["agent_seed"], coding=info.get("coding", "codes"))
 
 
 def engine_validation(path=None, *, check_data=True):
