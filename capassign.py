@@ -715,9 +715,10 @@ def random_assignment_value(mu, capacities, weights=None):
     return float(w @ mu @ _selection_shares(alpha, constrained))
 
 
-#: Above this many contexts of positive weight, :func:`optimal_assignment`
-#: solves the problem through its dual (A variables) instead of handing the
-#: whole n x A programme to HiGHS, whose time grows about quadratically in n.
+#: Above this many distinct rows of mu (among contexts of positive weight),
+#: :func:`optimal_assignment` solves the problem through its dual (A variables)
+#: instead of handing the whole n x A programme to HiGHS, whose time grows
+#: about quadratically in n.
 #: Every chapter solves at most 2,001 contexts, so all of them use the direct
 #: programme (their printed numbers are those of HiGHS on the full problem).
 ORACLE_LP_MAX_CONTEXTS = 3000
@@ -748,12 +749,103 @@ def _transport_incidence(n, A):
     return rows, cols
 
 
-def _assignment_lp(mu, w, cap, constrained):
+#: Odd 64-bit multipliers of :func:`_distinct_rows`'s row hash (one per column,
+#: cycled; fixed, so that the grouping is the same in every process).
+_ROW_HASH = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                      0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53],
+                     dtype=np.uint64)
+
+
+def _distinct_rows(M):
+    """Groups of equal rows of ``M`` (floats or 8-byte integers), numbered by first row.
+
+    Returns ``None`` when every row is distinct, else ``(first, inverse)``:
+    ``first[g]`` is the index of the first row of group g (increasing in g)
+    and ``inverse[i]`` the group of row i.  Rows are compared through a 64-bit
+    hash of their bits (sum over the columns of (x ^ x >> 32) times an odd
+    constant, wrapping), sorted once; every row of a group is then checked
+    against the group's first row, and a hash collision falls back to
+    ``np.unique(..., axis=0)``.  ``-0.0`` and ``0.0`` are equal.
+    """
+    M = np.ascontiguousarray(M + 0.0 if M.dtype.kind == "f" else M)
+    n, A = M.shape
+    bits = M.view(np.uint64)
+    h = ((bits ^ (bits >> np.uint64(32))) * np.resize(_ROW_HASH, A)).sum(axis=1, dtype=np.uint64)
+    perm = np.argsort(h, kind="stable")
+    h = h[perm]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(h[1:], h[:-1], out=new[1:])
+    if new.all():
+        return None
+    first = perm[new]                      # stable sort: the first row of each hash
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[perm] = np.cumsum(new) - 1
+    if not np.array_equal(M, M[first[inverse]]):   # pragma: no cover - a hash collision
+        _, first, inverse = np.unique(M, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order], rank[inverse]
+
+
+def _split_in_order(P_groups, inverse, w):
+    """Hand each group's assignment to its rows in row order (the rule of
+    :func:`optimal_assignment` for interchangeable contexts).
+
+    Group g, of mass W_g (the sum of its rows' weights ``w``), sends
+    W_g P_groups[g, a] to agent a.  Its rows, in their order, fill agent 0's
+    part first, then agent 1's, and so on: the row covering [s, s + w_i) of
+    the group's mass gets P[i, a] = (its overlap with agent a's part) / w_i,
+    so at most A - 1 rows of a group are split.  A row too light to move the
+    running sum in floating point goes wholly to the agent whose part holds
+    it.  A group of one row gets its group's row as it is.
+    """
+    n = inverse.size
+    G, A = P_groups.shape
+    order = np.argsort(inverse, kind="stable")
+    g = inverse[order]
+    ws = w[order]
+    start = np.searchsorted(g, np.arange(G))
+    size = np.diff(np.append(start, n))
+    cs = np.cumsum(ws)
+    base = cs[start] - ws[start]
+    hi = cs - base[g]
+    lo = hi - ws
+    mass = (cs[start + size - 1] - base)[:, None] * P_groups
+    top = np.cumsum(mass, axis=1)
+    # the agent whose part holds the row's middle (a part of no mass holds nothing)
+    last = A - 1 - np.argmax(P_groups[:, ::-1] > 0, axis=1)
+    agent = np.minimum((top[g] <= (lo + 0.5 * ws)[:, None]).sum(axis=1), last[g])
+    P = np.zeros((n, A))
+    P[order, agent] = 1.0
+    # rows reaching over a part's ends share in proportion to their overlaps
+    ends = top[g, agent]
+    cross = np.flatnonzero((lo < ends - mass[g, agent]) | (hi > ends))
+    gc = g[cross]
+    part = np.clip(np.minimum(hi[cross, None], top[gc])
+                   - np.maximum(lo[cross, None], top[gc] - mass[gc]), 0.0, None)
+    total = part.sum(axis=1)
+    some = total > 0       # (a row past its group's end by rounding keeps its agent)
+    P[order[cross[some]]] = part[some] / total[some, None]
+    single = size[inverse] == 1
+    P[single] = P_groups[inverse[single]]
+    return P
+
+
+def _assignment_lp(mu, w, cap, constrained, allowed=None):
     """HiGHS on the masses y[i, a] = w_i P[i, a] (see :func:`optimal_assignment`).
 
     ``cap`` are the right-hand sides of the constrained agents' rows (equalities
-    when every agent is constrained, ``<=`` otherwise).  Returns the row-normalised
-    assignment and the negated duals lambda (0 for free agents, not shifted).
+    when every agent is constrained, ``<=`` otherwise).  ``allowed`` (m x A
+    booleans, default all) says which agents each row may go to.  Returns the
+    row-normalised assignment and the negated duals lambda (0 for free agents,
+    not shifted), or ``None`` when the allowed agents cannot meet the
+    capacities.  HiGHS resolves masses only to its feasibility tolerance, so a
+    row whose weight is below it (which may come back with no mass at all) is
+    filled by the rule of Thm 1 at the prices found, argmax_a mu[i, a] -
+    lambda_a over its allowed agents, as a context of weight zero is.
     """
     from scipy.optimize import linprog
     from scipy import sparse
@@ -771,13 +863,24 @@ def _assignment_lp(mu, w, cap, constrained):
                     b_eq=np.concatenate([w, cap[cons_agents]]))
     else:
         rows = dict(A_ub=capm, b_ub=cap[cons_agents], A_eq=rows_ctx, b_eq=w)
-    res = linprog(-mu.ravel(), bounds=(0, None), method="highs", options=_HIGHS_OPTIONS, **rows)
+    bounds = (0, None)
+    if allowed is not None:
+        bounds = np.column_stack([np.zeros(m * A), np.where(allowed.ravel(), np.inf, 0.0)])
+    res = linprog(-mu.ravel(), bounds=bounds, method="highs", options=_HIGHS_OPTIONS, **rows)
+    if res.status == 2 and allowed is not None:
+        return None
     if res.status != 0:  # pragma: no cover - the programme is always feasible and bounded
         raise RuntimeError(f"HiGHS failed on the assignment programme: {res.message}")
     lam = np.zeros(A)
     lam[cons_agents] = -np.asarray(res.eqlin.marginals[m:] if all_constrained
                                    else res.ineqlin.marginals)
     P = np.clip(np.asarray(res.x).reshape(m, A), 0.0, None)
+    faint = (w <= _HIGHS_OPTIONS["primal_feasibility_tolerance"]) | (P.sum(axis=1) <= 0.0)
+    P[faint] = 0.0
+    adj = mu[faint] - lam
+    if allowed is not None:
+        adj[~allowed[faint]] = -np.inf
+    P[np.flatnonzero(faint), np.argmax(adj, axis=1)] = 1.0
     return P / P.sum(axis=1, keepdims=True), lam
 
 
@@ -895,16 +998,20 @@ def _assignment_dual(mu, w, alpha, constrained):
     contexts at a tie need to be split (Thm 1).  So: (1) approximate prices
     come from sorting (two constrained agents) or from the smoothed dual
     (:func:`_entropic_prices`); (2) the contexts whose best and second-best
-    adjusted rewards are closest are kept as candidates, every other context
-    is fixed to its best agent and its mass taken off that agent's capacity;
-    (3) HiGHS solves the programme on the candidates alone, which gives exact
-    prices and the split of the boundary contexts; (4) the fixed contexts are
-    checked against those prices (complementary slackness).  If one of them
-    is no longer at a best agent, or the fixed masses overfill an agent, the
-    candidate set is doubled around the new prices and (3)-(4) repeat; with
-    all contexts as candidates this is the full programme, so the method
-    always ends, and whatever it returns satisfies the optimality conditions
-    of the full problem.
+    adjusted rewards are within a margin delta become candidates, which may
+    go to their agents within 2 delta of their best, every other context only
+    to its best agent; candidates that are interchangeable to the programme
+    are merged (:func:`_near_ties`), and delta is the largest of the gaps at
+    ranks k, 2k, 4k, ... that leaves at most k merged candidates (on distinct
+    rewards, the k-th smallest gap; with ties, wider); (3) HiGHS solves that
+    restricted programme (:func:`_near_tie_programme`), which gives exact
+    prices and the split of the boundary contexts; (4) every context's mass
+    is checked to sit on maximisers of mu - lambda at those prices
+    (complementary slackness).  If a check fails, or the restricted
+    programme is infeasible, k is doubled around the new prices and (2)-(4)
+    repeat; with all contexts as candidates nothing is barred and this is the
+    full programme, so the method always ends, and whatever it returns
+    satisfies the optimality conditions of the full problem.
     """
     m, A = mu.shape
     tol = TIE_TOL * max(1.0, float(np.max(np.abs(mu))))
@@ -929,24 +1036,80 @@ def _assignment_dual(mu, w, alpha, constrained):
         top = adj[rows, best]
         adj[rows, best] = -np.inf
         gap = top - adj.max(axis=1)
-        cand = np.sort(np.argpartition(gap, k - 1)[:k]) if k < m else rows
-        fixed = np.setdiff1d(rows, cand, assume_unique=True)
-        F = np.bincount(best[fixed], weights=w[fixed], minlength=A)
-        cap = np.where(constrained, alpha - F, np.inf)
-        if k < m and np.any(constrained & (cap < -_MASS_TOL)):
-            k = min(m, 2 * k)
-            continue
-        cap = np.maximum(cap, 0.0)
-        P_c, lam_c = _assignment_lp(mu[cand], w[cand], cap, constrained)
-        adj_f = mu[fixed] - lam_c
-        ok = adj_f[np.arange(fixed.size), best[fixed]] >= adj_f.max(axis=1) - tol
-        if ok.all():
-            P = np.zeros((m, A))
-            P[fixed, best[fixed]] = 1.0
-            P[cand] = P_c
-            return P, lam_c
-        lam = lam_c
+        adj[rows, best] = top
+        ranks = [(k << j) - 1 for j in range(max(m.bit_length() - k.bit_length() + 1, 0))
+                 if k << j < m]
+        margins = [float(d) for d in np.partition(gap, ranks)[ranks]] if ranks else []
+        margins.append(np.inf)
+        ties = _near_ties(mu, adj, best, gap, margins[0], tol)
+        for delta in margins[1:]:
+            wider = _near_ties(mu, adj, best, gap, delta, tol)
+            if wider[2].size > k:
+                break
+            ties = wider
+        solved = _near_tie_programme(w, alpha, constrained, best, *ties)
+        if solved is not None:
+            P, lam_c = solved
+            adj_c = mu - lam_c
+            if k == m or np.all((P <= 0.0) | (adj_c >= adj_c.max(axis=1, keepdims=True) - tol)):
+                return P, lam_c
+            lam = lam_c
         k = min(m, 2 * k)
+
+
+def _near_ties(mu, adj, best, gap, delta, tol):
+    """Candidates of the dual method at margin ``delta``, merged.
+
+    The contexts whose gap between best and second-best adjusted reward
+    ``adj`` is at most ``delta`` may go to their agents within 2 delta of
+    their best (``near``); they are merged when they are allowed the same
+    agents with the same rewards relative to their best agent (on a grid of
+    tol / 4), which makes them interchangeable to the programme.  Returns
+    ``(near, multi, first, inverse, rel)``: the allowed agents of every
+    context, the candidates' indices, each merged group's first candidate
+    and every candidate's group (:func:`_distinct_rows`), and the
+    candidates' rewards relative to their best agent.
+    """
+    m, A = mu.shape
+    rows = np.arange(m)
+    near = (gap <= delta)[:, None] & (adj >= (adj[rows, best] - 2.0 * delta)[:, None])
+    near[rows, best] = True
+    multi = np.flatnonzero(near.sum(axis=1) > 1)
+    rel = np.where(near[multi], mu[multi] - mu[multi, best[multi]][:, None], 0.0)
+    key = np.column_stack([near[multi] @ (1 << np.arange(A)), np.rint(rel / (0.25 * tol))])
+    groups = _distinct_rows(key.astype(np.int64))
+    first, inverse = groups if groups is not None else (np.arange(multi.size),) * 2
+    return near, multi, first, inverse, rel
+
+
+def _near_tie_programme(w, alpha, constrained, best, near, multi, first, inverse, rel):
+    """The assignment programme with context i allowed only its agents ``near[i]``.
+
+    The contexts allowed one agent become one row per agent (their summed
+    weight); the candidates (``multi``) one row per merged group of
+    :func:`_near_ties`, whose mass is handed back to its contexts in context
+    order (:func:`_split_in_order`).  Returns ``(P, lambda)`` or ``None``
+    when the allowed agents cannot meet the capacities.
+    """
+    m, A = near.shape
+    alone = np.ones(m, dtype=bool)
+    alone[multi] = False
+    fixed = np.bincount(best[alone], weights=w[alone], minlength=A)
+    if np.any(constrained & (fixed > alpha + _MASS_TOL)):
+        return None
+    one = np.flatnonzero(fixed > 0)
+    solved = _assignment_lp(
+        np.vstack([np.zeros((one.size, A)), rel[first]]),
+        np.concatenate([fixed[one], np.bincount(inverse, weights=w[multi])]),
+        np.where(constrained, alpha, np.inf), constrained,
+        allowed=np.vstack([np.eye(A, dtype=bool)[one], near[multi][first]]))
+    if solved is None:
+        return None
+    P_rows, lam = solved
+    P = np.zeros((m, A))
+    P[np.arange(m), best] = 1.0
+    P[multi] = _split_in_order(P_rows[one.size:], inverse, w[multi])
+    return P, lam
 
 
 def optimal_assignment(mu, capacities, weights=None):
@@ -961,14 +1124,18 @@ def optimal_assignment(mu, capacities, weights=None):
 
     with HiGHS (``scipy.optimize.linprog``), written in the masses
     y[i, a] = w_i P[i, a] (a transportation problem with row sums w_i and
-    column sums alpha_a) for numerical robustness.  Up to
-    :data:`ORACLE_LP_MAX_CONTEXTS` contexts of positive weight HiGHS gets the
-    whole programme; above, the problem is solved through its dual, whose only
-    variables are the A shadow prices (:func:`_assignment_dual`: approximate
-    prices by sorting for two constrained agents or from the smoothed dual,
-    HiGHS on the contexts near a tie, every other context checked to be at
-    its best agent under the resulting prices), which takes seconds for 10^6
-    contexts and A <= 5 (``python -m capassign bench --oracle``).  Rewards of
+    column sums alpha_a) for numerical robustness.  Contexts with equal rows
+    of mu are interchangeable, so the programme has one row per distinct row
+    of mu, with the summed weight (piecewise-constant estimates such as
+    trees', or 0/1 rewards, have few).  Up to :data:`ORACLE_LP_MAX_CONTEXTS`
+    distinct rows HiGHS gets the whole programme; above, the problem is
+    solved through its dual, whose only variables are the A shadow prices
+    (:func:`_assignment_dual`: approximate prices by sorting for two
+    constrained agents or from the smoothed dual, HiGHS on the contexts near
+    a tie, with contexts that are equal near the prices merged, every other
+    context checked to be at its best agent under the resulting prices),
+    which takes seconds for 10^6 contexts and A <= 5, with or without ties
+    (``python -m capassign bench --oracle``).  Rewards of
     magnitude above 1e6 are first shifted by each context's best reward and
     scaled (the assignment is unchanged, the prices are scaled back); rewards
     whose differences within a context overflow raise ``ValueError``.  With a
@@ -985,7 +1152,9 @@ def optimal_assignment(mu, capacities, weights=None):
         Probabilities of the context points (uniform by default; checked, not
         normalised, by :func:`_validate_weights`).  Points of weight zero do
         not enter the programme; their rows are filled with the rule
-        argmax_a mu_a(x) - lambda_a.
+        argmax_a mu_a(x) - lambda_a, and so are the rows of points lighter
+        than HiGHS's feasibility tolerance (1e-10), whose share it cannot
+        resolve.
 
     Returns
     -------
@@ -997,6 +1166,11 @@ def optimal_assignment(mu, capacities, weights=None):
         On a discrete distribution the duals may also be non-unique beyond the
         shift (a capacity boundary that falls between two context points); the
         returned values are then one optimal choice, the one HiGHS reports.
+        Where several assignments are optimal, the contexts of a group of
+        equal rows (or, in the dual method, of rows equal near the prices)
+        share the group's mass in context order: its first contexts go to
+        the lowest-numbered agent of the group's split, the next ones to the
+        next agent, so at most A - 1 contexts of a group are split.
 
     Examples
     --------
@@ -1012,8 +1186,12 @@ def optimal_assignment(mu, capacities, weights=None):
     mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
     n, A = mu.shape
     active = np.flatnonzero(w > 0)
-    m = active.size
     mu_act, w_act = mu[active], w[active]
+    groups = _distinct_rows(mu_act)
+    if groups is not None:   # equal rows are interchangeable: one programme row each
+        first, inverse = groups
+        mu_act, w_act = mu_act[first], np.bincount(inverse, weights=w_act)
+    m = mu_act.shape[0]
     # Subtracting a context's best reward from all its agents' rewards changes
     # neither the optimal assignment nor the prices; dividing by a common
     # scale divides the prices.  Only rewards too large for HiGHS are so
@@ -1034,6 +1212,8 @@ def optimal_assignment(mu, capacities, weights=None):
         P_act, lam = _assignment_lp(mu_act, w_act, cap, constrained)
     else:
         P_act, lam = _assignment_dual(mu_act, w_act, cap, constrained)
+    if groups is not None:
+        P_act = _split_in_order(P_act, inverse, w[active])
     if rescale:
         lam = lam * scale
     if constrained.all():
@@ -1050,15 +1230,20 @@ def optimal_assignment(mu, capacities, weights=None):
         capacities=np.where(constrained, alpha, np.nan), weights=w, mu=mu)
 
 
-def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, out=print):
+def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, tied=True,
+                     out=print):
     """Time :func:`optimal_assignment` on random instances of growing size.
 
     For every number of agents A in ``agents`` and every n in ``sizes``, the
     rewards mu are n x A uniform draws (``seed``), the weights uniform and the
     capacities equal; one line per instance gives the wall time, the method
     (HiGHS on the whole programme up to :data:`ORACLE_LP_MAX_CONTEXTS`
-    contexts, the dual method above) and the largest capacity error.  This is
-    ``python -m capassign bench --oracle``.
+    distinct rows of mu, the dual method above) and the largest capacity
+    error.  With ``tied``, two more lines time rewards full of ties at the
+    largest n and A: 0/1 rewards (at most 2^A distinct rows) and rewards on a
+    10-level grid {0, 1/9, ..., 1} (at most 10^A distinct rows, and many
+    exact ties of reward differences), as piecewise-constant estimates
+    produce.  This is ``python -m capassign bench --oracle``.
 
     Parameters
     ----------
@@ -1068,6 +1253,8 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
         Numbers A of agents.
     seed : int
         Seed of the random rewards.
+    tied : bool
+        Also time the two tied instances.
     out : callable
         Receives each line (``print`` by default).
 
@@ -1079,23 +1266,34 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
     --------
     >>> benchmark_oracle(sizes=(100,), agents=(2,))
     optimal_assignment, A = 2, n = 100: ... s (HiGHS, whole programme), max |load - alpha| = ...
+    optimal_assignment, A = 2, n = 100, binary mu (4 distinct rows): ... s (HiGHS, whole ...
+    optimal_assignment, A = 2, n = 100, 10-level mu (... distinct rows): ... s (HiGHS, whole ...
     """
 
     from scipy.optimize import linprog  # noqa: F401  (imported once, before the clock)
 
+    def timed(mu, kind=None):
+        n, A = mu.shape
+        groups = _distinct_rows(mu)          # outside the clock: only for the label
+        distinct = n if groups is None else groups[0].size
+        label = "" if kind is None else f", {kind} mu ({distinct:,} distinct rows)"
+        start = time.perf_counter()
+        res = optimal_assignment(mu, [1.0 / A] * A)
+        took = time.perf_counter() - start
+        method = ("HiGHS, whole programme" if distinct <= ORACLE_LP_MAX_CONTEXTS
+                  else "dual method")
+        err = float(np.max(np.abs(res.loads - 1.0 / A)))
+        out(f"optimal_assignment, A = {A}, n = {n:,}{label}: {took:.2f} s ({method}), "
+            f"max |load - alpha| = {err:.1e}")
+
     rng = np.random.default_rng(seed)
     for A in agents:
         for n in sizes:
-            mu = rng.random((n, A))
-            caps = [1.0 / A] * A
-            start = time.perf_counter()
-            res = optimal_assignment(mu, caps)
-            took = time.perf_counter() - start
-            method = ("HiGHS, whole programme" if n <= ORACLE_LP_MAX_CONTEXTS
-                      else "dual method")
-            err = float(np.max(np.abs(res.loads - 1.0 / A)))
-            out(f"optimal_assignment, A = {A}, n = {n:,}: {took:.2f} s ({method}), "
-                f"max |load - alpha| = {err:.1e}")
+            timed(rng.random((n, A)))
+    if tied:
+        n, A = max(sizes), max(agents)
+        for kind, levels in (("binary", 2), ("10-level", 10)):
+            timed(rng.integers(0, levels, size=(n, A)) / (levels - 1), kind)
 
 
 def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
