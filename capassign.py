@@ -86,7 +86,7 @@ CAPACITY_TOL = 1e-9
 #: figure style, read-outs, chapter tools) are not here but in its module capbook.
 __all__ = [
     # validation constants and the reward rule (section 1)
-    "CAPACITY_TOL", "REWARD_RULE",
+    "CAPACITY_TOL", "REWARD_RULE", "MEMORY_ENV", "MEMORY_FRACTION",
     # compiled kernels: the first-use notice (section 2)
     "PROGRESS_ENV",
     # theory / oracle (section 3)
@@ -420,13 +420,87 @@ def _validate_weights(weights, n, name="weights"):
     return w / total
 
 
+# --- memory: refuse what cannot fit, before any work --------------------------
+#
+# A simulation, a sweep or a benchmark asked for far more runs or tasks than
+# the machine holds would otherwise run for minutes and end in a MemoryError
+# traceback (or in the operating system killing the process).  Each entry point
+# estimates the memory its arrays and objects will take, from its arguments
+# alone, and refuses at once when the estimate is over the limit.
+
+#: Environment variable: the memory limit of those estimates, in bytes or with
+#: a suffix K, M, G or T (powers of 1024), e.g. ``64G``; ``none`` turns the
+#: check off.  By default the limit is :data:`MEMORY_FRACTION` of the memory
+#: the process may use (the machine's physical memory, or its control group's
+#: limit when that is smaller).
+MEMORY_ENV = "CAPASSIGN_MEMORY_LIMIT"
+
+#: The share of the usable memory an estimate may reach without
+#: :data:`MEMORY_ENV`: half, leaving the rest to the data, the interpreter and
+#: other programs (the estimates count the large arrays and per-run objects,
+#: not every temporary).
+MEMORY_FRACTION = 0.5
+
+_MEMORY_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _memory_limit():
+    """The memory limit in bytes (``None``: no check) and a phrase saying where it comes from."""
+    raw = os.environ.get(MEMORY_ENV, "").strip()
+    if raw:
+        if raw.lower() == "none":
+            return None, f"{MEMORY_ENV}=none"
+        text = raw.upper().removesuffix("IB").removesuffix("B")
+        unit = text[-1:] if text[-1:] in _MEMORY_UNITS else ""
+        try:
+            value = float(text[:len(text) - len(unit)]) * _MEMORY_UNITS[unit]
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or not math.isfinite(value):
+            raise ValueError(f"{MEMORY_ENV}={raw!r} is not a memory size; give bytes or a "
+                             f"number with K, M, G or T (e.g. 64G), or 'none'")
+        return value, f"{MEMORY_ENV}={raw}"
+    try:
+        usable = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None, "no limit known on this system"
+    for group in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            usable = min(usable, int(Path(group).read_text().strip()))
+        except (OSError, ValueError):
+            pass
+    return MEMORY_FRACTION * usable, (f"{MEMORY_FRACTION:g} of the {_bytes_text(usable)} this "
+                                      f"process may use; set {MEMORY_ENV} to change it")
+
+
+def _bytes_text(n):
+    """``3.2 GiB``, ``512 MiB``, ... (binary units)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def _check_memory(request, nbytes, purpose):
+    """Refuse ``request`` (the arguments that ask, e.g. ``"runs=10000000"``)
+    with a ValueError when the estimate ``nbytes`` for ``purpose`` is over
+    the limit of :func:`_memory_limit`."""
+    limit, source = _memory_limit()
+    if limit is not None and nbytes > limit:
+        raise ValueError(f"{request} needs about {_bytes_text(nbytes)} for {purpose}, over "
+                         f"the limit of {_bytes_text(limit)} ({source})")
+
+
 # =============================================================================
 # 2. Compiled kernels: numba, loaded on first use
 # =============================================================================
 
 # The fast engine compiles its inner loops with numba; ``cache=True`` stores the
 # machine code next to this file, so a new process (or notebook kernel) loads
-# it instead of compiling again.
+# it instead of compiling again.  That cache folder (``__pycache__`` here, or
+# NUMBA_CACHE_DIR) must be writable by its owner alone: numba's index files
+# are pickles, which it loads, so whoever can write them can run code in every
+# process that calls a kernel (README, "Speed").
 # numba (about two thirds of the import time of this module) is imported when
 # a kernel is first called, not when capassign is imported: ``@njit(...)``
 # below records the Python function, and the first call of any kernel
@@ -3650,7 +3724,10 @@ def _stream_orders(seed, runs, T, start=0):
     number of children, so ``start`` returns runs ``start .. runs - 1`` alone,
     exactly as they are within all ``runs``.
     """
-    children = np.random.SeedSequence(seed).spawn(runs)[start:]
+    root = np.random.SeedSequence(seed)
+    # child k as root.spawn(runs)[k] makes it, without making the others
+    children = [np.random.SeedSequence(root.entropy, spawn_key=(k,), pool_size=root.pool_size)
+                for k in range(start, runs)]
     orders = np.empty((len(children), T), dtype=np.int64)
     policy_seeds = []
     for k, child in enumerate(children):
@@ -3658,6 +3735,35 @@ def _stream_orders(seed, runs, T, start=0):
         orders[k] = np.random.default_rng(perm_ss).permutation(T)
         policy_seeds.append(policy_ss)
     return orders, policy_seeds
+
+
+#: Bytes of a simulated run beyond its arrays: its seeds (``SeedSequence``
+#: objects, about 750 bytes measured with tracemalloc) and its results.
+_RUN_BYTES = 1024
+
+
+def _simulation_memory(runs, T, d, A, policy, engine, traces, settings):
+    """Estimated bytes of the arrays and per-run objects of :func:`simulate`.
+
+    Per run, :data:`_RUN_BYTES` and the task order (8 bytes a task); per run
+    and task, the traces (4 + 8 A bytes) when asked for and always on the
+    reference engine (twice: its workers return them), 24 bytes for an
+    offline policy's choices; the contexts in a kernel's layout (8 (d + 1)
+    bytes a task for the logistic policies, d for the trees), and per
+    parallel run a fast tree run's online forests (A (n_trees + 5 d + 1)
+    bytes a task).  For :func:`_check_memory`.
+    """
+    per_task = 8 + (24 if policy.startswith("offline") else 0)
+    if engine == "reference":
+        per_task += 2 * (4 + 8 * A)
+    elif traces:
+        per_task += 4 + 8 * A
+    total = runs * (_RUN_BYTES + T * per_task)
+    if engine == "fast" and policy.startswith("logistic"):
+        total += 8 * T * (d + 1)
+    elif engine == "fast" and policy.startswith("tree"):
+        total += T * d + min(runs, os.cpu_count() or 1) * A * T * (settings.n_trees + 5 * d + 1)
+    return total
 
 
 def _rng_states(policy_seeds):
@@ -3783,6 +3889,14 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         Per run: the error, the shares of tasks each agent took (and the
         traces, if asked for).
 
+    Raises
+    ------
+    ValueError
+        For a bad argument, and, before any work, when the estimated memory
+        of the runs (task orders, traces, seeds; :func:`_simulation_memory`)
+        is over the limit of ``CAPASSIGN_MEMORY_LIMIT`` (:data:`MEMORY_ENV`,
+        by default half the memory the process may use).
+
     Examples
     --------
     >>> X, R, _ = synthetic_stream(T=500, d=2, seed=0)
@@ -3793,6 +3907,9 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     X, R, eta, runs, seed, caps, batch_size = _validate_simulation(
         X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
     return_traces = _validate_bool(return_traces, "return_traces")
+    _check_memory(f"runs={runs}", _simulation_memory(runs, *X.shape, R.shape[1], policy, engine,
+                                                     return_traces, settings),
+                  f"{runs:,} runs of {R.shape[0]:,} tasks")
     orders, policy_seeds = _stream_orders(seed, runs, R.shape[0])
     rewards, counts, assign, queues = _run_policy(
         X, R, orders, policy_seeds, caps, eta, policy, engine, settings, return_traces,
@@ -4605,6 +4722,12 @@ def _offline_runs(X, R, orders, policy, policy_seeds, engine, settings):
 
 # --- benchmark -----------------------------------------------------------------
 
+def _stream_bytes(T, d):
+    """Estimated bytes of a two-agent :func:`synthetic_stream`: d + 10 columns
+    of 8 bytes (X, R, mu and the intermediate arrays) per task."""
+    return 8 * T * (d + 10)
+
+
 
 #: Capacities of agent 1 in the paper's two-agent experiments (Sec. 4).
 PAPER_CAPACITY_GRID = (0.2, 0.4, 0.5, 0.6, 0.8)
@@ -4662,12 +4785,25 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     ['fast_cpu_us', 'fast_us', 'reference_cpu_us', 'reference_us', 'speedup', 'speedup_cpu']
     """
 
+    for name, v in (("T", T), ("d", d), ("fast_runs", fast_runs),
+                    ("reference_runs", reference_runs), ("grid_runs", grid_runs)):
+        _validate_int(v, name, lo=1)
+    reference_T = T if reference_T is None else min(_validate_int(reference_T, "reference_T", 1), T)
+    _check_memory(f"T={T}", _stream_bytes(T, d) + max(
+        max(_simulation_memory(fast_runs, T, d, 2, p, "fast", False, PAPER_SETTINGS),
+            _simulation_memory(reference_runs, reference_T, d, 2, p, "reference", False,
+                               PAPER_SETTINGS)) for p in policies),
+        f"the benchmark's stream of {T:,} tasks and its runs")
+    if grid:
+        _check_memory(f"grid_runs={grid_runs}", _stream_bytes(grid_T, grid_d) + max(
+            _simulation_memory(grid_runs, grid_T, grid_d, 2, p, "fast", False, PAPER_SETTINGS)
+            for p in CONTEXTUAL_POLICIES), f"the grid's runs of {grid_T:,} tasks")
+
     import numba
 
     def clocks():
         return time.perf_counter(), time.process_time()
 
-    reference_T = T if reference_T is None else min(int(reference_T), T)
     out(f"capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta=0.5, "
         f"d={d}; numba threads={numba.get_num_threads()} (cpu_count={os.cpu_count()})")
     w0, _ = clocks()
@@ -6156,6 +6292,12 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     'capassign bench --router: Router.assign + Router.update, A=2 agents, ...'
     """
 
+    for name, v in (("T", T), ("d", d)):
+        _validate_int(v, name, lo=1)
+    # the stream, a view of each row and the rewards as lists (the routers' own
+    # state stays bounded: measured 274-278 MiB of RSS at T = 20,000 and 200,000)
+    _check_memory(f"T={T}", _stream_bytes(T, d) + 256 * T,
+                  f"the benchmark's stream of {T:,} tasks")
     X, R, _ = synthetic_stream(T, d, seed=seed)
     Xw, Rw, _ = synthetic_stream(64, d, seed=seed)
     out(f"capassign bench --router: Router.assign + Router.update, A=2 agents, "
@@ -9000,6 +9142,21 @@ def _check_cell(rec, key, n_agents):
     return None
 
 
+def _refuse_link(path, what):
+    """Refuse a symbolic link at ``path`` inside a sweep's folder (ValueError).
+
+    A sweep writes only regular files and folders of its own inside its
+    folder.  Whoever else can write to the folder could plant a link there
+    (``.lock``, ``cells``) that sends the sweep's writes anywhere the sweep's
+    user may write; the sweep refuses to follow one.  (The folder itself may
+    be a link: that is the user's choice.)
+    """
+    if path.is_symlink():
+        raise ValueError(f"out_dir: {path} ({what}) is a symbolic link; a sweep does not follow "
+                         f"links inside its folder, where another user could have pointed them "
+                         f"anywhere: remove it (and check who else can write to the folder)")
+
+
 def _lock_sweep_dir(out_dir):
     """Take the sweep lock of ``out_dir`` (a file descriptor; close it to release).
 
@@ -9012,7 +9169,9 @@ def _lock_sweep_dir(out_dir):
     mounts) cannot protect a folder; give each sweep its own folder there.
     """
     path = out_dir / ".lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    _refuse_link(path, "the sweep's lock file")
+    # O_NOFOLLOW: a link planted between the check and here is not followed either
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         try:
             import fcntl
@@ -9107,7 +9266,43 @@ def _sweep_capacity_list(capacities):
                         if hasattr(c, "__iter__") and not isinstance(c, (str, bytes)) else c)
     if not cap_list:
         raise ValueError("capacities must hold at least one capacity vector")
+    repeated = [c for i, c in enumerate(cap_list) if c in cap_list[:i]]
+    if repeated:
+        raise ValueError(f"capacities must not repeat a vector (its cells and rows would be "
+                         f"repeated), got {repeated[0]} twice")
     return cap_list
+
+
+#: Protocols of Dask scheduler addresses (``distributed.comm``'s backends).
+_DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx", "inproc")
+
+
+def _validate_scheduler(address, name="scheduler"):
+    """A Dask scheduler address, ``[scheme://]host[:port]``: checked in form
+    (known scheme, host name or IP address, port 1-65535), since a malformed
+    one would only fail after the client's connection timeout."""
+    expected = (f"a Dask scheduler address [scheme://]host[:port] such as "
+                f"'tcp://10.0.0.1:8786' (scheme {', '.join(_DASK_SCHEMES)}; port 1-65535)")
+    if not isinstance(address, str):
+        raise TypeError(f"{name} must be {expected}, got {address!r}")
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    host, port = rest, None
+    if scheme != "inproc":
+        bracket = rest.startswith("[") and "]" in rest   # [IPv6]:port
+        head, colon, tail = (rest.rpartition("]:") if bracket else rest.partition(":"))
+        if colon:
+            host, port = head + ("]" if bracket else ""), tail
+    ok = (scheme in _DASK_SCHEMES and host != "" and address.isprintable() and " " not in address
+          and (port is None or (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535)))
+    if ok and scheme != "inproc":
+        name_ok = all(c.isalnum() or c in "-._" for c in host)
+        ok = name_ok or (host.startswith("[") and host.endswith("]")
+                         and all(c in "0123456789abcdefABCDEF:." for c in host[1:-1]))
+    if not ok:
+        raise ValueError(f"{name} must be {expected}, got {address!r}")
+    return address
 
 
 def _sweep_backend(backend, client, scheduler, n_jobs):
@@ -9119,6 +9314,8 @@ def _sweep_backend(backend, client, scheduler, n_jobs):
     if backend == "dask" and client is None and scheduler is None:
         raise ValueError("backend 'dask' needs client (a distributed.Client) or scheduler "
                          "(an address such as 'tcp://host:8786')")
+    if scheduler is not None:
+        _validate_scheduler(scheduler)
     if _validate_int(n_jobs, "n_jobs", lo=None) == 0:
         raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
     return backend
@@ -9130,6 +9327,20 @@ def _sweep_backend(backend, client, scheduler, n_jobs):
 #: loads a task from (name -> (arrays or name, task_seed)) and
 #: ``(eta, seed, engine, settings)``.
 _SweepPlan = namedtuple("_SweepPlan", "manifest specs keys shapes data sim")
+
+
+#: Bytes a sweep holds per cell (its plan entry, key and stored record: about
+#: 2 KiB measured with tracemalloc) and per row of its table (the row and
+#: its share of the records and the data frame: about 1 KiB).
+_SWEEP_CELL_BYTES, _SWEEP_ROW_BYTES = 2048, 1024
+
+
+def _sweep_memory(points, runs, block):
+    """Estimated bytes of a sweep's plan and table over ``points`` grid points
+    (task, policy, capacities) and what they are for (:func:`_check_memory`)."""
+    cells, rows = points * -(-runs // block), points * runs
+    return (cells * _SWEEP_CELL_BYTES + rows * _SWEEP_ROW_BYTES,
+            f"the plan and table of {cells:,} cells and {rows:,} rows")
 
 
 def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_seed, sim):
@@ -9146,6 +9357,10 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_s
         _validate_simulation(X, R, [1.0] + [0.0] * (np.shape(R)[1] - 1), "random", eta, 1,
                              seed, engine, settings)
         shapes[name] = np.shape(R)
+        for p in policies:   # one cell in one worker
+            _check_memory(f"block={block}", _simulation_memory(block, *np.shape(X), shapes[name][1],
+                                                               p, engine, False, settings),
+                          f"a cell of {block:,} runs of task {name!r} ({p}) in each worker")
         hashes[name] = _task_digest(np.asarray(X, dtype=float), np.asarray(R, dtype=float))
         for caps in cap_list:
             _validate_capacities(caps, shapes[name][1])
@@ -9248,6 +9463,18 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
       ``ValueError`` at once and touches nothing.  The kernel releases the
       lock when the process ends, even by ``kill -9``, so a leftover ``.lock``
       file is never stale.
+    - A sweep writes only regular files and folders of its own in ``out_dir``
+      and refuses (``ValueError``) to follow a symbolic link planted there
+      (``.lock``, ``cells``), which could send its writes anywhere its user may
+      write; the table goes to a fresh, exclusively created temporary file,
+      then is renamed to ``results.csv``.  ``out_dir`` itself may be a link.
+    - Before any work, the memory of the plan and table (about 2 KiB a cell
+      and 1 KiB a row) and of one cell in a worker (:func:`simulate`'s
+      estimate for ``block`` runs) is estimated; a sweep over the limit
+      (``CAPASSIGN_MEMORY_LIMIT``, by default half the usable memory) is
+      refused with ``ValueError`` naming ``runs``/``block`` and the estimate.
+      Repeated policies or capacity vectors, an empty ``out_dir`` and a
+      malformed Dask ``scheduler`` address are refused too.
     - Task names may hold any printable characters and be of any length: cell
       file names keep a short readable part of the name plus a hash of the full
       key.  Empty names and names with control characters are refused at once.
@@ -9263,7 +9490,7 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     """
     # --- check everything before any work --------------------------------------
     task_items = _sweep_task_items(tasks)
-    policies = _validate_names(policies, POLICIES, "policies")
+    policies = _validate_names(policies, POLICIES, "policies", unique=True)
     cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
     block = runs if block is None else _validate_int(block, "block", lo=1)
@@ -9273,11 +9500,17 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     _validate_choice(engine, ENGINES, "engine")
     _validate_settings(settings)
     backend = _sweep_backend(backend, client, scheduler, n_jobs)
+    _check_memory(f"runs={runs}, block={block}",
+                  *_sweep_memory(len(task_items) * len(policies) * len(cap_list), runs, block))
     plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
                        task_seed, (eta, seed, engine, settings))
 
+    if isinstance(out_dir, str) and not out_dir.strip():
+        raise ValueError(f"out_dir must name a results folder, got {out_dir!r} (which would "
+                         f"be the current folder)")
     out_dir = Path(out_dir)
     cells = out_dir / "cells"
+    _refuse_link(cells, "the folder of stored cells")
     try:
         cells.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -9297,8 +9530,8 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
 
     manifest, specs, keys, shapes = plan.manifest, plan.specs, plan.keys, plan.shapes
     cells = out_dir / "cells"
-    for stale in cells.glob(".tmp-*.json"):
-        stale.unlink()  # a write cut short by a kill; its cell was never stored
+    for stale in [*cells.glob(".tmp-*.json"), *out_dir.glob(".tmp-*.csv")]:
+        stale.unlink()  # a write cut short by a kill (a link is removed, not followed)
     mpath = out_dir / "sweep.json"
     if mpath.exists() or mpath.is_symlink():
         old, why = _read_json_file(mpath)
@@ -9366,9 +9599,8 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
                 row[f"share_{a + 1}"] = shares[a] if a < len(shares) else float("nan")
             rows.append(row)
     df = pd.DataFrame(rows)
-    tmp = out_dir / ".results.csv.tmp"
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, out_dir / "results.csv")
+    # a fresh temporary file (O_EXCL, never a planted link), then a rename
+    _write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
     df.attrs["computed"] = len(todo)
     df.attrs["reused"] = reused
     if invalid:
@@ -9720,13 +9952,12 @@ def _cmd_data_check(args):
 
 
 def _cmd_data_embed(args):
-    try:
-        print(f"wrote {embed_mmlu_questions(args.out)}")
-    except DataUnavailable as exc:
-        sys.exit(f"capassign data embed-mmlu: {exc}")
+    print(f"wrote {embed_mmlu_questions(args.out)}")
 
 
 def _cmd_bench(args):
+    if args.reference_T is not None:
+        _validate_int(args.reference_T, "--reference-T", lo=1)
     T, ref_T, grid_runs = args.T, args.reference_T, args.grid_runs
     if args.quick:
         T, ref_T, grid_runs = 2000, 1000, 2
@@ -9804,6 +10035,9 @@ def _cmd_sweep(args):
         caps = [_parse_capacities(v) for v in args.capacities]
     if args.backend == "dask" and not args.scheduler:
         raise ValueError("--backend dask needs --scheduler ADDRESS")
+    if not args.out.strip():
+        raise ValueError(f"--out {args.out!r} names no folder; give a results folder (created "
+                         f"if missing), e.g. --out results/main")
     out = Path(args.out).expanduser()
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {args.out!r} is an existing file, not a folder; give a "
@@ -10015,7 +10249,10 @@ def _command_name(parser, args):
 
 def _error_line(exc):
     """One line saying what went wrong and, where the message does not, what to do."""
-    if isinstance(exc, OSError) and not isinstance(exc, (DataUnavailable, DataIntegrityError)):
+    if isinstance(exc, (TimeoutError, ConnectionError)):
+        msg = (f"{exc or type(exc).__name__}; check the address and that the other side (e.g. "
+               f"the Dask scheduler) is running and reachable")
+    elif isinstance(exc, OSError) and not isinstance(exc, (DataUnavailable, DataIntegrityError)):
         what = exc.strerror or type(exc).__name__
         where = f": {exc.filename}" if exc.filename is not None else ""
         msg = (f"{what}{where} ({type(exc).__name__}); check that the path exists, is the "
