@@ -525,3 +525,18 @@ def test_synthetic_stream_is_seeded():
     assert ((mu1 > 0) & (mu1 < 1)).all()
     with pytest.raises(ValueError, match="n_agents"):
         ca.synthetic_stream(100, 3, 1)
+
+
+def test_stream_orders_of_a_block_are_those_of_all_runs():
+    # run k's permutation and policy seed come from child k of SeedSequence(seed),
+    # whatever the number of runs: a block (start > 0) is built without the
+    # children before it, and equals the same runs taken out of spawn(runs)
+    orders, seeds = ca._stream_orders(5, 9, 30, start=6)
+    children = np.random.SeedSequence(5).spawn(9)[6:]
+    assert orders.shape == (3, 30) and len(seeds) == 3
+    for k, child in enumerate(children):
+        perm_ss, policy_ss = child.spawn(2)
+        np.testing.assert_array_equal(orders[k], np.random.default_rng(perm_ss).permutation(30))
+        np.testing.assert_array_equal(seeds[k].generate_state(4), policy_ss.generate_state(4))
+    whole, _ = ca._stream_orders(5, 9, 30)
+    np.testing.assert_array_equal(whole[6:], orders)
