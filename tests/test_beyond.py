@@ -515,7 +515,9 @@ def test_plot_error_vs_capacity_draws_the_table():
         np.testing.assert_array_equal(line.get_xdata(), g.alpha1)
         np.testing.assert_array_equal(line.get_ydata(), g.error)
     offline = ax.lines[2]
-    assert offline.get_linestyle() == ":" and offline.get_marker() in ("", "None", None)
+    on, off = ca.POLICY_STYLE["offline-tree"]["ls"][1]        # a dotted dash pattern
+    assert on < off and offline.get_linestyle() != "-"
+    assert offline.get_marker() in ("", "None", None)
     assert len(set(offline.get_ydata())) == 1
     assert len(ax.collections) == 2          # bands: random and tree-greedy
     assert ax.get_legend() is not None and ax.get_title() == "t"
