@@ -835,12 +835,16 @@ def _distinct_rows(M):
 
     Returns ``None`` when every row is distinct, else ``(first, inverse)``:
     ``first[g]`` is the index of the first row of group g (increasing in g)
-    and ``inverse[i]`` the group of row i.  Rows are compared through a 64-bit
+    and ``inverse[i]`` the group of row i.  Rows whose first column is
+    already distinct are distinct; otherwise rows are compared through a 64-bit
     hash of their bits (sum over the columns of (x ^ x >> 32) times an odd
     constant, wrapping), sorted once; every row of a group is then checked
     against the group's first row, and a hash collision falls back to
     ``np.unique(..., axis=0)``.  ``-0.0`` and ``0.0`` are equal.
     """
+    first_column = np.sort(M[:, 0])
+    if not np.any(first_column[1:] == first_column[:-1]):
+        return None          # distinct in one column: no need to hash the rows
     M = np.ascontiguousarray(M + 0.0 if M.dtype.kind == "f" else M)
     n, A = M.shape
     bits = M.view(np.uint64)
@@ -1118,7 +1122,7 @@ def _assignment_dual(mu, w, alpha, constrained):
         ties = _near_ties(mu, adj, best, gap, margins[0], tol)
         for delta in margins[1:]:
             wider = _near_ties(mu, adj, best, gap, delta, tol)
-            if wider[2].size > k:
+            if wider[2].size > k:     # merged candidates
                 break
             ties = wider
         solved = _near_tie_programme(w, alpha, constrained, best, *ties)
@@ -1139,33 +1143,35 @@ def _near_ties(mu, adj, best, gap, delta, tol):
     their best (``near``); they are merged when they are allowed the same
     agents with the same rewards relative to their best agent (on a grid of
     tol / 4), which makes them interchangeable to the programme.  Returns
-    ``(near, multi, first, inverse, rel)``: the allowed agents of every
-    context, the candidates' indices, each merged group's first candidate
-    and every candidate's group (:func:`_distinct_rows`), and the
-    candidates' rewards relative to their best agent.
+    ``(multi, near, first, inverse, rel)``: the candidates' indices (every
+    other context may go to its best agent only), their allowed agents, each
+    merged group's first candidate and every candidate's group
+    (:func:`_distinct_rows`), and the candidates' rewards relative to their
+    best agent.
     """
-    m, A = mu.shape
-    rows = np.arange(m)
-    near = (gap <= delta)[:, None] & (adj >= (adj[rows, best] - 2.0 * delta)[:, None])
-    near[rows, best] = True
-    multi = np.flatnonzero(near.sum(axis=1) > 1)
-    rel = np.where(near[multi], mu[multi] - mu[multi, best[multi]][:, None], 0.0)
-    key = np.column_stack([near[multi] @ (1 << np.arange(A)), np.rint(rel / (0.25 * tol))])
+    A = mu.shape[1]
+    multi = np.flatnonzero(gap <= delta)     # their second best is within delta
+    b = best[multi]
+    near = adj[multi] >= (adj[multi, b] - 2.0 * delta)[:, None]
+    rel = np.where(near, mu[multi] - mu[multi, b][:, None], 0.0)
+    key = np.column_stack([near @ (1 << np.arange(A)), np.rint(rel / (0.25 * tol))])
     groups = _distinct_rows(key.astype(np.int64))
     first, inverse = groups if groups is not None else (np.arange(multi.size),) * 2
-    return near, multi, first, inverse, rel
+    return multi, near, first, inverse, rel
 
 
-def _near_tie_programme(w, alpha, constrained, best, near, multi, first, inverse, rel):
-    """The assignment programme with context i allowed only its agents ``near[i]``.
+def _near_tie_programme(w, alpha, constrained, best, multi, near, first, inverse, rel):
+    """The assignment programme with every context allowed only its best
+    agent ``best[i]``, except the candidates ``multi`` of :func:`_near_ties`,
+    allowed their agents ``near``.
 
     The contexts allowed one agent become one row per agent (their summed
-    weight); the candidates (``multi``) one row per merged group of
-    :func:`_near_ties`, whose mass is handed back to its contexts in context
-    order (:func:`_split_in_order`).  Returns ``(P, lambda)`` or ``None``
-    when the allowed agents cannot meet the capacities.
+    weight), the candidates one row per merged group, whose mass is handed
+    back to its contexts in context order (:func:`_split_in_order`).
+    Returns ``(P, lambda)`` or ``None`` when the allowed agents cannot meet
+    the capacities.
     """
-    m, A = near.shape
+    m, A = best.size, near.shape[1]
     alone = np.ones(m, dtype=bool)
     alone[multi] = False
     fixed = np.bincount(best[alone], weights=w[alone], minlength=A)
@@ -1176,7 +1182,7 @@ def _near_tie_programme(w, alpha, constrained, best, near, multi, first, inverse
         np.vstack([np.zeros((one.size, A)), rel[first]]),
         np.concatenate([fixed[one], np.bincount(inverse, weights=w[multi])]),
         np.where(constrained, alpha, np.inf), constrained,
-        allowed=np.vstack([np.eye(A, dtype=bool)[one], near[multi][first]]))
+        allowed=np.vstack([np.eye(A, dtype=bool)[one], near[first]]))
     if solved is None:
         return None
     P_rows, lam = solved
