@@ -88,7 +88,7 @@ def show_source(name):
     Examples
     --------
     >>> print(show_source("VirtualQueues.update").text.splitlines()[0].strip())
-    def update(self, agent):
+    def update(self, a):
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str naming an object of capassign, "
