@@ -474,7 +474,8 @@ SCROLLBAR_MIN_PX = 4
 FONT_KEY = "capbook:min-font-pt"
 
 # The page as first seen (folded content folded): its length in screens, its
-# code lines longer than the limit (and every code line's count), the text of
+# code lines longer than the limit (code: cell inputs, code blocks of the text
+# and printed source, not what a cell prints), the text of
 # table headers and captions, output images with their displayed and natural
 # widths, the "In brief" block, and how each titled section opens.
 READING_JS = """
@@ -486,16 +487,21 @@ READING_JS = """
   const y = el => el.getBoundingClientRect().top + window.scrollY;
   const clean = el => (el.textContent || '').replace(/[\\u00b6#]\\s*$/, '').trim()
     .replace(/\\s+/g, ' ');
-  const code = {blocks: 0, visibleBlocks: 0, long: []};
+  const code = {blocks: 0, visibleBlocks: 0, long: [], scrolling: []};
+  // code: cell inputs, code blocks of the text and printed source (.ca-source), not
+  // the text a cell prints (its outputs are highlighted blocks too)
   for (const pre of article.querySelectorAll('.cell_input pre, div.highlight pre, .ca-source pre')) {
-    if (pre.closest('.cell_input') === null && pre.closest('.cell_output') !== null
-        && pre.closest('div.highlight, .ca-source') === null) continue;
+    if (pre.closest('.cell_output') !== null && pre.closest('.ca-source') === null) continue;
     const shown = visible(pre);
     code.blocks += 1; code.visibleBlocks += shown ? 1 : 0;
     const input = pre.closest('.cell_input') !== null;
+    if (shown && pre.scrollWidth > pre.clientWidth + 1)
+      code.scrolling.push({width: pre.scrollWidth, box: pre.clientWidth,
+                           text: pre.textContent.trim().slice(0, 60)});
     pre.textContent.split('\\n').forEach((line, i) => {
       if (line.length > limit) code.long.push({length: line.length, visible: shown, input: input,
-                                              line: i + 1, text: line.slice(0, 100)});
+                                              block: code.blocks, line: i + 1,
+                                              text: line.slice(0, 100)});
     });
   }
   const headers = Array.from(article.querySelectorAll('th, caption, .ca-table-caption'),
@@ -602,12 +608,18 @@ def _header_problems(headers):
     return problems
 
 
-def _code_problems(code, *, visible_only=True):
+def _code_problems(code, *, visible_only=True, scrolling=False):
     """Code lines longer than CODE_LINE_LIMIT (``code``: READING_JS's ``code``); with
-    ``visible_only`` only those a reader sees without unfolding anything."""
-    return [f"code line of {c['length']} characters"
-            + ("" if c["visible"] else " (folded)") + f": {c['text'][:60]!r}"
-            for c in code["long"] if c["visible"] or not visible_only]
+    ``visible_only`` only those a reader sees without unfolding anything; with
+    ``scrolling`` also every visible code block that scrolls sideways (its lines do not
+    fit the column at the width it was read in)."""
+    problems = [f"code line of {c['length']} characters"
+                + ("" if c["visible"] else " (folded)") + f": {c['text'][:60]!r}"
+                for c in code["long"] if c["visible"] or not visible_only]
+    if scrolling:
+        problems += [f"code block {c['width']} px wide in a {c['box']} px box: "
+                     f"{c['text'][:40]!r}" for c in code["scrolling"]]
+    return problems
 
 
 def _figure_text_px(font_pt, dpi, shown, natural):
@@ -1054,8 +1066,10 @@ def test_table_headers_read_as_numbers_and_math(readings):
 
 def test_visible_code_lines_fit_the_column(readings):
     """No code line a reader sees without unfolding anything is longer than
-    CODE_LINE_LIMIT characters (folded lines are printed, not failed, with -s)."""
-    report = _book_report(readings, ["1280"], lambda p, v, r: _code_problems(r["page"]["code"]))
+    CODE_LINE_LIMIT characters, and at 1280 px no visible code block scrolls sideways
+    (folded lines are printed, not failed, with -s)."""
+    report = _book_report(readings, ["1280"], lambda p, v, r: _code_problems(
+        r["page"]["code"], scrolling=True))
     folded = _book_report(readings, ["1280"], lambda p, v, r: [
         c for c in _code_problems(r["page"]["code"], visible_only=False) if "(folded)" in c])
     print(f"\n{len(folded)} folded code lines longer than {CODE_LINE_LIMIT} characters")
@@ -1154,6 +1168,8 @@ def test_reading_checks_themselves(viewport, browser, site):
     code = _code_problems(reading["code"])
     assert len(code) == 1 and "code line of 124 characters: 'x = 1 + " in code[0], code
     assert len(_code_problems(reading["code"], visible_only=False)) == 2
+    scrolls = _code_problems(reading["code"], scrolling=True)[1:]
+    assert len(scrolls) == 1 and "'short = 1" in scrolls[0], scrolls
     # the front page is no experiment chapter; as one, it fails twice plus once per section
     assert _brief_problems("book/executed/intro.html", reading, 800) == []
     problems = _brief_problems("book/executed/exp_x.html", reading, 800)

@@ -45,8 +45,9 @@ from .engines import (ENGINE_VALIDATION_PATH, engine_validation, read_engine_val
 from .pipeline import (BOOK_DIR, CHAPTER_DIR, EXECUTED_DIR, ROOT, chapter_drift, chapter_names,
                        glued_values, reproduce, sync_text)
 from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECORD_KEY,
-                      SYMBOL_NAMES, Table, adherence_table, book_figure, error_table, figure_png,
-                      glue, legend_outside, paired_table, show_table, smallest_font)
+                      SYMBOL_NAMES, Fold, Table, adherence_table, book_figure, error_table,
+                      figure_png, fold_text, glue, legend_outside, paired_table, show_table,
+                      smallest_font)
 from .sources import Source, show_source
 from .readouts import (OFFLINE_FIGURE_STYLE, SCORECARD_TOL, SIMILAR_TOL, ExperimentAnalysis,
                        analyse_experiment, paper_claims, scorecard_verdict)
@@ -55,7 +56,7 @@ from .cli import main
 __all__ = [
     # the page (present)
     "COLUMN_PX", "BOOK_DPI", "COLUMN_INCHES", "BOOK_STYLE", "book_figure", "legend_outside",
-    "smallest_font", "FONT_RECORD_KEY", "figure_png", "SYMBOL_NAMES", "Table", "show_table",
+    "smallest_font", "FONT_RECORD_KEY", "figure_png", "SYMBOL_NAMES", "Table", "show_table", "Fold", "fold_text",
     "error_table", "paired_table", "adherence_table", "glue",
     # the library's code on a page (sources)
     "Source", "show_source",

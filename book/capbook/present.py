@@ -196,14 +196,16 @@ def _show_figures_as_book_png():
 def legend_outside(fig, ax=None, *, ncol=None):
     """One legend for the whole figure, below the panels, outside the data.
 
-    The entries are taken from ``ax`` (default: the figure's first axes) and
-    spread over ``ncol`` columns (default: up to four).  Returns the legend.
+    The entries are taken from ``ax`` (default: the figure's first axes; with
+    ``"all"``, every labelled line of every panel, once each, in order of
+    appearance) and spread over ``ncol`` columns (default: up to four).
+    Returns the legend.
 
     Parameters
     ----------
     fig : matplotlib.figure.Figure
         The figure.
-    ax : matplotlib.axes.Axes, optional
+    ax : matplotlib.axes.Axes or "all", optional
         The axes whose entries are shown.
     ncol : int, optional
         Columns of the legend.
@@ -224,7 +226,14 @@ def legend_outside(fig, ax=None, *, ncol=None):
     axes = fig.get_axes()
     if not axes:
         raise ValueError("legend_outside: the figure has no axes")
-    handles, labels = (ax or axes[0]).get_legend_handles_labels()
+    if isinstance(ax, str) and ax == "all":
+        entries = {}
+        for a in axes:
+            for h, lab in zip(*a.get_legend_handles_labels()):
+                entries.setdefault(lab, h)
+        handles, labels = list(entries.values()), list(entries)
+    else:
+        handles, labels = (ax or axes[0]).get_legend_handles_labels()
     if not handles:
         raise ValueError("legend_outside: the axes have no labelled lines")
     for a in axes:
@@ -460,6 +469,63 @@ def _relabel(frame):
     out.columns.names = [_fmt_label(n) if n is not None else None for n in frame.columns.names]
     out.index.names = [_fmt_label(n) if n is not None else None for n in frame.index.names]
     return out
+
+
+class Fold:
+    """Text folded under a title: a dropdown in the page, the text itself elsewhere.
+
+    Made by :func:`fold_text`.  A notebook displays a closed fold whose title
+    says what is inside; ``print``, ``repr`` and the notebook's plain text
+    (what nbval compares) give the text.
+
+    Attributes
+    ----------
+    title : str
+        What the fold holds.
+    text : str
+        The folded text.
+
+    Examples
+    --------
+    >>> f = fold_text("Accuracy per bin", "bank: 0.91 0.88")
+    >>> print(f)
+    bank: 0.91 0.88
+    >>> f._repr_html_().startswith('<details class="ca-fold">')
+    True
+    """
+
+    def __init__(self, title, text):
+        self.title, self.text = title, text
+
+    def __repr__(self):
+        return self.text
+
+    def _repr_html_(self):
+        import html
+
+        return (f"<details class=\"ca-fold\"><summary>{_tex_html(html.escape(self.title))}"
+                f"</summary><pre class=\"ca-fold-text\">{html.escape(self.text)}</pre></details>")
+
+
+def fold_text(title, text):
+    """Printed detail (long text output) folded under ``title`` (:class:`Fold`).
+
+    Parameters
+    ----------
+    title : str
+        What the fold holds, shown when it is closed; ``$...$`` is typeset.
+    text : str or sequence of str
+        The text, or its lines.
+
+    Returns
+    -------
+    Fold
+    """
+    if not isinstance(title, str) or not title.strip():
+        raise ValueError("title must be a non-empty str")
+    if not isinstance(text, str):
+        text = "\n".join(str(line) for line in text)
+    return Fold(title, text)
 
 
 def error_table(df, value="error", digits=3, *, text=True):
