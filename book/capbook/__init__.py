@@ -21,6 +21,8 @@ Modules, in the order a chapter meets them:
 ``present``
     the page: one figure style, tables with the paper's values beside ours,
     numbers glued into the prose;
+``sources``
+    the library's code shown on a page, folded, its docstring rendered;
 ``readouts``
     the chapters' read-outs: the paper's claims, one analysis of an
     error-vs-capacity experiment, the reproduction scorecard's verdicts;
@@ -42,16 +44,22 @@ from .engines import (ENGINE_VALIDATION_PATH, engine_validation, read_engine_val
                       validate_engines)
 from .pipeline import (BOOK_DIR, CHAPTER_DIR, EXECUTED_DIR, ROOT, chapter_drift, chapter_names,
                        glued_values, reproduce, sync_text)
-from .present import (BOOK_STYLE, Table, adherence_table, book_figure, error_table, glue,
-                      legend_outside, paired_table, show_table)
+from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECORD_KEY,
+                      SYMBOL_NAMES, Fold, Table, adherence_table, book_figure, error_table,
+                      figure_png, fold_text, glue, legend_outside, paired_table, show_table,
+                      smallest_font)
+from .sources import Source, show_source
 from .readouts import (OFFLINE_FIGURE_STYLE, SCORECARD_TOL, SIMILAR_TOL, ExperimentAnalysis,
                        analyse_experiment, paper_claims, scorecard_verdict)
 from .cli import main
 
 __all__ = [
     # the page (present)
-    "BOOK_STYLE", "book_figure", "legend_outside", "Table", "show_table", "error_table",
-    "paired_table", "adherence_table", "glue",
+    "COLUMN_PX", "BOOK_DPI", "COLUMN_INCHES", "BOOK_STYLE", "book_figure", "legend_outside",
+    "smallest_font", "FONT_RECORD_KEY", "figure_png", "SYMBOL_NAMES", "Table", "show_table", "Fold", "fold_text",
+    "error_table", "paired_table", "adherence_table", "glue",
+    # the library's code on a page (sources)
+    "Source", "show_source",
     # the chapters' read-outs (readouts)
     "SIMILAR_TOL", "paper_claims", "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis",
     "analyse_experiment", "SCORECARD_TOL", "scorecard_verdict",

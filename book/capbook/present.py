@@ -12,6 +12,7 @@ prose (:func:`glue`).
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 
@@ -19,22 +20,44 @@ from capassign import (CapacityAdherence, _check_frame, _validate_bool, _validat
                        _validate_real)
 
 
-# --- figures: one style, one legend below the panels ---------------------------
+# --- figures: one style, drawn at the width of the text column ------------------
+
+#: Width of the book's text column in CSS pixels (the article at a 1280-px window).
+COLUMN_PX = 688
+#: Dots per inch of the book's figures: one drawn pixel is one CSS pixel.
+BOOK_DPI = 100
+#: Width of a figure that fills the text column, in inches.
+COLUMN_INCHES = COLUMN_PX / BOOK_DPI
 
 #: Matplotlib settings of every figure in the book (applied by :func:`book_figure`).
+#: At :data:`BOOK_DPI`, one point is 1.39 pixels: the smallest text (8.5 pt,
+#: tick labels and legends) is 11.8 px high in a figure shown at its drawn size.
 BOOK_STYLE = {
-    "figure.dpi": 100, "savefig.dpi": 100, "font.size": 9, "axes.titlesize": 9,
-    "axes.labelsize": 9, "legend.fontsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8,
-    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-    "grid.alpha": 0.3, "legend.frameon": False, "lines.linewidth": 1.6, "lines.markersize": 4,
+    "figure.dpi": BOOK_DPI, "savefig.dpi": BOOK_DPI, "font.size": 9.5, "axes.titlesize": 10,
+    "axes.labelsize": 9.5, "legend.fontsize": 8.5, "xtick.labelsize": 8.5,
+    "ytick.labelsize": 8.5, "axes.spines.top": False, "axes.spines.right": False,
+    "axes.grid": True, "grid.alpha": 0.3, "legend.frameon": False, "lines.linewidth": 1.6,
+    "lines.markersize": 4,
 }
+
+#: Key of the PNG text chunk in which :func:`figure_png` records the smallest
+#: font of a figure, in points (read by the book's browser test).
+FONT_RECORD_KEY = "capbook:min-font-pt"
+
+
+def _row_height(ncols):
+    """Default height in inches of one row of ``ncols`` panels across the column."""
+    return {1: 3.4, 2: 2.9, 3: 2.5}.get(ncols, 2.2)
 
 
 def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
-    """A new figure in the book's one style (:data:`BOOK_STYLE`).
+    """A new figure in the book's one style (:data:`BOOK_STYLE`), as wide as the text column.
 
-    The default size fits the text column of the rendered book: 6.4 inches
-    wide for one panel, 9.6 for two or more, 3.4 inches high per row.  Extra
+    The default width is that of the text column (:data:`COLUMN_INCHES`), so
+    the page shows the figure at the size it is drawn and its text at the
+    size of :data:`BOOK_STYLE`; the default height is 3.4 inches per row of
+    one panel, 2.9 of two, 2.5 of three.  In a notebook the figure is shown
+    through :func:`figure_png`, which records its smallest font.  Extra
     keyword arguments go to :func:`matplotlib.pyplot.subplots`.
 
     Returns
@@ -47,7 +70,7 @@ def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
     --------
     >>> fig, ax = book_figure()
     >>> fig.get_size_inches().tolist()
-    [6.4, 3.4]
+    [6.88, 3.4]
     >>> import matplotlib.pyplot as plt; plt.close(fig)
 
     Parameters
@@ -55,7 +78,8 @@ def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
     ncols, nrows : int
         Panels across and down.
     width, height : float, optional
-        Figure size in inches (defaults above).
+        Figure size in inches (defaults above); a width above
+        :data:`COLUMN_INCHES` is refused, since the page would shrink the figure.
     **subplots
         Further arguments of :func:`matplotlib.pyplot.subplots`.
     """
@@ -63,23 +87,125 @@ def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
 
     ncols = _validate_int(ncols, "ncols", 1)
     nrows = _validate_int(nrows, "nrows", 1)
+    w = COLUMN_INCHES if width is None else _validate_real(width, "width", 0.5)
+    if w > COLUMN_INCHES:
+        raise ValueError(f"width must be at most the text column's {COLUMN_INCHES} inches, "
+                         f"got {w}")
+    h = _row_height(ncols) * nrows if height is None else _validate_real(height, "height", 0.5)
     plt.rcParams.update(BOOK_STYLE)
-    w = width if width is not None else (6.4 if ncols == 1 else 9.6)
-    h = height if height is not None else 3.4 * nrows
-    return plt.subplots(nrows, ncols, figsize=(w, h), **subplots)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(w, h), **subplots)
+    # after the first figure: that is when pyplot sets up the notebook's own formatter
+    _show_figures_as_book_png()
+    return fig, axes
 
 
-def legend_outside(fig, ax=None, *, ncol=None):
-    """One legend for the whole figure, below the panels, outside the data.
+def smallest_font(fig):
+    """The smallest font size, in points, of the visible text of a drawn figure.
 
-    The entries are taken from ``ax`` (default: the figure's first axes) and
-    spread over ``ncol`` columns (default: up to four).  Returns the legend.
+    Counts every visible, non-empty text of the figure: titles, axis labels,
+    tick labels, legend entries and annotations.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure (drawn first if it has not been).
+
+    Returns
+    -------
+    float or None
+        None when the figure holds no text.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> fig, ax = book_figure()
+    >>> _ = ax.set_title("a title"); _ = ax.text(0.5, 0.5, "note", fontsize=7)
+    >>> smallest_font(fig)
+    7.0
+    >>> plt.close(fig)
+    """
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    sizes = [t.get_fontsize() for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip()
+             and (t.axes is None or t.axes.get_visible())]
+    return float(min(sizes)) if sizes else None
+
+
+def figure_png(fig):
+    """PNG bytes of a figure as the book shows it, with its smallest font recorded.
+
+    The figure is saved as a notebook shows it (tight bounding box, the
+    figure's own colours, :data:`BOOK_DPI`), and the smallest font of its text
+    (:func:`smallest_font`) is written into the PNG's text chunk
+    :data:`FONT_RECORD_KEY`, so that a test of the rendered page can compute
+    the size of that text on screen from the PNG alone.
 
     Parameters
     ----------
     fig : matplotlib.figure.Figure
         The figure.
-    ax : matplotlib.axes.Axes, optional
+
+    Returns
+    -------
+    bytes
+
+    Examples
+    --------
+    >>> import io, matplotlib.pyplot as plt
+    >>> from PIL import Image
+    >>> fig, ax = book_figure()
+    >>> _ = ax.plot([0, 1], [0, 1])
+    >>> Image.open(io.BytesIO(figure_png(fig))).text[FONT_RECORD_KEY]
+    '8.5'
+    >>> plt.close(fig)
+    """
+    import io
+
+    pt = smallest_font(fig)
+    meta = {FONT_RECORD_KEY: f"{pt:g}"} if pt is not None else {}
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=BOOK_DPI, bbox_inches="tight",
+                facecolor=fig.get_facecolor(), edgecolor=fig.get_edgecolor(), metadata=meta)
+    return buf.getvalue()
+
+
+def _figure_png_base64(fig):
+    import base64
+
+    if not fig.axes and not fig.lines:
+        return None  # nothing drawn: as the notebook's own formatter, show nothing
+    return base64.b64encode(figure_png(fig)).decode("ascii")
+
+
+def _show_figures_as_book_png():
+    """In a notebook, show every matplotlib figure through :func:`figure_png`."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with the notebook tools
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return
+    from matplotlib.figure import Figure
+
+    shell.display_formatter.formatters["image/png"].for_type(Figure, _figure_png_base64)
+
+
+def legend_outside(fig, ax=None, *, ncol=None):
+    """One legend for the whole figure, below the panels, outside the data.
+
+    The entries are taken from ``ax`` (default: the figure's first axes; with
+    ``"all"``, every labelled line of every panel, once each, in order of
+    appearance) and spread over ``ncol`` columns (default: up to four).
+    Returns the legend.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    ax : matplotlib.axes.Axes or "all", optional
         The axes whose entries are shown.
     ncol : int, optional
         Columns of the legend.
@@ -100,7 +226,14 @@ def legend_outside(fig, ax=None, *, ncol=None):
     axes = fig.get_axes()
     if not axes:
         raise ValueError("legend_outside: the figure has no axes")
-    handles, labels = (ax or axes[0]).get_legend_handles_labels()
+    if isinstance(ax, str) and ax == "all":
+        entries = {}
+        for a in axes:
+            for h, lab in zip(*a.get_legend_handles_labels()):
+                entries.setdefault(lab, h)
+        handles, labels = list(entries.values()), list(entries)
+    else:
+        handles, labels = (ax or axes[0]).get_legend_handles_labels()
     if not handles:
         raise ValueError("legend_outside: the axes have no labelled lines")
     for a in axes:
@@ -129,6 +262,35 @@ def _fmt_number(v, digits):
             return "–" if np.isnan(v) else str(v)
         return f"{round(float(v), digits) + 0.0:.{digits}f}"
     return str(v)
+
+
+#: Axis and column names that are symbols of the paper, and how a table's
+#: header typesets them (:func:`show_table`).
+SYMBOL_NAMES = {"alpha1": r"$\alpha_1$", "alpha_1": r"$\alpha_1$", "alpha": r"$\alpha$",
+                "alpha2": r"$\alpha_2$", "eta": r"$\eta$", "mu": r"$\mu$"}
+
+_TEX = re.compile(r"\$([^$]+)\$")
+
+
+def _fmt_label(v):
+    """A row or column label for a table: numbers short (0.2, not 0.200000), symbols as TeX."""
+    if isinstance(v, tuple):
+        return tuple(_fmt_label(x) for x in v)
+    if isinstance(v, (bool, np.bool_)):
+        return str(v)
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):g}" if np.isfinite(v) else str(v)
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return SYMBOL_NAMES.get(v, v) if isinstance(v, str) else v
+
+
+def _tex_html(text):
+    """``$...$`` in ``text`` as the inline math the book's MathJax typesets."""
+    if not isinstance(text, str):
+        return text
+    return _TEX.sub(lambda m: f'<span class="math notranslate nohighlight">\\({m.group(1)}\\)'
+                              f'</span>', text)
 
 
 class Table:
@@ -168,7 +330,7 @@ class Table:
 
 
 def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, formats=None,
-               wrap=False):
+               wrap=False, fold=False):
     """Format a results table for the book, with the paper's values beside ours.
 
     Numbers are rounded to ``digits`` decimals (never shown as ``-0.000``);
@@ -197,6 +359,16 @@ def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, 
     wrap : bool
         Cells of text: left-aligned, wrapping long content over several
         lines.  By default every cell keeps one right-aligned line (numbers).
+    fold : bool
+        Fold the table under its caption (a detail table the reader opens
+        on demand); needs ``caption``.
+
+    Notes
+    -----
+    Row and column labels are printed short (``0.2``, not ``0.200000``), and
+    labels and axis names that are symbols of the paper (:data:`SYMBOL_NAMES`,
+    e.g. ``alpha1``) are typeset, as is any ``$...$`` in a label or the
+    caption.
 
     Returns
     -------
@@ -228,6 +400,8 @@ def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, 
             raise ValueError(f"paper has labels that df has not: {extra[:5]}")
     if tol is not None:
         tol = _validate_real(tol, "tol", 0.0)
+    if _validate_bool(fold, "fold") and not caption:
+        raise ValueError("fold needs a caption: the folded table shows only its caption")
 
     def cell_text(col, v):
         f = formats.get(col, digits)
@@ -261,16 +435,97 @@ def show_table(df, *, digits=3, paper=None, tol=None, index=True, caption=None, 
     if not index:
         styler = styler.hide(axis="index")
         text = text.reset_index(drop=True)
+    text = _relabel(text)
+    styler = styler.format_index(lambda v: _tex_html(_fmt_label(v)), axis="columns")
+    if index:
+        styler = styler.format_index(lambda v: _tex_html(_fmt_label(v)), axis="index")
+    names = [_tex_html(_fmt_label(n)) if n is not None else None for n in styler.index.names]
+    cols = [_tex_html(_fmt_label(n)) if n is not None else None for n in styler.columns.names]
+    if index and styler.index.nlevels == 1 and styler.columns.nlevels == 1:
+        # one header row: the corner names the columns, else the rows
+        cols = [cols[0] if cols[0] is not None else names[0]]
+        styler = styler.hide(axis="index", names=True)
+    styler.index.names, styler.columns.names = names, cols
     html = styler.to_html()
     note = ""
     if paper is not None:
-        note = ("<div style=\"font-size:85%;color:#555\">ours (paper)"
+        note = ("<div class=\"ca-table-note\">ours (paper)"
                 + ("; shaded: differs by more than " + _fmt_number(float(tol), 3) if tol is not None
                    else "") + "</div>")
-    head = f"<div style=\"font-weight:600\">{caption}</div>" if caption else ""
-    box = (f"<div class=\"ca-table-box\" style=\"overflow-x:auto;max-width:100%\">{head}"
-           f"{html}{note}</div>")
+    head = f"<div class=\"ca-table-caption\">{_tex_html(caption)}</div>" if caption else ""
+    box = (f"<div class=\"ca-table-box\" style=\"overflow-x:auto;max-width:100%\">"
+           f"{'' if fold else head}{html}{note}</div>")
+    if fold:
+        box = (f"<details class=\"ca-fold\"><summary>{_tex_html(caption)}</summary>{box}"
+               f"</details>")
     return Table(text, box, caption)
+
+
+def _relabel(frame):
+    """``frame`` with its row and column labels (and their names) as :func:`_fmt_label` prints them."""
+    out = frame.copy()
+    out.columns = out.columns.map(_fmt_label)
+    out.index = out.index.map(_fmt_label)
+    out.columns.names = [_fmt_label(n) if n is not None else None for n in frame.columns.names]
+    out.index.names = [_fmt_label(n) if n is not None else None for n in frame.index.names]
+    return out
+
+
+class Fold:
+    """Text folded under a title: a dropdown in the page, the text itself elsewhere.
+
+    Made by :func:`fold_text`.  A notebook displays a closed fold whose title
+    says what is inside; ``print``, ``repr`` and the notebook's plain text
+    (what nbval compares) give the text.
+
+    Attributes
+    ----------
+    title : str
+        What the fold holds.
+    text : str
+        The folded text.
+
+    Examples
+    --------
+    >>> f = fold_text("Accuracy per bin", "bank: 0.91 0.88")
+    >>> print(f)
+    bank: 0.91 0.88
+    >>> f._repr_html_().startswith('<details class="ca-fold">')
+    True
+    """
+
+    def __init__(self, title, text):
+        self.title, self.text = title, text
+
+    def __repr__(self):
+        return self.text
+
+    def _repr_html_(self):
+        import html
+
+        return (f"<details class=\"ca-fold\"><summary>{_tex_html(html.escape(self.title))}"
+                f"</summary><pre class=\"ca-fold-text\">{html.escape(self.text)}</pre></details>")
+
+
+def fold_text(title, text):
+    """Printed detail (long text output) folded under ``title`` (:class:`Fold`).
+
+    Parameters
+    ----------
+    title : str
+        What the fold holds, shown when it is closed; ``$...$`` is typeset.
+    text : str or sequence of str
+        The text, or its lines.
+
+    Returns
+    -------
+    Fold
+    """
+    if not isinstance(title, str) or not title.strip():
+        raise ValueError("title must be a non-empty str")
+    if not isinstance(text, str):
+        text = "\n".join(str(line) for line in text)
+    return Fold(title, text)
 
 
 def error_table(df, value="error", digits=3, *, text=True):

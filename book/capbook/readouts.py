@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from capassign import (CONTEXTUAL_POLICIES, PAPER_TABLE3, POLICY_STYLE, _check_frame,
-                       _validate_choice, _validate_int, hindsight_gaps, paired_tests,
-                       paper_accuracies, plot_error_vs_capacity)
+from capassign import (CONTEXTUAL_POLICIES, OFFLINE_POLICIES, PAPER_TABLE3, POLICY_STYLE,
+                       _check_frame, _validate_bool, _validate_choice, _validate_int,
+                       hindsight_gaps, paired_tests, paper_accuracies, plot_error_vs_capacity)
 
 from .present import book_figure, error_table, legend_outside
 
@@ -171,39 +171,78 @@ class ExperimentAnalysis:
         return pd.DataFrame(rows, columns=["task", "claim", "holds", "detail"]).set_index(
             ["task", "claim"])
 
-    def figure(self, *, titles=None, ncols=None):
-        """Error rate against alpha_1, one panel per task, one legend below them.
+    def figure(self, *, titles=None, split=True, ncols=None):
+        """Error rate against alpha_1, per task, one legend below the panels.
+
+        By default each task gets two panels side by side (small multiples,
+        one row per task): the online policies against random assignment and
+        the hindsight optimum, and the offline benchmarks against the same two
+        references, so that no panel carries more than six lines.  With
+        ``split=False`` every policy of a task shares one panel.
 
         Parameters
         ----------
         titles : dict, optional
             Task name -> panel title (default: the task name).
+        split : bool
+            Two panels per task (default) or one.
         ncols : int, optional
-            Panels per row (default: all in one row up to two, else two).
+            Panels per row when ``split=False`` (default: all in one row up
+            to two, else two).
 
         Returns
         -------
         fig, axes
             The figure (:func:`book_figure` style, legend by
             :func:`legend_outside`) and a flat list of its panels.
+
+        Examples
+        --------
+        >>> import capassign as ca, matplotlib.pyplot as plt
+        >>> X, R, _ = ca.synthetic_stream(T=200, d=2, seed=1)
+        >>> df = ca.error_vs_capacity(X, R, ["random", "tree-greedy", "offline-tree"],
+        ...                           (0.0, 0.5, 1.0), runs=3, label="toy", hindsight=True)
+        >>> fig, axes = analyse_experiment({"toy": df}).figure()
+        >>> [len(ax.get_lines()) for ax in axes]
+        [3, 3]
+        >>> plt.close(fig)
         """
         names = list(self.results)
-        ncols = ncols if ncols is not None else min(2, len(names))
-        ncols = _validate_int(ncols, "ncols", 1)
-        nrows = -(-len(names) // ncols)
-        fig, axes = book_figure(ncols, nrows, height=3.0 * nrows + 0.9)
-        axes = list(np.atleast_1d(axes).flat)
+        titles = titles or {}
+        if _validate_bool(split, "split"):
+            fig, axes = book_figure(2, len(names), height=2.6 * len(names) + 0.9,
+                                    sharey="row")
+            axes = list(np.atleast_2d(axes).flat)
+            refs = ["random", "hindsight"]
+            groups = [("online policies", [*refs, *CONTEXTUAL_POLICIES]),
+                      ("offline benchmarks", [*refs, *OFFLINE_POLICIES])]
+            panels = [(name, f"{titles.get(name, name)}: {what}", keep)
+                      for name in names for what, keep in groups]
+        else:
+            ncols = ncols if ncols is not None else min(2, len(names))
+            ncols = _validate_int(ncols, "ncols", 1)
+            nrows = -(-len(names) // ncols)
+            fig, axes = book_figure(ncols, nrows, height=3.0 * nrows + 0.9)
+            axes = list(np.atleast_1d(axes).flat)
+            panels = [(name, titles.get(name, name), None) for name in names]
         labels = {POLICY_STYLE[p]["label"]: p for p in OFFLINE_FIGURE_STYLE}
-        for ax, name in zip(axes, names):
-            plot_error_vs_capacity(self.results[name], ax=ax, legend=False,
-                                   title=(titles or {}).get(name, name))
+        for ax, (name, title, keep) in zip(axes, panels):
+            df = self.results[name]
+            plot_error_vs_capacity(df if keep is None else df[df.policy.isin(keep)], ax=ax,
+                                   legend=False, title=title)
             for line in ax.get_lines():
                 style = OFFLINE_FIGURE_STYLE.get(labels.get(line.get_label()))
                 if style:
                     line.set(**style)
-        for ax in axes[len(names):]:
+        for ax in axes[len(panels):]:
             ax.set_visible(False)
-        legend_outside(fig, axes[0], ncol=3)
+        if split:   # axis titles once: y on the left column, x on the bottom row
+            for k, ax in enumerate(axes[:len(panels)]):
+                if k % 2:
+                    ax.set_ylabel("")
+                if k < len(panels) - 2:
+                    ax.set_xlabel("")
+        legend_outside(fig, "all", ncol=3)
         return fig, axes
 
 
