@@ -6936,9 +6936,11 @@ AGENT_SUBSET_READINGS = ("exact", "upto")
 #: :func:`agent_evidence`: ``"z"`` (training mean and sd) or ``"normal"``
 #: (:func:`normal_scores` against the training rows).
 AGENT_SCALINGS = ("z", "normal")
-#: The subset reading and numeric scaling of the tabular agents, chosen by
-#: :func:`agent_evidence` (data/README.md).
+#: The subset reading of the tabular agents ("exact": agent 1 takes exactly
+#: floor(0.2 d) features), chosen by :func:`agent_evidence` (data/README.md).
 TABULAR_SUBSET = "exact"
+#: The numeric scaling of the tabular agents' inputs ("z": z-scores of the
+#: training rows), chosen by :func:`agent_evidence` (data/README.md).
 TABULAR_SCALING = "z"
 
 #: Codings of the policies' contexts (``Task.X``) of the tabular tasks:
