@@ -16,18 +16,26 @@ The module is organised in the order data flows through it:
                               penalised choice (Eq. 2), free agents (App. H.4),
                               mini-batch allocation (Sec. 4.2, App. H.5)
 5. reward models            - marginal, Laplace-logistic and bootstrap-tree
-                              estimates of mu_a(x) (App. E) that feed the rule
+                              estimates of mu_a(x) (App. E) that feed the rule,
+                              and one object per model that the engine and the
+                              router run (score, learn, saved state)
 6. simulation engine        - Algorithm 1: a literal reference path and a fast
                               path; mini-batches (Sec. 4.2)
 7. streaming router         - live assignment with delayed rewards and saved
-                              state, on the kernels of the simulation engine
-8. tasks                    - data registry, loaders, agent construction
+                              state: a facade over the reward-model objects
+8. tasks                    - data registry, loaders, agent construction and
+                              the search of its seeds
 9. experiments              - error-vs-capacity tables, the paper's numbers,
                               confidence intervals, paired tests, hindsight
                               gaps, regret, capacity adherence
 10. resumable sweeps        - grids stored cell by cell, joblib or Dask
 11. plotting                - figures in the paper's style
 12. command line            - ``python -m capassign ...``
+
+The numbers quoted from the paper (``DEFAULT_ETA``, ``PAPER_*``) stand
+together before section 1, each with its place in the paper.  A section uses
+only names defined in itself or in the sections before it
+(tests/test_sections.py).
 
 What exists only for the companion book lives with the book, in its own
 module ``capbook``: tables, glue, the figure style, the scorecard, the
@@ -85,13 +93,16 @@ CAPACITY_TOL = 1e-9
 #: other name is private and may change.  The book's own helpers (tables, glue,
 #: figure style, read-outs, chapter tools) are not here but in its module capbook.
 __all__ = [
+    # the paper's numbers (before section 1)
+    "DEFAULT_ETA", "PAPER_RUNS", "PAPER_ALPHAS", "PAPER_CAPACITY_GRID", "PAPER_TABLE3",
+    "PAPER_TABLE4", "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
     # validation constants and the reward rule (section 1)
     "CAPACITY_TOL", "REWARD_RULE", "MEMORY_ENV", "MEMORY_FRACTION",
     # compiled kernels: the first-use notice (section 2)
     "PROGRESS_ENV",
     # theory / oracle (section 3)
-    "ORACLE_LP_MAX_CONTEXTS", "HINDSIGHT_METHODS", "OptimalAssignment", "TwoAgentThreshold",
-    "DisagreementRegions", "HindsightOptimum", "random_assignment_value",
+    "TIE_TOL", "ORACLE_LP_MAX_CONTEXTS", "HINDSIGHT_METHODS", "OptimalAssignment",
+    "TwoAgentThreshold", "DisagreementRegions", "HindsightOptimum", "random_assignment_value",
     "optimal_assignment", "benchmark_oracle", "shadow_price_policy", "two_agent_threshold",
     "disagreement_regions", "disagreement_gain", "hindsight_optimum",
     # capacity control (section 4)
@@ -99,44 +110,106 @@ __all__ = [
     "batch_assign",
     # reward models (section 5)
     "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees", "MarginalAccuracy",
+    "ROUTER_STREAM_CUTS", "ROUTER_STATE_LIMITS",
     # simulation engine (section 6)
-    "POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES", "DEFAULT_ETA",
-    "SimulationResult", "synthetic_stream", "simulate", "simulate_grid",
-    "PAPER_CAPACITY_GRID", "benchmark_engines",
+    "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES",
+    "SimulationResult", "synthetic_stream", "simulate", "OFFLINE_MAX_BINS",
+    "benchmark_engines",
     # streaming router (section 7)
-    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "ROUTER_POLICIES", "ROUTER_STREAM_CUTS",
-    "ROUTER_STATE_LIMITS", "Router", "benchmark_startup", "benchmark_router",
+    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "benchmark_startup", "benchmark_router",
     # tasks (section 8)
     "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
     "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
-    "PAPER_TABLE3", "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
+    "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
     "AGENT_SUBSET_READINGS", "AGENT_SCALINGS", "TABULAR_SUBSET", "TABULAR_SCALING",
     "CONTEXT_CODINGS", "TABULAR_COLUMN_TYPES", "normal_scores",
     "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS",
-    "MMLU_EXPERIMENTS",
+    "MMLU_EXPERIMENTS", "TABULAR_STREAM_FRACTION", "TABULAR_AGENT1_SHARE",
+    "IMAGENET16H_CLASSES", "MMLU_EMBEDDINGS_PATH", "MMLU_EXACT_SOURCE",
     "tabular_agent_accuracies", "mmlu_questions", "mmlu_models", "mmlu_substitutes",
     "mmlu_embeddings", "embed_mmlu_questions", "first_pc", "mmlu_task", "synthetic_task",
-    "load_task", "accuracy_by_context",
+    "load_task", "accuracy_by_context", "ENCODING_TOL", "paper_accuracies",
+    "paper_logistic_targets", "write_tabular_agent_search", "tabular_agent_search",
+    "encoding_evidence", "agent_evidence", "paper_agent_seed",
     # experiments (section 9)
-    "PAPER_TABLE4", "PAPER_CAMELYON17", "PAPER_FIG1_THRESHOLD", "PAPER_ALPHAS", "PAPER_RUNS",
-    "paper_accuracies", "paper_logistic_targets", "write_tabular_agent_search",
-    "tabular_agent_search", "encoding_evidence", "agent_evidence", "paper_agent_seed",
     "MATCH_TOL", "TABLE4_POLICIES", "TABLE4_RUNS", "table4_matched_seeds",
     "table4_seed_errors", "table4_spreads", "contrast_separation", "task_errors",
     "laplace_update_influence", "mean_ci",
-    "two_agent_capacities", "error_vs_capacity",
+    "two_agent_capacities", "simulate_grid", "error_vs_capacity",
     "difference_ci", "runs_needed", "paired_tests", "hindsight_gaps",
     "CapacityAdherence", "capacity_adherence", "simulate_known_mu",
     "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
-    "ONLINE_POLICIES",
     # resumable sweeps (section 10)
-    "SWEEP_BACKENDS", "sweep",
+    "SWEEP_SCHEMA", "SWEEP_BACKENDS", "sweep",
     # plotting (section 11)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
     "plot_capacity_adherence", "plot_paired_differences",
     # command line (section 12)
     "main",
 ]
+
+
+# =============================================================================
+# The paper's numbers
+# =============================================================================
+#
+# Every number quoted from the paper stands here, with its place in the paper,
+# so that a reader finds them together and the book prints them beside ours.
+# The hyper-parameters of App. E are the defaults of ModelSettings (section 5),
+# whose default instance is PAPER_SETTINGS.
+
+# --- the protocol of the experiments (Sec. 4) ---------------------------------
+
+#: The queue penalty eta of the experiments (Sec. 4; Eq. 2): 0.5.
+DEFAULT_ETA = 0.5
+#: The experimental protocol of Sec. 4: capacities of agent 1 on the x-axis of
+#: the main figures (the online policies run at PAPER_CAPACITY_GRID inside it).
+PAPER_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
+#: The paper's number of randomised task orders per point (Sec. 4).
+PAPER_RUNS = 100
+#: Capacities of agent 1 in the paper's two-agent experiments (Sec. 4).
+PAPER_CAPACITY_GRID = (0.2, 0.4, 0.5, 0.6, 0.8)
+
+# --- the numbers the paper reports -------------------------------------------
+
+#: The paper's Table 3 (App. H.1): features, online tasks, accuracies as printed.
+PAPER_TABLE3 = {
+    "bank": dict(features=15, tasks=12357, acc=(0.91, 0.53)),
+    "credit": dict(features=23, tasks=9000, acc=(0.82, 0.67)),
+    "coupon": dict(features=24, tasks=3624, acc=(0.72, 0.57)),
+    "cardio": dict(features=11, tasks=21000, acc=(0.74, 0.58)),
+    "mmlu": dict(features=1, tasks=217, acc=(0.32, 0.47)),
+    "imagenet16h": dict(features=1, tasks=2000, acc=(0.77, 0.86)),
+}
+
+#: Table 4 (App. H.2): error rates at alpha = (0.5, 0.5), 10 runs, agent
+#: construction seeds 0-4, for (non-contextual, logistic greedy, tree greedy).
+PAPER_TABLE4 = {
+    "bank": [(0.128, 0.122, 0.113), (0.136, 0.129, 0.117), (0.278, 0.195, 0.171),
+             (0.260, 0.187, 0.180), (0.124, 0.097, 0.097)],
+    "credit": [(0.195, 0.190, 0.188), (0.194, 0.190, 0.188), (0.256, 0.241, 0.222),
+               (0.257, 0.242, 0.224), (0.197, 0.192, 0.188)],
+    "coupon": [(0.352, 0.343, 0.342), (0.369, 0.357, 0.360), (0.357, 0.335, 0.341),
+               (0.347, 0.331, 0.340), (0.349, 0.341, 0.345)],
+    "cardio": [(0.334, 0.332, 0.309), (0.373, 0.354, 0.309), (0.338, 0.335, 0.306),
+               (0.340, 0.338, 0.307), (0.343, 0.338, 0.311)],
+}
+
+#: The paper's Fig. 1 example (Sec. 2.3): with 25% capacity for LLaMA-13B and
+#: 75% for Cohere Small the optimal constrained policy thresholds the MMLU
+#: context "around x = 0.3".
+PAPER_FIG1_THRESHOLD = dict(capacity_llama=0.25, capacity_cohere=0.75, x=0.3)
+
+#: What the paper reports on Camelyon17 (Sec. 4.1, Fig. 2a-b; Table 3; the
+#: eta study of App. H), which cannot be re-run here: the image patches and the
+#: paper's two hospital-trained classifiers are not available (data/README.md).
+PAPER_CAMELYON17 = dict(
+    features=1, tasks=2000, acc=(0.69, 0.69), runs=100,
+    offline_error_05=0.16,       # optimistic offline unconstrained error, Fig. 2b
+    online_error_05=0.23,        # online policies' average error at alpha1 = 0.5 ("roughly")
+    offline_share_agent1=0.5,    # offline policies give "roughly half" the tasks to agent 1
+    etas=(0.0, 0.5, 5.0),        # the eta values the App. H sensitivity text names
+)
 
 
 # =============================================================================
@@ -299,21 +372,6 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
     return alpha, constrained
 
 
-def _selection_shares(alpha, constrained):
-    """The shares with which the ``random`` policy draws agents (App. H.4).
-
-    A constrained agent is drawn with probability alpha_a.  When the
-    constrained shares sum to less than one (possible only with a free
-    agent), the free agents share the remainder 1 - sum alpha equally;
-    otherwise a free agent is never drawn.  Equals ``alpha`` whenever the
-    constrained shares sum to one.  The same code as the compiled
-    :func:`_selection_shares_nb`, run as plain Python so that the theory
-    functions need no compiled kernel.
-    """
-    alpha = np.asarray(alpha, dtype=float)
-    return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
-
-
 def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0, shape=None):
     """An array argument: ``ndim`` dimensions, at least ``min_rows`` rows; return it.
 
@@ -398,11 +456,14 @@ def _validate_reward(r, name="reward"):
     return float(r)
 
 
-def _validate_settings(settings, name="settings"):
-    """Model hyper-parameters: a :class:`ModelSettings` (TypeError otherwise); return them."""
-    if not isinstance(settings, ModelSettings):
-        raise TypeError(f"{name} must be a ModelSettings, got {type(settings).__name__}")
-    return settings
+def _keyword_group(given, defaults, function):
+    """The keyword arguments ``given`` to the group of ``function`` whose names
+    and defaults are ``defaults``: a dict holding every name.  An unknown name
+    raises TypeError, worded as Python words an unexpected keyword argument."""
+    for name in given:
+        if name not in defaults:
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+    return {**defaults, **given}
 
 
 def _validate_weights(weights, n, name="weights"):
@@ -423,6 +484,40 @@ def _validate_weights(weights, n, name="weights"):
         raise ValueError(f"{name} sum to {total!r}; they must be probabilities "
                          f"summing to 1 (within {CAPACITY_TOL:g})")
     return w / total
+
+
+def _validate_task_id(task_id, name="task_id"):
+    """A task id of a :class:`Router`: an int or a str; return it (a NumPy int as int)."""
+    if isinstance(task_id, (bool, np.bool_)) or not isinstance(task_id, (int, np.integer, str)):
+        raise TypeError(f"{name} must be an int or a str, got {type(task_id).__name__}")
+    return int(task_id) if isinstance(task_id, (int, np.integer)) else task_id
+
+
+def _validate_context(x, d, name="x"):
+    """One context: a finite 1-d array of ``d`` numbers (any length when ``d``
+    is None); return it as a new float array."""
+    try:
+        x = np.array(x, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a 1-d array of numbers (a context)") from None
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be a 1-d context vector, got shape {x.shape}")
+    if d is not None and x.shape[0] != d:
+        raise ValueError(f"{name} has {x.shape[0]} features, expected d = {d}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return x
+
+
+def _validate_contexts(X, d, name="X"):
+    """Contexts as rows: a finite 2-d array of at least one row of ``d``
+    columns (any number when ``d`` is None); return it C-contiguous."""
+    X = _validate_matrix(X, name)
+    if X.shape[0] < 1:
+        raise ValueError(f"{name} must hold at least one context (row)")
+    if d is not None and X.shape[1] != d:
+        raise ValueError(f"{name} has {X.shape[1]} features (columns), expected d = {d}")
+    return np.ascontiguousarray(X)
 
 
 # --- memory: refuse what cannot fit, before any work --------------------------
@@ -507,16 +602,12 @@ def _check_memory(request, nbytes, purpose):
 # are pickles, which it loads, so whoever can write them can run code in every
 # process that calls a kernel (README, "Speed").
 # numba (about two thirds of the import time of this module) is imported when
-# a kernel is first called, not when capassign is imported: ``@njit(...)``
+# a kernel is first called, not when capassign is imported: ``@_njit(...)``
 # below records the Python function, and the first call of any kernel
 # compiles-or-loads all of them through numba at once (:func:`_numba_kernels`),
 # replacing the module's names by numba's dispatchers.  Callers that need no
 # kernel (data loaders, the oracle, the command line's help) never import it.
 _LAZY_KERNELS = {}
-prange = range  # numba.prange once the kernels are created
-# numba.literally, idem: ``literally(kind)`` in a kernel compiles one version per
-# value of the argument ``kind``, with the branches of the other values removed.
-literally = None
 
 
 class _LazyKernel:
@@ -542,7 +633,7 @@ class _LazyKernel:
         return f"<capassign kernel {self.__name__} (not yet created)>"
 
 
-def njit(*args, **options):
+def _njit(*args, **options):
     """``numba.njit`` deferred to the first call of a kernel (same options)."""
     def record(func):
         kernel = _LazyKernel(func, options)
@@ -562,8 +653,6 @@ def _numba_kernels():
             if _LAZY_KERNELS:
                 import numba
 
-                names["prange"] = numba.prange
-                names["literally"] = numba.literally
                 for name, kernel in list(_LAZY_KERNELS.items()):
                     if names.get(name) is kernel:
                         names[name] = numba.njit(**kernel.options)(kernel.py_func)
@@ -594,7 +683,6 @@ def _drop_unreadable_index(kernel):
             pass
 
 
-
 _LAZY_LOCK = threading.Lock()
 
 # --- First use of the compiled kernels -------------------------------------------
@@ -611,14 +699,19 @@ PROGRESS_ENV = "CAPASSIGN_PROGRESS"
 _FIRST_USE_SEEN = set()
 
 
-def _kernels_cached(kernels):
+def _kernels_cached(kernels, match=None):
     """Whether every numba dispatcher in ``kernels`` is compiled in this process
-    or has a fresh entry in numba's on-disk cache (True when that cannot be told)."""
+    or has a fresh entry in numba's on-disk cache (True when that cannot be told).
+
+    ``match`` (optional) tells the compiled versions that count from their
+    argument types, for a kernel compiled once per kind of argument.
+    """
     for k in kernels:
         try:
-            if k.signatures:
+            if any(match is None or match(sig) for sig in k.signatures):
                 continue
-            if not k._cache._cache_file._load_index():  # {} when missing or stale
+            index = k._cache._cache_file._load_index()  # {} when missing or stale
+            if not any(match is None or match(key[0]) for key in index):
                 return False
         except Exception:  # pragma: no cover - another numba's internals: stay quiet
             continue
@@ -635,10 +728,11 @@ def _show_progress():
         return False
 
 
-def _first_use(group, kernels, duration):
+def _first_use(group, kernels, duration, match=None):
     """Say once per process, on stderr, that the ``group`` kernels are being compiled.
 
-    ``kernels`` are numba dispatchers or the names of the module's kernels.
+    ``kernels`` are numba dispatchers or the names of the module's kernels;
+    ``match`` as in :func:`_kernels_cached`.
 
     Returns the ``time.perf_counter()`` of the message, or ``None`` when nothing
     was printed (already said, kernels cached, or stderr not a terminal).
@@ -647,7 +741,7 @@ def _first_use(group, kernels, duration):
         return None
     _FIRST_USE_SEEN.add(group)
     kernels = [globals()[k] if isinstance(k, str) else k for k in kernels]
-    if not _show_progress() or _kernels_cached(kernels):
+    if not _show_progress() or _kernels_cached(kernels, match):
         return None
 
     print(f"capassign: compiling the {group} kernels - first use only, {duration}; later "
@@ -655,11 +749,82 @@ def _first_use(group, kernels, duration):
     return time.perf_counter()
 
 
+#: Rough compile times of the first use, per kind of kernel (measured with
+#: ``python -m capassign bench --startup``: 23-28 s per simulated policy on an
+#: idle 2-core machine, longer on a busy one).
+_FIRST_USE_TIME = {"simulation": "under a minute",
+                   "router noncontextual": "a few seconds",
+                   "router logistic": "about 10 s",
+                   "router tree": "under a minute"}
+
+
 def _first_use_done(started):
     if started is not None:
 
         print(f"capassign: compiled in {time.perf_counter() - started:.0f} s",
               file=sys.stderr, flush=True)
+
+
+# --- Runs in parallel -----------------------------------------------------------
+#
+# The kernels of the runs of a simulation release the GIL (nogil=True) and
+# are called on blocks of runs from a pool of threads, as many as numba's
+# thread count (numba.set_num_threads and NUMBA_NUM_THREADS apply), instead of
+# a numba prange loop, whose parallel compilation took longer than the run
+# kernels' own.  Every run draws from its own random state and writes only its
+# own rows, so the numbers do not depend on the threads.
+
+
+def _over_runs(n_runs, compute):
+    """``compute(k0, k1)`` for blocks of consecutive runs covering
+    ``range(n_runs)``, in parallel threads; the results in block order."""
+    import numba
+    from concurrent.futures import ThreadPoolExecutor
+
+    threads = max(1, min(numba.get_num_threads(), n_runs))
+    if threads == 1:
+        return [compute(0, n_runs)]
+    bounds = np.linspace(0, n_runs, min(n_runs, 4 * threads) + 1).astype(np.int64)
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(compute, bounds[:-1], bounds[1:]))
+
+
+# --- The random policy's shares (App. H.4), from section 3 on --------------------
+
+
+@_njit(cache=True)
+def _selection_shares_nb(alpha, constrained):
+    """Compiled :func:`_selection_shares`: ``alpha`` itself unless the free
+    agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`."""
+    p = alpha.copy()
+    total = 0.0
+    n_free = 0
+    for a in range(alpha.shape[0]):
+        if constrained[a]:
+            total += alpha[a]
+        else:
+            n_free += 1
+    rest = 1.0 - total
+    if n_free > 0 and rest > 1e-9:
+        for a in range(alpha.shape[0]):
+            if not constrained[a]:
+                p[a] = rest / n_free
+    return p
+
+
+def _selection_shares(alpha, constrained):
+    """The shares with which the ``random`` policy draws agents (App. H.4).
+
+    A constrained agent is drawn with probability alpha_a.  When the
+    constrained shares sum to less than one (possible only with a free
+    agent), the free agents share the remainder 1 - sum alpha equally;
+    otherwise a free agent is never drawn.  Equals ``alpha`` whenever the
+    constrained shares sum to one.  The same code as the compiled
+    :func:`_selection_shares_nb`, run as plain Python so that the theory
+    functions need no compiled kernel.
+    """
+    alpha = np.asarray(alpha, dtype=float)
+    return _selection_shares_nb.py_func(alpha, np.asarray(constrained, dtype=np.bool_))
 
 
 # =============================================================================
@@ -1197,6 +1362,29 @@ def _near_tie_programme(w, alpha, constrained, best, multi, near, first, inverse
     return P, lam
 
 
+def _oracle_rescaled(mu):
+    """The rewards the programme of :func:`optimal_assignment` is solved on,
+    and the factor its prices are multiplied by afterwards.
+
+    Subtracting a context's best reward from all its agents' rewards changes
+    neither the optimal assignment nor the prices; dividing by a common scale
+    divides the prices.  Only rewards too large for HiGHS are so transformed
+    (factor ``scale``), so ordinary inputs meet exactly the programme they
+    always did (factor 1.0).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        rel = mu - mu.max(axis=1, keepdims=True)
+    scale = float(np.max(np.abs(rel)))
+    if not math.isfinite(scale):
+        raise ValueError("mu: the differences between agents' rewards in a context overflow "
+                         "(values near the float limit); rescale mu")
+    if float(np.max(np.abs(mu))) > _ORACLE_MAX_SCALE and scale > 0:
+        return rel / scale, scale
+    if float(np.max(np.abs(mu))) > _ORACLE_MAX_SCALE:   # all agents tie everywhere
+        return rel, 1.0
+    return mu, 1.0
+
+
 def optimal_assignment(mu, capacities, weights=None):
     """Optimal capacity-constrained assignment and its shadow prices (Thm 1, App. C).
 
@@ -1269,42 +1457,25 @@ def optimal_assignment(mu, capacities, weights=None):
     ([0.1, 0.0], 0.733333)
     """
     mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
-    n, A = mu.shape
     active = np.flatnonzero(w > 0)
     mu_act, w_act = mu[active], w[active]
     groups = _distinct_rows(mu_act)
     if groups is not None:   # equal rows are interchangeable: one programme row each
         first, inverse = groups
         mu_act, w_act = mu_act[first], np.bincount(inverse, weights=w_act)
-    m = mu_act.shape[0]
-    # Subtracting a context's best reward from all its agents' rewards changes
-    # neither the optimal assignment nor the prices; dividing by a common
-    # scale divides the prices.  Only rewards too large for HiGHS are so
-    # transformed, so ordinary inputs meet exactly the programme they always did.
-    with np.errstate(over="ignore", invalid="ignore"):
-        rel = mu_act - mu_act.max(axis=1, keepdims=True)
-    scale = float(np.max(np.abs(rel)))
-    if not math.isfinite(scale):
-        raise ValueError("mu: the differences between agents' rewards in a context overflow "
-                         "(values near the float limit); rescale mu")
-    rescale = float(np.max(np.abs(mu_act))) > _ORACLE_MAX_SCALE and scale > 0
-    if rescale:
-        mu_act = rel / scale
-    elif float(np.max(np.abs(mu_act))) > _ORACLE_MAX_SCALE:   # all agents tie everywhere
-        mu_act = rel
+    mu_act, scale = _oracle_rescaled(mu_act)
     cap = np.where(constrained, alpha, np.inf)
-    if m <= ORACLE_LP_MAX_CONTEXTS:
+    if mu_act.shape[0] <= ORACLE_LP_MAX_CONTEXTS:
         P_act, lam = _assignment_lp(mu_act, w_act, cap, constrained)
     else:
         P_act, lam = _assignment_dual(mu_act, w_act, cap, constrained)
     if groups is not None:
         P_act = _split_in_order(P_act, inverse, w[active])
-    if rescale:
-        lam = lam * scale
+    lam = lam * scale
     if constrained.all():
         lam -= lam.min()
     lam[np.abs(lam) < 1e-15] = 0.0
-    P = np.zeros((n, A))
+    P = np.zeros(mu.shape)
     P[active] = P_act
     idle = np.flatnonzero(w == 0)
     if idle.size:
@@ -1379,6 +1550,47 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
         n, A = max(sizes), max(agents)
         for kind, levels in (("binary", 2), ("10-level", 10)):
             timed(rng.integers(0, levels, size=(n, A)) / (levels - 1), kind)
+
+
+def _split_ties(tied, w, left, exact, upper):
+    """The split of :func:`shadow_price_policy` for its m contexts at a tie.
+
+    ``tied`` (m x A) marks each context's tied agents, ``w`` the contexts'
+    weights, ``left`` what each agent's capacity leaves after the contexts
+    without a tie; ``exact`` / ``upper`` mark the agents whose load must equal
+    / stay within it.  A feasibility linear programme over the tied entries;
+    returns the rows of assignment probabilities.
+    """
+    from scipy.optimize import linprog
+    from scipy import sparse
+
+    ii, aa = np.nonzero(tied)
+    nv = ii.size
+    m, A = tied.shape
+    rows_ctx = sparse.csr_matrix((np.ones(nv), (ii, np.arange(nv))), shape=(m, nv))
+    wv = w[ii]
+
+    def capacity_rows(mask):   # the loads of the agents in mask and what they have left
+        agents = np.flatnonzero(mask)
+        keep = np.isin(aa, agents)
+        rows = sparse.csr_matrix((wv[keep], (np.searchsorted(agents, aa)[keep],
+                                              np.arange(nv)[keep])), shape=(agents.size, nv))
+        return rows, left[agents]
+
+    ex, ex_left = capacity_rows(exact)
+    up, up_left = capacity_rows(upper)
+    kw = dict(A_ub=up, b_ub=up_left) if up_left.size else {}
+    res = linprog(np.zeros(nv), A_eq=sparse.vstack([rows_ctx, ex]).tocsr(),
+                  b_eq=np.concatenate([np.ones(m), ex_left]), bounds=(0, None),
+                  method="highs", options=_HIGHS_OPTIONS, **kw)
+    if res.status != 0:
+        raise ValueError("shadow_prices do not meet the capacities: no split of the "
+                         "tied contexts reaches them (are the shadow prices optimal "
+                         "for these capacities?)")
+    x = np.clip(res.x, 0.0, None)
+    Pa = np.zeros((m, A))
+    Pa[ii, aa] = x
+    return Pa / Pa.sum(axis=1, keepdims=True)
 
 
 def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
@@ -1460,36 +1672,7 @@ def shadow_price_policy(mu, shadow_prices, capacities=None, weights=None, *,
                              f"{np.round(load0, 6).tolist()} instead of "
                              f"{np.round(alpha, 6).tolist()}")
         return P
-    from scipy.optimize import linprog
-    from scipy import sparse
-
-    ii, aa = np.nonzero(tied[ambiguous])
-    nv = ii.size
-    rows_ctx = sparse.csr_matrix((np.ones(nv), (ii, np.arange(nv))),
-                                 shape=(ambiguous.size, nv))
-    wv = w[ambiguous][ii]
-
-    def capacity_rows(mask):   # the loads of the agents in mask and what they have left
-        agents = np.flatnonzero(mask)
-        keep = np.isin(aa, agents)
-        rows = sparse.csr_matrix((wv[keep], (np.searchsorted(agents, aa)[keep],
-                                              np.arange(nv)[keep])), shape=(agents.size, nv))
-        return rows, alpha[agents] - load0[agents]
-
-    ex, ex_left = capacity_rows(exact)
-    up, up_left = capacity_rows(upper)
-    kw = dict(A_ub=up, b_ub=up_left) if up_left.size else {}
-    res = linprog(np.zeros(nv), A_eq=sparse.vstack([rows_ctx, ex]).tocsr(),
-                  b_eq=np.concatenate([np.ones(ambiguous.size), ex_left]), bounds=(0, None),
-                  method="highs", options=_HIGHS_OPTIONS, **kw)
-    if res.status != 0:
-        raise ValueError("shadow_prices do not meet the capacities: no split of the "
-                         "tied contexts reaches them (are the shadow prices optimal "
-                         "for these capacities?)")
-    x = np.clip(res.x, 0.0, None)
-    Pa = np.zeros((ambiguous.size, A))
-    Pa[ii, aa] = x
-    P[ambiguous] = Pa / Pa.sum(axis=1, keepdims=True)
+    P[ambiguous] = _split_ties(tied[ambiguous], w[ambiguous], alpha - load0, exact, upper)
     return P
 
 
@@ -2019,7 +2202,7 @@ def select_agent(mu, Q, eta):
     return int(_select_nb(mu, _validate_queues(Q, mu.shape[0]), eta))
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _select_nb(mu, Q, eta):
     """Eq. 2: ``argmax_a mu[a] - eta Q[a]``, the first agent on ties."""
     best = 0
@@ -2032,27 +2215,7 @@ def _select_nb(mu, Q, eta):
     return best
 
 
-@njit(cache=True)
-def _selection_shares_nb(alpha, constrained):
-    """Compiled :func:`_selection_shares`: ``alpha`` itself unless the free
-    agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`."""
-    p = alpha.copy()
-    total = 0.0
-    n_free = 0
-    for a in range(alpha.shape[0]):
-        if constrained[a]:
-            total += alpha[a]
-        else:
-            n_free += 1
-    rest = 1.0 - total
-    if n_free > 0 and rest > 1e-9:
-        for a in range(alpha.shape[0]):
-            if not constrained[a]:
-                p[a] = rest / n_free
-    return p
-
-
-@njit(cache=True)
+@_njit(cache=True)
 def _queue_update_nb(Q, alpha, constrained, N, B):
     """Eq. 1 in place: Q_a <- [Q_a + N_a - B alpha_a]_+, free agents 0.
 
@@ -2067,15 +2230,15 @@ def _queue_update_nb(Q, alpha, constrained, N, B):
             Q[a] = 0.0
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _queue_update_one_nb(Q, alpha, constrained, a):
     """Eq. 1 in place after one task went to agent ``a`` (N its indicator, B = 1)."""
     N = np.zeros(Q.shape[0], dtype=np.int64)
     N[a] = 1
-    _queue_update_nb(Q, alpha, constrained, N, 1)
+    _queue_update_nb(Q, alpha, constrained, N, np.int64(1))  # B as the batch step types it
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _online_step_nb(mu, Q, eta, alpha, constrained):
     """One online decision: the agent of Eq. 2, then the queues of Eq. 1."""
     chosen = _select_nb(mu, Q, eta)
@@ -2093,14 +2256,10 @@ def _online_step_nb(mu, Q, eta, alpha, constrained):
 # those counts (batch_assign).  The queues then move by the batch's counts
 # (batch_queue_update): Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.
 
-#: Solvers of the within-batch assignment: ``"auto"`` sorts for two agents,
-#: uses ``"lsa"`` while the replicated cost matrix is small and ``"lp"`` beyond.
+#: Solvers of the within-batch assignment: ``"auto"`` is the one solver of
+#: the engines and the router (:func:`_batch_assign_nb`, compiled); ``"sort"``,
+#: ``"lsa"`` and ``"lp"`` are exact alternatives that may split ties otherwise.
 BATCH_METHODS = ("auto", "sort", "lsa", "lp")
-
-#: Largest replicated cost matrix (tasks x agent slots) that ``"auto"`` hands
-#: to ``scipy.optimize.linear_sum_assignment``.
-_LSA_MAX_ENTRIES = 4_000_000
-
 
 def _validate_constrained(constrained, A):
     """The free-agent mask (App. H.4): A booleans, False for a free agent;
@@ -2274,16 +2433,25 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
     constrained agents are upper bounds and free agents take any number, so
     the queue term then does matter.
 
-    The problem is a transportation problem, solved exactly:
-    ``"sort"`` (two agents): agent 0 takes the tasks with the largest score
-    difference scores[:, 0] - scores[:, 1] (Prop. 1 on the batch);
-    ``"lsa"``: ``scipy.optimize.linear_sum_assignment`` on the score matrix
-    with agent a's column repeated counts[a] times (B times for a free agent);
-    ``"lp"``: the transportation linear programme of
-    :func:`hindsight_optimum` (HiGHS; integral by total unimodularity).
-    ``"auto"`` sorts for two agents, and otherwise uses ``"lsa"`` up to
-    4 million cost entries and ``"lp"`` beyond.  Ties between equally good
-    assignments are broken differently by the methods.
+    The problem is a transportation problem, solved exactly.  ``"auto"`` (the
+    default) is the solver of both engines of :func:`simulate` and of
+    :meth:`Router.assign_batch` (:func:`_batch_assign_nb`, compiled): for two
+    constrained agents agent 0 takes the counts[0] tasks with the largest
+    difference scores[:, 0] - scores[:, 1] (Prop. 1 on the batch), the
+    earlier task first among equal differences; otherwise the tasks enter in
+    batch order, each along a cheapest path of successive shortest paths
+    (onto an agent with room, or onto a full agent whose cheapest task moves
+    on), a placed task moving only when that is strictly better (by more than
+    1e-12) and the lowest agent index winning among equally cheap ends.  Its
+    cost is O(B^2 A + B A^3) per batch with three or more agents or a free
+    agent; for batches of thousands of tasks the alternatives are faster:
+    ``"sort"`` (two agents; the same split as ``"auto"`` when both are
+    constrained); ``"lsa"``: ``scipy.optimize.linear_sum_assignment`` on the
+    score matrix with agent a's column repeated counts[a] times (B times for
+    a free agent); ``"lp"``: the transportation linear programme of
+    :func:`hindsight_optimum` (HiGHS; integral by total unimodularity).  All
+    reach the same optimal total; where several assignments reach it they
+    may pick different ones.
 
     Parameters
     ----------
@@ -2325,16 +2493,17 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
 def _batch_assign_core(S, counts, constrained, method="auto"):
     """:func:`batch_assign` without input checks, for loops over many batches."""
     B, A = S.shape
+    if method == "auto":
+        agent = np.empty(B, dtype=np.int64)
+        _batch_assign_nb(np.ascontiguousarray(S, dtype=float), B, counts.astype(np.int64),
+                         np.asarray(constrained, dtype=np.bool_), agent,
+                         np.zeros(A, dtype=np.int64))
+        return agent
     if constrained.all():
         lower = upper = counts
     else:
         lower = np.zeros(A, dtype=np.int64)
         upper = np.where(constrained, np.minimum(counts, B), B)
-    if method == "auto":
-        if A == 2:
-            method = "sort"
-        else:
-            method = "lsa" if B * int(upper.sum()) <= _LSA_MAX_ENTRIES else "lp"
     if method == "sort":
         return _two_agent_split(S, lower, upper)
     if method == "lp":
@@ -2351,7 +2520,47 @@ def _batch_assign_core(S, counts, constrained, method="auto"):
 # --- compiled batch allocation, for the fast engine ---------------------------
 
 
-@njit(cache=True)
+@_njit(cache=True)
+def _sorted_desc_nb(v):
+    """The values of ``v`` in decreasing order (an insertion sort: ``v`` holds
+    one value per agent)."""
+    u = v.copy()
+    for i in range(1, u.shape[0]):
+        x = u[i]
+        j = i - 1
+        while j >= 0 and u[j] < x:
+            u[j + 1] = u[j]
+            j -= 1
+        u[j + 1] = x
+    return u
+
+
+@_njit(cache=True)
+def _stable_argsort_nb(d):
+    """Indices that sort ``d`` increasingly, equal values in index order: a
+    bottom-up merge sort, so the order of ``np.argsort(d, kind="stable")``."""
+    n = d.shape[0]
+    idx = np.arange(n)
+    tmp = np.empty(n, dtype=idx.dtype)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if j >= hi or (i < mid and not d[idx[j]] < d[idx[i]]):
+                    tmp[k] = idx[i]
+                    i += 1
+                else:
+                    tmp[k] = idx[j]
+                    j += 1
+        idx, tmp = tmp, idx
+        width *= 2
+    return idx
+
+
+@_njit(cache=True)
 def _batch_counts_nb(B, alpha, Q, constrained, N):
     """The counts of :func:`batch_counts` (Sec. 4.2, App. H.5), written into ``N``.
 
@@ -2368,8 +2577,9 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
         else:
             n_free += 1
     rest = 1.0 - total
-    if n_free == 0 or not rest > 1e-9:
-        _batch_counts_share_nb(B, alpha, Q, constrained, N, False)
+    remainder = n_free > 0 and rest > 1e-9   # a runtime flag: one compiled version
+    if not remainder:
+        _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder)
         return
     alpha2 = np.empty(A + 1)
     Q2 = np.empty(A + 1)
@@ -2382,7 +2592,7 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
     alpha2[A] = rest
     Q2[A] = 0.0
     c2[A] = True
-    _batch_counts_share_nb(B, alpha2, Q2, c2, N2, True)
+    _batch_counts_share_nb(B, alpha2, Q2, c2, N2, remainder)
     k = 0
     for a in range(A):
         N[a] = N2[a]
@@ -2391,7 +2601,7 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
             k += 1
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder_last):
     """:func:`_batch_counts_nb` once every share is in ``alpha`` (free agents
     count 0); with ``remainder_last`` the last entry is the free agents'
@@ -2407,7 +2617,7 @@ def _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder_last):
     target = np.empty(m)
     for j in range(m):
         target[j] = B * alpha[idx[j]] - Q[idx[j]]
-    u = np.sort(target)[::-1]
+    u = _sorted_desc_nb(target)
     cum = 0.0
     shift = 0.0
     for j in range(m):
@@ -2446,7 +2656,7 @@ def _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder_last):
         N[idx[j]] = np.int64(base[j])
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _ssp_assign_nb(S, n, upper, agent):
     """Exact capacitated assignment of the first ``n`` rows of ``S``, any A.
 
@@ -2511,7 +2721,7 @@ def _ssp_assign_nb(S, n, upper, agent):
         load[best] += 1
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _batch_assign_nb(S, n, N, constrained, agent, upper):
     """Compiled :func:`_batch_assign_core` on the first ``n`` rows of ``S``.
 
@@ -2530,7 +2740,7 @@ def _batch_assign_nb(S, n, N, constrained, agent, upper):
         d = np.empty(n)
         for j in range(n):
             d[j] = S[j, 1] - S[j, 0]
-        order = np.argsort(d, kind="mergesort")
+        order = _stable_argsort_nb(d)
         for j in range(n):
             agent[j] = 1
         for j in range(N[0]):
@@ -2539,6 +2749,37 @@ def _batch_assign_nb(S, n, N, constrained, agent, upper):
     for a in range(A):
         upper[a] = min(N[a], n) if constrained[a] else n
     _ssp_assign_nb(S, n, upper, agent)
+
+
+@_njit(cache=True, inline="always")
+def _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper):
+    """Agents of the ``nb`` tasks scored in ``S`` by the mini-batch rule
+    (Sec. 4.2, App. H.5): the counts ``N`` of :func:`batch_counts` from the
+    capacities and the queues, then the exact assignment of the adjusted
+    scores S - eta Q under them (:func:`_batch_assign_nb`; ``S`` changes in
+    place).  The one batch step of both engines and the router."""
+    _batch_counts_nb(nb, alpha, Q, constrained, N)
+    for jj in range(nb):
+        for a in range(S.shape[1]):
+            S[jj, a] -= eta * Q[a]
+    _batch_assign_nb(S, nb, N, constrained, agent, upper)
+
+
+@_njit(cache=True)
+def _batch_step_nb(S, alpha, constrained, eta, Q):
+    """A whole mini-batch as :meth:`Router.assign_batch` takes it: the agents
+    of :func:`_batch_choose_nb` for the rows of ``S``, then the queues after
+    the batch (Eq. 1 in batch form, in place).  Returns the agents and how
+    many tasks each agent got."""
+    nb, A = S.shape
+    N = np.zeros(A, dtype=np.int64)
+    agent = np.empty(nb, dtype=np.int64)
+    _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, np.zeros(A, dtype=np.int64))
+    realised = np.zeros(A, dtype=np.int64)
+    for j in range(nb):
+        realised[agent[j]] += 1
+    _queue_update_nb(Q, alpha, constrained, realised, nb)
+    return agent, realised
 
 
 # =============================================================================
@@ -2623,6 +2864,13 @@ class ModelSettings:
 
 #: The paper's hyper-parameters (App. E).
 PAPER_SETTINGS = ModelSettings()
+
+
+def _validate_settings(settings, name="settings"):
+    """Model hyper-parameters: a :class:`ModelSettings` (TypeError otherwise); return them."""
+    if not isinstance(settings, ModelSettings):
+        raise TypeError(f"{name} must be a ModelSettings, got {type(settings).__name__}")
+    return settings
 
 
 def _sigmoid(z):
@@ -2889,47 +3137,47 @@ class MarginalAccuracy:
 # seeded from numpy's SeedSequence, so a run's numbers never depend on which
 # thread runs it.
 
-@njit(cache=True, inline="always")
-def _rotl(x, k):
+@_njit(cache=True, inline="always")
+def _rotl_nb(x, k):
     return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
 
 
-@njit(cache=True)
-def _next_u64(s):
-    result = _rotl(s[1] * np.uint64(5), 7) * np.uint64(9)
+@_njit(cache=True)
+def _next_u64_nb(s):
+    result = _rotl_nb(s[1] * np.uint64(5), 7) * np.uint64(9)
     t = s[1] << np.uint64(17)
     s[2] ^= s[0]
     s[3] ^= s[1]
     s[1] ^= s[2]
     s[0] ^= s[3]
     s[2] ^= t
-    s[3] = _rotl(s[3], 45)
+    s[3] = _rotl_nb(s[3], 45)
     return result
 
 
-@njit(cache=True)
-def _uniform(s):
+@_njit(cache=True)
+def _uniform_nb(s):
     """A double in [0, 1) with 53 random bits."""
-    return float(_next_u64(s) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    return float(_next_u64_nb(s) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@njit(cache=True)
-def _randint(s, n):
+@_njit(cache=True)
+def _randint_nb(s, n):
     """An integer uniform on {0, ..., n-1}: floor(n u) of a 53-bit uniform u."""
-    k = int(_uniform(s) * n)
+    k = int(_uniform_nb(s) * n)
     return k if k < n else n - 1
 
 
-@njit(cache=True)
-def _normal_pair(s):
+@_njit(cache=True)
+def _normal_pair_nb(s):
     """Two independent standard normal draws (both outputs of Box-Muller)."""
-    u1 = 1.0 - _uniform(s)
-    u2 = _uniform(s)
+    u1 = 1.0 - _uniform_nb(s)
+    u2 = _uniform_nb(s)
     r = math.sqrt(-2.0 * math.log(u1))
     return r * math.cos(2.0 * math.pi * u2), r * math.sin(2.0 * math.pi * u2)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _sigmoid_nb(z):
     if z >= 0:
         return 1.0 / (1.0 + math.exp(-z))
@@ -2937,7 +3185,7 @@ def _sigmoid_nb(z):
     return e / (1.0 + e)
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _logistic_score_nb(theta, Sigma, x, thompson, kappa, g):
     """Score of one agent's Laplace-logistic model at design vector x (App. E.1):
     sigmoid(theta'x), or with ``thompson`` the draw
@@ -2961,7 +3209,7 @@ def _logistic_score_nb(theta, Sigma, x, thompson, kappa, g):
     return _sigmoid_nb(m)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
     """One Laplace-logistic step in place (App. E.1); ``Sx`` is scratch.
 
@@ -3057,8 +3305,8 @@ _TreeConfig = namedtuple("_TreeConfig",
                          "n_bins max_bins n_trees max_depth min_leaf refit_every")
 
 
-@njit(cache=True)
-def _new_refit(B, max_depth, stats):
+@_njit(cache=True)
+def _new_refit_nb(B, max_depth, stats):
     """Scratch of a refit of B trees of depth ``max_depth`` (:data:`_Refit`),
     adding its counters to ``stats``."""
     return _Refit(np.zeros((2 ** max_depth - 1, B), dtype=np.bool_),
@@ -3067,14 +3315,14 @@ def _new_refit(B, max_depth, stats):
                   np.empty(B, dtype=np.int64), stats)
 
 
-@njit(cache=True, inline="always")
-def _agent_forest(F, a):
+@_njit(cache=True, inline="always")
+def _agent_forest_nb(F, a):
     """Agent a's :data:`_Forest` out of the :data:`_Forests` ``F``."""
     return _Forest(F.W[a], F.H[a], F.HS[a], F.node_c[a], F.node_s[a], F.feat[a], F.thr[a],
                    F.val[a], F.head[a], F.nxt[a])
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _tree_predict_nb(feat, thr, val, xb):
     k = 0
     while feat[k] >= 0:
@@ -3086,7 +3334,7 @@ def _tree_predict_nb(feat, thr, val, xb):
     return 0.0 if v < 0.0 else (1.0 if v > 1.0 else v)
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, r, B):
     """Score every threshold of feature j at node u in trees 0..B-1 (see
     :func:`_split_node_nb`), updating their best score and position in the
@@ -3117,7 +3365,7 @@ def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, r, B):
             bpos[b] = fcol if pr > b0 else bpos[b]
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _split_node_nb(f, u, n_bins, max_bins, min_leaf, r):
     """Best split of heap node ``u`` in every tree of the forest ``f``, side by side.
 
@@ -3215,10 +3463,10 @@ def _split_node_nb(f, u, n_bins, max_bins, min_leaf, r):
 # refits are now nested instead of independent.
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _poisson1_nb(rng):
     """A Poisson(1) draw by inversion of its CDF (one uniform)."""
-    u = _uniform(rng)
+    u = _uniform_nb(rng)
     k = 0
     p = 0.36787944117144233  # e^-1
     F = p
@@ -3229,7 +3477,7 @@ def _poisson1_nb(rng):
     return k
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
     """Add weight w of a row to tree b's histograms from node ``start`` down
     its path through the tree's current splits (internal-level nodes only)."""
@@ -3247,7 +3495,7 @@ def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
         u = 2 * u + 1 if xb[f] <= thr[b, u] else 2 * u + 2
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, f):
     """Add row k (bins ``xb``, reward ``y``) to one agent's online forest ``f``.
 
@@ -3259,7 +3507,7 @@ def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, f):
     _online_add_row_nb(xb, y, k, max_depth, max_bins, f)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
     """Add row k, with its weights ``f.W[:, k]`` already drawn, to an online forest.
 
@@ -3287,7 +3535,7 @@ def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
         _path_add_nb(xb, y, w, b, 0, n_int, max_bins, H, HS, feat, thr)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins):
     """Node u of tree b moved its threshold on feature j across bins lo+1..hi.
 
@@ -3315,87 +3563,100 @@ def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins)
             k = nxt[j, k]
 
 
-@njit(cache=True)
+@_njit(cache=True)
+def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
+    """Rebuild the histograms of the stale pairs of ``level`` in a refit of
+    :func:`_online_refit_nb` (the children of a node whose split was rebuilt).
+
+    Only one child of a pair is summed from the rows; the other is parent
+    minus it.  The rows of the summed child are found through the bin lists
+    of its parent's split feature: the child whose bins hold less of the
+    tree's weight is picked, and of the rows in those bins only those that
+    reach the parent are kept.  The child is summed into a small contiguous
+    histogram (cache-resident), then written, with its sibling, into the
+    tree's strided column of H and HS.
+    """
+    W, H, HS, node_c, node_s, feat, thr, val, head, nxt = forest
+    stale, stats = r.stale, r.stats
+    B = W.shape[0]
+    d = Xa.shape[1]
+    n_cols = H.shape[1]
+    first = 2 ** level - 1
+    last = 2 ** (level + 1) - 1
+    acc = np.empty(n_cols, dtype=np.int32)
+    accs = np.empty_like(acc)
+    for b in range(B):
+        for u in range(first, last, 2):
+            if not stale[u, b]:
+                continue
+            stats[level] += 2
+            par = (u - 1) // 2
+            f = feat[b, par]
+            q = thr[b, par]
+            w_left = 0
+            for qq in range(q + 1):
+                w_left += H[0, f * max_bins + qq, b]
+            lf = 2 * w_left <= node_c[0, b]
+            for c in range(n_cols):
+                acc[c] = 0
+                accs[c] = 0
+            for qq in range(0 if lf else q + 1, q + 1 if lf else n_bins[f]):
+                k = head[f, qq]
+                while k >= 0:
+                    w = np.int32(W[b, k])
+                    if w != 0 and k < n:
+                        x = 0
+                        for _ in range(level - 1):
+                            x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
+                        if x == par:
+                            if ya[k]:
+                                for j in range(d):
+                                    col = j * max_bins + Xa[k, j]
+                                    acc[col] += w
+                                    accs[col] += w
+                            else:
+                                for j in range(d):
+                                    acc[j * max_bins + Xa[k, j]] += w
+                    k = nxt[f, k]
+            t = u if lf else u + 1
+            o = 2 * u + 1 - t
+            for c in range(n_cols):
+                H[t, c, b] = acc[c]
+                HS[t, c, b] = accs[c]
+                H[o, c, b] = H[par, c, b] - acc[c]
+                HS[o, c, b] = HS[par, c, b] - accs[c]
+
+
+@_njit(cache=True)
 def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r):
     """Refit one agent's online ``forest`` on its first n rows, incrementally.
 
     ``Xa[k]``, ``ya[k]``: bins and reward of the agent's k-th row;
-    ``forest.W[b, k]`` its weight in tree b.  On return every tree equals the fit from scratch
-    (one refit of an empty forest) on the same weighted rows (tested tree by
-    tree); on an empty forest it grows every tree level by level from the
-    rows.
-    ``forest.head``/``nxt`` are the bin lists of :func:`_online_observe_nb`.
-    ``r`` is the :data:`_Refit` scratch; ``r.stale`` marks the nodes whose
-    histogram must be rebuilt.  Adds to ``r.stats[level]`` the number of
+    ``forest.W[b, k]`` its weight in tree b.  On return every tree equals the
+    fit from scratch (one refit of an empty forest) on the same weighted rows
+    (tested tree by tree); on an empty forest it grows every tree level by
+    level from the rows.  ``forest.head``/``nxt`` are the bin lists of
+    :func:`_online_observe_nb`.  ``r`` is the :data:`_Refit` scratch;
+    ``r.stale`` marks the nodes whose histogram must be rebuilt
+    (:func:`_rebuild_level_nb`).  Adds to ``r.stats[level]`` the number of
     (tree, node) pairs of that level whose histograms were rebuilt from the
-    rows, to
-    ``stats[max_depth + level]`` the number of nodes of that level whose split
-    changed, and to ``stats[2 max_depth + level]`` the number of those whose
-    subtree was updated by moving only the rows that crossed the threshold.
+    rows, to ``stats[max_depth + level]`` the number of nodes of that level
+    whose split changed, and to ``stats[2 max_depth + level]`` the number of
+    those whose subtree was updated by moving only the rows that crossed the
+    threshold.
     """
     W, H, HS, node_c, node_s, feat, thr, val, head, nxt = forest
     stale, nfeat, nthr, stats = r.stale, r.nfeat, r.nthr, r.stats
     B = W.shape[0]
-    d = Xa.shape[1]
     n_nodes = feat.shape[1]
     n_int = H.shape[0]
-    n_cols = H.shape[1]
     for b in range(B):
         stale[0, b] = False
     for level in range(max_depth):
         first = 2 ** level - 1
         last = 2 ** (level + 1) - 1
         if level > 0:
-            # Rebuild the histograms of this level's stale pairs (the children
-            # of a node whose split was rebuilt).  Only one child of a pair is
-            # summed from the rows; the other is parent minus it.  The rows of
-            # the summed child are found through the bin lists of its parent's
-            # split feature: the child whose bins hold less of the tree's
-            # weight is picked, and of the rows in those bins only those that
-            # reach the parent are kept.  The child is summed into a small
-            # contiguous histogram (cache-resident), then written, with its
-            # sibling, into the tree's strided column of H and HS.
-            acc = np.empty(n_cols, dtype=np.int32)
-            accs = np.empty_like(acc)
-            for b in range(B):
-                for u in range(first, last, 2):
-                    if not stale[u, b]:
-                        continue
-                    stats[level] += 2
-                    par = (u - 1) // 2
-                    f = feat[b, par]
-                    q = thr[b, par]
-                    w_left = 0
-                    for qq in range(q + 1):
-                        w_left += H[0, f * max_bins + qq, b]
-                    lf = 2 * w_left <= node_c[0, b]
-                    acc[:] = 0
-                    accs[:] = 0
-                    for qq in range(0 if lf else q + 1, q + 1 if lf else n_bins[f]):
-                        k = head[f, qq]
-                        while k >= 0:
-                            w = np.int32(W[b, k])
-                            if w != 0 and k < n:
-                                x = 0
-                                for _ in range(level - 1):
-                                    x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
-                                if x == par:
-                                    if ya[k]:
-                                        for j in range(d):
-                                            col = j * max_bins + Xa[k, j]
-                                            acc[col] += w
-                                            accs[col] += w
-                                    else:
-                                        for j in range(d):
-                                            acc[j * max_bins + Xa[k, j]] += w
-                            k = nxt[f, k]
-                    t = u if lf else u + 1
-                    o = 2 * u + 1 - t
-                    for c in range(n_cols):
-                        H[t, c, b] = acc[c]
-                        HS[t, c, b] = accs[c]
-                        H[o, c, b] = H[par, c, b] - acc[c]
-                        HS[o, c, b] = HS[par, c, b] - accs[c]
+            _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r)
         for u in range(first, last):
             _split_node_nb(forest, u, n_bins, max_bins, min_leaf, r)
             for b in range(B):
@@ -3416,12 +3677,9 @@ def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r
                              and 4 * abs(q - q_old) <= n_bins[f])
                     if shift:
                         stats[2 * max_depth + level] += 1
-                        if q > q_old:
-                            _shift_split_nb(Xa, ya, forest, b, u, level, f, q_old, q, True,
-                                            n_int, max_bins)
-                        else:
-                            _shift_split_nb(Xa, ya, forest, b, u, level, f, q, q_old, False,
-                                            n_int, max_bins)
+                        to_left = q > q_old      # moved right: rows join the left child
+                        _shift_split_nb(Xa, ya, forest, b, u, level, f, min(q, q_old),
+                                        max(q, q_old), to_left, n_int, max_bins)
                     rebuild = f >= 0 and (moved or stale[u, b]) and not shift
                     stale[2 * u + 1, b] = rebuild
                     stale[2 * u + 2, b] = rebuild
@@ -3433,18 +3691,18 @@ def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r
             val[b, u] = node_s[u, b] / C if C > 0 else 0.0
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _bootstrap_weights_nb(n_trees, n, rng):
     """Multinomial bootstrap multiplicities ``W[b, k]``: per tree b, n uniform
     draws from the n rows, counted (App. E.2)."""
     W = np.zeros((n_trees, n), dtype=np.int32)
     for b in range(n_trees):
         for _ in range(n):
-            W[b, _randint(rng, n)] += 1
+            W[b, _randint_nb(rng, n)] += 1
     return W
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
     """Fit tree b on the rows ``(Xb[k], y[k])`` with weights ``W[b, k]``, from scratch.
 
@@ -3467,11 +3725,11 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
     for k in range(n):
         _online_add_row_nb(Xb[k], y[k], k, max_depth, max_bins, f)
     _online_refit_nb(Xb, y, n, n_bins, max_bins, max_depth, min_leaf, f,
-                     _new_refit(n_trees, max_depth, np.zeros(3 * max_depth, np.int64)))
+                     _new_refit_nb(n_trees, max_depth, np.zeros(3 * max_depth, np.int64)))
     return f.feat, f.thr, f.val
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
     """One agent's estimate for the binned context ``xb`` (App. E.2) from its
     B trees ``feat, thr, val`` (first axis: the tree), as both the simulation
@@ -3480,9 +3738,9 @@ def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
     (greedy) or one tree drawn uniformly (Thompson)."""
     n_trees = feat.shape[0]
     if not fitted:
-        return _uniform(rng) if thompson else 0.5
+        return _uniform_nb(rng) if thompson else 0.5
     if thompson:
-        b = _randint(rng, n_trees)
+        b = _randint_nb(rng, n_trees)
         return _tree_predict_nb(feat[b], thr[b], val[b], xb)
     acc = 0.0
     for b in range(n_trees):
@@ -3490,7 +3748,7 @@ def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
     return acc / n_trees
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     """Agent a observed reward y for the binned context ``xb`` (App. E.2).
 
@@ -3504,7 +3762,7 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     for j in range(xb.shape[0]):
         F.Xa[a, k, j] = xb[j]
     F.ya[a, k] = y
-    fa = _agent_forest(F, a)
+    fa = _agent_forest_nb(F, a)
     _online_observe_nb(xb, y, k, cfg.max_depth, cfg.max_bins, rng, fa)
     F.nobs[a] = k + 1
     if F.nobs[a] % cfg.refit_every == 0:
@@ -3513,7 +3771,7 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
         F.fitted[a] = True
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _logistic_mu_nb(theta, Sigma, z, thompson, kappa, rng, has_spare, spare):
     """One agent's estimate for the design vector ``z`` (App. E.1), as both the
     simulation and the router score: sigma(theta_hat^T z) (greedy) or sigma
@@ -3526,25 +3784,25 @@ def _logistic_mu_nb(theta, Sigma, z, thompson, kappa, rng, has_spare, spare):
             g = spare
             has_spare = False
         else:
-            g, spare = _normal_pair(rng)
+            g, spare = _normal_pair_nb(rng)
             has_spare = True
     return _logistic_score_nb(theta, Sigma, z, thompson, kappa, g), has_spare, spare
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _marginal_mu_nb(n, s, a):
     """The ``marginal`` estimate of agent a (App. D.5): its mean reward so far
     (``s[a]`` rewards in ``n[a]`` tasks), 0.5 before its first reward."""
     return s[a] / n[a] if n[a] > 0 else 0.5
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _random_agent_nb(rng, share, cum):
     """The ``random`` policy's agent: a with probability ``share[a]`` (alpha_a,
     or the free agents' remainder), by inversion of the cumulative shares
     ``cum`` with one uniform; the last agent with a share if rounding leaves
     the uniform above them all."""
-    u = _uniform(rng)
+    u = _uniform_nb(rng)
     last = 0
     for b in range(share.shape[0]):
         if share[b] > 0.0:
@@ -3552,6 +3810,747 @@ def _random_agent_nb(rng, share, cum):
                 return b
             last = b
     return last
+
+
+#: What a run of each reward model reads besides the stream (App. E): the
+#: optional arguments of :func:`_run_nb`, ``None`` for the models not run.
+#: ``thompson``: Thompson sampling instead of the greedy estimate; ``Xd`` the
+#: contexts with an intercept and ``gamma``, ``kappa``, ``w_min``, ``w_max``
+#: the Laplace-logistic settings (App. E.1); ``Xb`` the binned contexts and
+#: the fields of the forests' :data:`_TreeConfig` (App. E.2).  The ``random``
+#: policy and the ``marginal`` model read nothing: their argument is ``True``.
+_LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max")
+_TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields)
+
+
+# --- the reward models as objects, for the router and the engine ---------------
+#
+# Each reward model of App. E is one small object over the kernels above, with
+# the state of all A agents in arrays stacked over agents, and the same few
+# methods:
+#
+# - ``score(X, mu, step)``: the estimates mu[i, a] for the rows of X, and with
+#   ``step`` (a single task) the agent of Eq. 2 with the queue step of Eq. 1,
+#   in one compiled call (the draws are those of :func:`_run_nb` at one
+#   decision); -2, changing nothing, when X holds NaN or infinite values;
+# - ``learn(a, x, r)``: agent a's reward r for the context x;
+# - ``state()``: its part of a saved router state, as plain JSON;
+# - ``check_state(...)``, before anything is allocated, and ``restore(...)``:
+#   the checks of that part of an untrusted saved state, and its installation;
+# - ``run_args(policy, X, settings)``: its arguments of the engine's run
+#   kernel (:func:`_run_nb`), so that simulate runs the same kernels.
+#
+# A :class:`Router` (section 7) owns everything else: task ids, pending tasks,
+# their expiry, the virtual queues and the orchestration of the saved state.
+# Everything a model holds is an exact function of what it has seen: the
+# logistic model saves theta and Sigma (floats survive JSON round trips
+# exactly), a forest each agent's binned rows, rewards and Poisson weights,
+# and is rebuilt by replaying them through the same observe/refit steps.
+
+#: Numbers of contexts at which a tree router without ``X_reference`` cuts its
+#: bin edges again from the contexts seen so far (doubling; none after the last).
+ROUTER_STREAM_CUTS = tuple(64 * 2 ** k for k in range(9))       # 64 ... 16384
+#: Upper bounds :meth:`Router.from_state` puts on declared sizes before it
+#: allocates anything (a saved state is untrusted input).
+ROUTER_STATE_LIMITS = {"agents": 1024, "n_features": 4096, "bytes": 2 ** 30, "count": 2 ** 53}
+
+
+@_njit(cache=True)
+def _bin_row_nb(x, edges, n_edges, xb):
+    """Bin one context like :func:`_bin_contexts`: xb[j] = #{edges of j < x[j]}."""
+    for j in range(x.shape[0]):
+        v = x[j]
+        lo = 0
+        hi = n_edges[j]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if edges[j, mid] < v:
+                lo = mid + 1
+            else:
+                hi = mid
+        xb[j] = lo
+
+
+@_njit(cache=True)
+def _all_finite_nb(X):
+    for i in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            if not math.isfinite(X[i, j]):
+                return False
+    return True
+
+
+@_njit(cache=True)
+def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
+                                constrained, eta):
+    """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
+    probability alpha_a) as in :func:`_run_nb`.
+
+    For ``random`` the draw picks the agent directly; ``mu`` is then its
+    indicator (1 for the drawn agent).  ``X`` is only checked (-2 when it
+    holds NaN or infinite values).
+    """
+    if not _all_finite_nb(X):
+        return -2
+    A = Q.shape[0]
+    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
+    chosen = np.int64(0)  # not a literal 0: _queue_update_one_nb compiles once
+    for i in range(X.shape[0]):
+        if not learned:
+            chosen = _random_agent_nb(rng, share, cum)
+        for a in range(A):
+            mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
+    if not step:
+        return -1
+    if learned:
+        return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+    _queue_update_one_nb(Q, alpha, constrained, chosen)
+    return chosen
+
+
+@_njit(cache=True)
+def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, constrained,
+                           eta):
+    """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
+
+    Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
+    with the normal pairs of :func:`_run_nb` (the unused second draw is
+    kept in ``gauss = [has_spare, spare]``).  ``step`` as in
+    :func:`_router_tree_mu_nb`.
+    """
+    if not _all_finite_nb(X):
+        return -2
+    L = _Logistic(*L)
+    A, p = L.theta.shape
+    for i in range(X.shape[0]):
+        xd[0] = 1.0
+        for j in range(p - 1):
+            xd[j + 1] = X[i, j]
+        for a in range(A):
+            mu[i, a], has_spare, spare = _logistic_mu_nb(L.theta[a], L.Sigma[a], xd, thompson,
+                                                         kappa, rng, L.gauss[0] != 0.0,
+                                                         L.gauss[1])
+            L.gauss[0] = 1.0 if has_spare else 0.0
+            L.gauss[1] = spare
+    if not step:
+        return -1
+    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+
+
+@_njit(cache=True)
+def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
+    """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
+    xd[0] = 1.0
+    for j in range(x.shape[0]):
+        xd[j + 1] = x[j]
+    theta, Sigma, _ = L
+    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
+
+
+@_njit(cache=True)
+def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, constrained,
+                       eta):
+    """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
+
+    The draws are those of :func:`_run_nb` at one decision.  With ``step``
+    (a single task), also picks the agent by Eq. 2, advances the queues
+    (Eq. 1) and returns it; otherwise returns -1.  Returns -2, changing
+    nothing, when ``X`` holds NaN or infinite values.
+    """
+    if not _all_finite_nb(X):
+        return -2
+    F = _Trees(*F)
+    xb = np.empty(X.shape[1], dtype=np.uint8)
+    for i in range(X.shape[0]):
+        _bin_row_nb(X[i], edges, n_edges, xb)
+        for a in range(F.feat.shape[0]):
+            mu[i, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a], xb, thompson,
+                                   rng)
+    if not step:
+        return -1
+    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+
+
+@_njit(cache=True)
+def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
+    """Agent a observed reward y for context x: the row is binned and learnt
+    as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
+    xb = np.empty(x.shape[0], dtype=np.uint8)
+    _bin_row_nb(x, edges, n_edges, xb)
+    _tree_learn_nb(_Forests(*F), a, xb, np.uint8(y), _TreeConfig(*cfg), rng, _Refit(*r))
+
+
+@_njit(cache=True)
+def _router_tree_replay_nb(a, n, cfg, F, r, every_refit):
+    """Rebuild agent a's forest from its first n stored rows and their weights.
+
+    Repeats what :func:`_online_observe_nb` did for each row, with the stored
+    Poisson weights instead of fresh draws.  With ``every_refit`` it refits
+    at the same counts as the live router did, so the rebuilt forest (trees
+    and histograms) is the one the live router had.  Without, it refits only
+    at the last of those counts, m = refit_every floor(n / refit_every): each
+    refit makes every tree the exact histogram CART fit on the rows seen so
+    far (see the notes above :func:`_poisson1_nb`), so this gives the same
+    trees and histograms without the intermediate refits.
+    """
+    cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
+    fa = _agent_forest_nb(F, a)
+    m = (n // cfg.refit_every) * cfg.refit_every
+    for k in range(n):
+        _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
+        if (k + 1) % cfg.refit_every == 0 and (every_refit or k + 1 == m):
+            _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_bins, cfg.max_depth,
+                             cfg.min_leaf, fa, r)
+            F.fitted[a] = True
+
+
+def _state_int(v, name, lo, hi):
+    """An integer field of a saved router state, in [lo, hi] (ValueError otherwise)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
+    return int(v)
+
+
+def _state_counts(v, name, n):
+    """A list of ``n`` counts (integers >= 0) of a saved router state."""
+    if not isinstance(v, list) or len(v) != n:
+        raise ValueError(f"{name} must be a list of {n} non-negative integers")
+    return np.array([_state_int(c, name, 0, ROUTER_STATE_LIMITS["count"]) for c in v],
+                    dtype=np.int64)
+
+
+class _RewardModel:
+    """The reward model of every agent of a :class:`Router` (see the notes above).
+
+    Parameters
+    ----------
+    config : _RouterConfig
+        The router's checked configuration (section 7): its policy, agents
+        ``A``, context dimension ``d``, settings, capacities, eta and
+        ``X_reference``.
+    rng : ndarray of uint64, shape (4,)
+        The router's xoshiro256** state, shared and advanced in place.
+    Q : ndarray, shape (A,)
+        The router's virtual queues, which the one-task step of :meth:`score`
+        advances in place.
+    """
+
+    #: The first-use notice of the model's router kernels (:func:`_first_use`).
+    group = ""
+    kernels = ()
+    #: Saved arrays, state key -> attribute, of a model saved array by array.
+    ARRAYS = ()
+    #: Whether :meth:`see` keeps contexts (a tree model cutting bins from the stream).
+    sees = False
+
+    def __init__(self, config, rng, Q):
+        self.A, self.d, self.settings = config.A, config.d, config.settings
+        self._thompson = config.policy.endswith("-ts")
+        self._rng = rng
+        self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
+        self._eta = config.eta
+        _first_use(self.group, self.kernels, _FIRST_USE_TIME[self.group])
+
+    def see(self, X, copy=True):
+        """Contexts the router was given (kept only by a tree model cutting its
+        bins from the stream); ``copy=False`` when X is the caller's own array."""
+
+    def state(self):
+        """The model's part of :meth:`Router.state_dict`."""
+        return {key: getattr(self, attr).tolist() for key, attr in self.ARRAYS}
+
+    @classmethod
+    def check_state(cls, model, A, kw, version):
+        """Check a saved model before the router is built (``kw``: the router's
+        checked keyword arguments); return what :meth:`restore` installs."""
+        return model
+
+    def restore(self, model, seen):
+        """Check the saved arrays against this model's and install them
+        (``seen``: the rewards each agent's model has been fed)."""
+        vals = {}
+        for key, attr in self.ARRAYS:
+            want = getattr(self, attr).shape
+            v = _validate_matrix(model[key], f"state['model'][{key!r}]", ndim=len(want))
+            if v.shape != want:
+                raise ValueError(f"state['model'][{key!r}] must have shape {want}")
+            vals[key] = v
+        self._check_values(vals, seen)
+        for key, attr in self.ARRAYS:
+            getattr(self, attr)[:] = vals[key]
+
+    def _check_values(self, vals, seen):
+        """Refuse saved arrays of the right shapes but impossible values."""
+
+
+class _MarginalModel(_RewardModel):
+    """``random`` and ``marginal`` (App. D.5): each agent's count and sum of rewards.
+
+    ``marginal`` estimates an agent by its mean reward; ``random`` draws the
+    agent with probability alpha_a (its ``mu`` is the draw's indicator) and
+    keeps the same sums, unused.
+    """
+
+    group = "router noncontextual"
+    kernels = ("_router_noncontextual_mu_nb",)
+    ARRAYS = (("n", "_n"), ("s", "_s"))
+
+    def __init__(self, config, rng, Q):
+        super().__init__(config, rng, Q)
+        self._learned = config.policy == "marginal"
+        self._n = np.zeros(config.A)
+        self._s = np.zeros(config.A)
+        self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
+
+    @classmethod
+    def run_args(cls, policy, X, settings):
+        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        return (True, None, None, None) if policy == "random" else (None, True, None, None)
+
+    def score(self, X, mu, step):
+        return _router_noncontextual_mu_nb(X, self._learned, self._n, self._s, self._cum,
+                                           self._rng, mu, step, self._Q, self._alpha,
+                                           self._constrained, self._eta)
+
+    def learn(self, a, x, r):
+        self._n[a] += 1.0
+        self._s[a] += r
+
+    def _check_values(self, vals, seen):
+        for key, v in vals.items():
+            if np.any(v < 0):
+                raise ValueError(f"state['model'][{key!r}] must be {self.A} non-negative "
+                                 f"numbers")
+        if np.any(vals["n"] != seen):
+            raise ValueError("state['model']['n'] must equal state['rewards_seen']")
+        if np.any(vals["s"] > vals["n"]) or np.any(vals["s"] != np.round(vals["s"])):
+            raise ValueError("state['model']['s'] must be whole numbers of rewards, at most "
+                             "state['model']['n'] per agent (rewards are 0 or 1)")
+
+
+class _LogisticModel(_RewardModel):
+    """Laplace-logistic models of every agent (App. E.1): theta, Sigma and the
+    spare normal draw of the Thompson pairs, ``gauss = [has_spare, spare]``."""
+
+    group = "router logistic"
+    kernels = ("_router_logistic_mu_nb", "_router_logistic_update_nb")
+    ARRAYS = (("theta", "_theta"), ("Sigma", "_Sigma"), ("gauss", "_gauss"))
+
+    def __init__(self, config, rng, Q):
+        super().__init__(config, rng, Q)
+        A, p, settings = config.A, config.d + 1, config.settings
+        self._theta = np.zeros((A, p))
+        self._Sigma = np.zeros((A, p, p))
+        for a in range(A):
+            np.fill_diagonal(self._Sigma[a], 1.0 / settings.gamma)
+        self._gauss = np.zeros(2)
+        self._xd = np.empty(p)
+        self._Sx = np.empty(p)
+        self._kappa = float(settings.kappa)
+        self._w_min = float(settings.w_min)
+        self._w_max = float(settings.w_max)
+        # the arrays go to the kernels as a plain tuple of the fields of
+        # _Logistic (numba types a plain tuple of arrays at C speed, a named
+        # one in Python: microseconds per call); the kernels name them again
+        self._L = (self._theta, self._Sigma, self._gauss)
+
+    @classmethod
+    def run_args(cls, policy, X, settings):
+        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        s = settings
+        Xd = np.ascontiguousarray(np.column_stack([np.ones(X.shape[0]), X]))
+        return None, None, _LogisticRun(Xd, policy.endswith("-ts"), float(s.gamma),
+                                        float(s.kappa), float(s.w_min), float(s.w_max)), None
+
+    def score(self, X, mu, step):
+        return _router_logistic_mu_nb(X, self._xd, self._L, self._thompson, self._kappa,
+                                      self._rng, mu, step, self._Q, self._alpha,
+                                      self._constrained, self._eta)
+
+    def learn(self, a, x, r):
+        _router_logistic_update_nb(a, x, r, self._xd, self._L, self._w_min, self._w_max,
+                                   self._Sx)
+
+    @classmethod
+    def check_state(cls, model, A, kw, version):
+        d, policy = kw["n_features"], kw["policy"]
+        if d is None:
+            raise ValueError(f"state['n_features'] must be an integer for policy {policy!r}")
+        p = d + 1
+        theta, Sigma = model["theta"], model["Sigma"]
+        if (not isinstance(theta, list) or len(theta) != A
+                or not all(isinstance(t, list) and len(t) == p for t in theta)):
+            raise ValueError(f"state['model']['theta'] must be {A} lists of {p} numbers")
+        if (not isinstance(Sigma, list) or len(Sigma) != A
+                or not all(isinstance(S, list) and len(S) == p
+                           and all(isinstance(r, list) and len(r) == p for r in S)
+                           for S in Sigma)):
+            raise ValueError(f"state['model']['Sigma'] must be {A} matrices {p} x {p}")
+        return model
+
+    def _check_values(self, vals, seen):
+        if vals["gauss"][0] not in (0.0, 1.0):
+            raise ValueError("state['model']['gauss'][0] must be 0 or 1 (has a spare draw)")
+        for a, S in enumerate(vals["Sigma"]):
+            if not np.array_equal(S, S.T):
+                raise ValueError(f"state['model']['Sigma'][{a}] is not symmetric")
+            try:
+                np.linalg.cholesky(S)
+            except np.linalg.LinAlgError:
+                raise ValueError(f"state['model']['Sigma'][{a}] is not positive "
+                                 f"definite") from None
+
+
+def _bin_with_edges(X, edges):
+    """Bin the rows of X at fixed edges, as :func:`_bin_contexts` does."""
+    Xb = np.zeros(X.shape, dtype=np.uint8)
+    for j, e in enumerate(edges):
+        Xb[:, j] = np.searchsorted(np.asarray(e, dtype=float), X[:, j], side="left")
+    return Xb
+
+
+def _pack_uint8(arr):
+    """A uint8 array as plain JSON: its shape and its bytes in base64."""
+
+    arr = np.ascontiguousarray(arr, dtype=np.uint8)
+    return {"shape": list(arr.shape), "uint8_base64": base64.b64encode(arr.tobytes()).decode()}
+
+
+def _unpack_uint8(obj, name, shape):
+    """Inverse of :func:`_pack_uint8`, checking the stored and expected shape."""
+
+    if not isinstance(obj, dict) or set(obj) != {"shape", "uint8_base64"}:
+        raise ValueError(f"{name} must be an object with keys 'shape' and 'uint8_base64'")
+    if not isinstance(obj["shape"], list) or obj["shape"] != list(shape):
+        raise ValueError(f"{name} has shape {obj['shape']!r}, expected {list(shape)}")
+    size = math.prod(shape)
+    data = obj["uint8_base64"]
+    if not isinstance(data, str) or len(data) != 4 * ((size + 2) // 3):
+        raise ValueError(f"{name} does not hold the {size} bytes its shape declares")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        raise ValueError(f"{name} holds invalid base64 data") from None
+    if len(raw) != size:
+        raise ValueError(f"{name} holds {len(raw)} bytes, expected {size}")
+    return np.frombuffer(raw, dtype=np.uint8).reshape(shape).copy()
+
+
+class _TreeModel(_RewardModel):
+    """Online Poisson-bootstrap forests of every agent (App. E.2), on bins cut
+    from ``X_reference`` once or from the stream itself (see :class:`Router`,
+    *Bin edges from the stream*).
+
+    The forest arrays are those of :data:`_Forests`; ``_Xa``, ``_ya``, ``_W``
+    and ``_nxt`` hold room for ``_cap`` rows per agent and double when full.
+    With stream bins, ``_seen`` keeps the contexts seen and ``_raw`` each
+    agent's raw rows until the last cut of :data:`ROUTER_STREAM_CUTS`.
+    """
+
+    group = "router tree"
+    kernels = ("_router_tree_mu_nb", "_router_tree_update_nb")
+    #: The stored rows: state key -> (attribute, row axis of an agent's array).
+    ROWS = (("bins", "_Xa", 0), ("rewards", "_ya", 0), ("weights", "_W", 1))
+
+    def __init__(self, config, rng, Q):
+        super().__init__(config, rng, Q)
+        A, d, settings = config.A, config.d, config.settings
+        self._seen = self._raw = None
+        self._stream = self.sees = config.X_reference is None
+        if not self._stream:
+            edges = [e.tolist() for e in _bin_contexts(config.X_reference, settings.max_bins)[2]]
+        else:                                 # edges from the stream: one bin until the first cut
+            edges = [[] for _ in range(d)]
+            self._seen = []                   # contexts seen, until the last cut
+            self._raw = [[] for _ in range(A)]    # each agent's raw rows, idem
+        self._n_seen = 0
+        self._next_cut = ROUTER_STREAM_CUTS[0] if self._stream else 2 ** 63
+        B = settings.n_trees
+        n_nodes = 2 ** (settings.max_depth + 1) - 1
+        self._feat = np.full((A, B, n_nodes), -1, dtype=np.int32)
+        self._thr = np.zeros((A, B, n_nodes), dtype=np.int32)
+        self._val = np.zeros((A, B, n_nodes))
+        self._fitted = np.zeros(A, dtype=np.bool_)
+        self._nobs = np.zeros(A, dtype=np.int64)
+        self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
+        self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
+        self._max_bins = 0
+        self._install_edges(edges)            # with the histograms H, HS and bin lists head
+        self._refit = _new_refit_nb(B, settings.max_depth,
+                                 np.zeros(3 * settings.max_depth, dtype=np.int64))
+        self._cap = 0
+        self._alloc_rows(256)
+
+    @classmethod
+    def run_args(cls, policy, X, settings):
+        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        s = settings
+        Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
+        return None, None, None, _TreeRun(Xb, policy.endswith("-ts"), n_bins,
+                                    int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
+                                    s.max_depth, s.min_samples_leaf, s.refit_every)
+
+    @staticmethod
+    def nbytes(A, B, depth, d, max_bins, rows):
+        """Bytes of the arrays (forests, histograms, stored rows) of A agents."""
+        n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
+        return (2 * 4 * A * n_int * d * max_bins * B + 32 * A * B * n_nodes
+                + A * rows * (5 * d + 1 + B))
+
+    def _alloc_rows(self, cap):
+        """(Re)allocate the per-agent row stores of the forest for ``cap`` rows."""
+        A, B, d = self.A, self.settings.n_trees, self.d
+        old = self._cap
+        Xa = np.zeros((A, cap, d), dtype=np.uint8)
+        ya = np.zeros((A, cap), dtype=np.uint8)
+        W = np.zeros((A, B, cap), dtype=np.uint8)
+        nxt = np.zeros((A, d, cap), dtype=np.int32)
+        if old:
+            Xa[:, :old] = self._Xa
+            ya[:, :old] = self._ya
+            W[:, :, :old] = self._W
+            nxt[:, :, :old] = self._nxt
+        self._Xa, self._ya, self._W, self._nxt = Xa, ya, W, nxt
+        self._cap = cap
+        self._tree_args = None
+
+    def _install_edges(self, edges):
+        """Install the bin edges (before any row is stored), with histograms
+        and bin lists for their number of bins."""
+        d = self.d
+        self._edges_list = [list(map(float, e)) for e in edges]
+        self._n_edges = np.array([len(e) for e in edges], dtype=np.int64)
+        n_bins = self._n_edges + 1
+        max_bins = int(n_bins.max())
+        self._edges = np.zeros((d, max(max_bins - 1, 1)))
+        for j, e in enumerate(edges):
+            self._edges[j, :len(e)] = e
+        self._n_bins = n_bins
+        if max_bins != self._max_bins:
+            A, B = self.A, self.settings.n_trees
+            n_int = 2 ** self.settings.max_depth - 1
+            self._max_bins = max_bins
+            self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
+            self._HS = np.zeros_like(self._H)
+            self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
+        self._tree_args = None
+
+    # The forests go to the kernels as plain tuples of the fields of
+    # _TreeConfig, _Forests, _Refit and _Trees (see _LogisticModel), cached
+    # until an array is reallocated.
+
+    def _tree_state(self):
+        """``(cfg, F, r, trees)``: the fields of :data:`_TreeConfig`,
+        :data:`_Forests`, :data:`_Refit` and :data:`_Trees` for the kernels."""
+        if self._tree_args is None:
+            s = self.settings
+            self._tree_args = (
+                (self._n_bins, self._max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
+                 s.refit_every),
+                (self._W, self._H, self._HS, self._node_c, self._node_s, self._feat, self._thr,
+                 self._val, self._head, self._nxt, self._Xa, self._ya, self._nobs,
+                 self._fitted), tuple(self._refit),
+                (self._feat, self._thr, self._val, self._fitted))
+        return self._tree_args
+
+    def score(self, X, mu, step):
+        return _router_tree_mu_nb(X, self._edges, self._n_edges, self._tree_state()[3],
+                                  self._thompson, self._rng, mu, step, self._Q, self._alpha,
+                                  self._constrained, self._eta)
+
+    def learn(self, a, x, r):
+        if self._nobs[a] >= self._cap:
+            self._alloc_rows(2 * self._cap)
+        if self._raw is not None:
+            self._raw[a].append(x)
+        cfg, F, scratch = self._tree_state()[:3]
+        _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, cfg, self._rng, F,
+                               scratch)
+
+    def _replay(self, a, every_refit=True):
+        """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
+        _router_tree_replay_nb(a, int(self._nobs[a]), *self._tree_state()[:3], every_refit)
+
+    # --- bin edges from the stream -------------------------------------------------
+
+    def see(self, X, copy=True):
+        """Remember the contexts X; cut the edges again at each count of
+        :data:`ROUTER_STREAM_CUTS` reached."""
+        if self._seen is None:
+            return
+        n0 = self._n_seen
+        self._seen.extend(np.array(X, dtype=float) if copy else X)
+        self._n_seen = n0 + X.shape[0]
+        if self._n_seen < self._next_cut:
+            return
+        cut = 0
+        for c in ROUTER_STREAM_CUTS:
+            if n0 < c <= self._n_seen:
+                cut = c
+        self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > self._n_seen],
+                             default=2 ** 63)
+        if cut:
+            self._recut(_bin_contexts(np.array(self._seen[:cut]), self.settings.max_bins)[2])
+            if cut == ROUTER_STREAM_CUTS[-1]:
+                self._seen = None
+                self._raw = None
+
+    def _recut(self, edges):
+        """New bin edges: bin every stored row again and rebuild every forest."""
+        self._install_edges(edges)
+        for arr, v in ((self._feat, -1), (self._thr, 0), (self._val, 0.0), (self._H, 0),
+                       (self._HS, 0), (self._node_c, 0), (self._node_s, 0), (self._head, -1),
+                       (self._nxt, 0), (self._fitted, False), (self._refit.stale, False),
+                       (self._refit.stats, 0)):
+            arr.fill(v)
+        for a in range(self.A):
+            n = int(self._nobs[a])
+            if n:
+                self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
+                self._replay(a, every_refit=False)
+
+    # --- saved state -----------------------------------------------------------------
+
+    def state(self):
+        n = [int(v) for v in self._nobs]
+        model = {"edges": self._edges_list, "nobs": n}
+        for key, attr, axis in self.ROWS:
+            model[key] = [_pack_uint8(getattr(self, attr)[a][(slice(None),) * axis
+                                                             + (slice(0, n[a]),)])
+                          for a in range(self.A)]
+        if self._stream:
+            model["stream"] = {
+                "n_seen": int(self._n_seen),
+                "seen": None if self._seen is None else [
+                    [float(v) for v in x] for x in self._seen],
+                "raw": None if self._raw is None else [
+                    [[float(v) for v in x] for x in rows] for rows in self._raw]}
+        return model
+
+    @classmethod
+    def check_state(cls, model, A, kw, version):
+        """The bin edges and each agent's rows of a saved tree model, checked.
+
+        Every declared size is checked against the data present, and the
+        forest arrays against :data:`ROUTER_STATE_LIMITS`, before any
+        allocation.  Returns a dict with ``edges``, ``nobs``, ``rows`` (per
+        agent, state key -> array), ``cap`` (row capacity) and ``stream``; a
+        model with bins from a reference gets a stand-in ``X_reference`` in
+        ``kw`` (its saved edges replace the stand-in's).
+        """
+        lim = ROUTER_STATE_LIMITS
+        d, settings = kw["n_features"], kw["settings"]
+        edges = model["edges"]
+        if (not isinstance(edges, list) or d is None or len(edges) != d
+                or not all(isinstance(e, list) and len(e) < settings.max_bins for e in edges)):
+            raise ValueError(f"state['model']['edges'] must be {d} lists of fewer than "
+                             f"{settings.max_bins} bin edges")
+        e_arr = [_validate_matrix(e, "state['model']['edges'][j]", ndim=1) for e in edges]
+        if any(np.any(np.diff(e) <= 0) for e in e_arr):
+            raise ValueError("state['model']['edges'] must be increasing")
+        max_bins = max(len(e) for e in e_arr) + 1
+        B, depth = settings.n_trees, settings.max_depth
+        nobs = model["nobs"]
+        if not isinstance(nobs, list) or len(nobs) != A:
+            raise ValueError(f"state['model']['nobs'] must be {A} non-negative integers")
+        nobs = [_state_int(v, "state['model']['nobs']", 0, lim["count"]) for v in nobs]
+        for key, _, _ in cls.ROWS:
+            if not isinstance(model[key], list) or len(model[key]) != A:
+                raise ValueError(f"state['model'][{key!r}] must have one entry per agent")
+        rows = []
+        for a in range(A):
+            n = nobs[a]
+            shapes = {"bins": (n, d), "rewards": (n,), "weights": (B, n)}
+            rows.append({key: _unpack_uint8(model[key][a], f"state['model'][{key!r}][{a}]",
+                                            shapes[key]) for key, _, _ in cls.ROWS})
+        cap = 256
+        while cap < max(nobs) + 1:
+            cap *= 2
+        need = cls.nbytes(A, B, depth, d, max_bins, cap)
+        if need > lim["bytes"]:
+            raise ValueError(f"state['settings'] (n_trees={B}, max_depth={depth}) with "
+                             f"{A} agents, n_features={d} and {max_bins} bins would need "
+                             f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
+                             f"{lim['bytes'] / 2 ** 20:.0f} MiB a saved state may ask for")
+        stream = model.get("stream") if version >= 2 else None
+        if stream is None:
+            kw["X_reference"] = np.zeros((1, d))
+        return {"edges": e_arr, "nobs": nobs, "rows": rows, "cap": cap, "stream": stream}
+
+    def restore(self, tree, seen):
+        """Install the checked rows of a saved tree state and rebuild the forests."""
+        nobs, rows = tree["nobs"], tree["rows"]
+        if any(nobs[a] != seen[a] for a in range(self.A)):
+            raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
+        if tree["stream"] is not None:
+            self._restore_stream(tree["stream"], tree["edges"], rows, nobs)
+        self._install_edges(tree["edges"])
+        self._alloc_rows(tree["cap"])
+        for a in range(self.A):
+            if np.any(rows[a]["bins"] >= self._n_bins[None, :]):
+                raise ValueError(f"state['model']['bins'][{a}] has a bin beyond the edges")
+            if np.any(rows[a]["rewards"] > 1):
+                raise ValueError(f"state['model']['rewards'][{a}]: {REWARD_RULE}")
+        for a in range(self.A):
+            for key, attr, axis in self.ROWS:
+                getattr(self, attr)[a][(slice(None),) * axis + (slice(0, nobs[a]),)] = \
+                    rows[a][key]
+            self._nobs[a] = nobs[a]
+            self._replay(a)
+
+    def _restore_stream(self, stream, edges, rows, nobs):
+        """Check and install the stream-bin buffers of a saved state."""
+        if not isinstance(stream, dict) or set(stream) != {"n_seen", "seen", "raw"}:
+            raise ValueError("state['model']['stream'] must be an object with keys 'n_seen', "
+                             "'seen' and 'raw'")
+        n_seen = _state_int(stream["n_seen"], "state['model']['stream']['n_seen']", 0,
+                            ROUTER_STATE_LIMITS["count"])
+        last = ROUTER_STREAM_CUTS[-1]
+        d = self.d
+        if n_seen >= last:
+            if stream["seen"] is not None or stream["raw"] is not None:
+                raise ValueError(f"state['model']['stream']: after {last} contexts the edges "
+                                 f"are final and 'seen' and 'raw' must be null")
+            self._seen = self._raw = None
+        else:
+            seen = _validate_matrix(stream["seen"], "state['model']['stream']['seen']") \
+                if stream["seen"] else np.zeros((0, d))
+            if seen.shape != (n_seen, d):
+                raise ValueError(f"state['model']['stream']['seen'] must hold n_seen = "
+                                 f"{n_seen} contexts of {d} features")
+            cut = max([c for c in ROUTER_STREAM_CUTS if c <= n_seen], default=0)
+            want = _bin_contexts(seen[:cut], self.settings.max_bins)[2] if cut else \
+                [np.zeros(0)] * d
+            if any(not np.array_equal(e, w) for e, w in zip(edges, want)):
+                raise ValueError("state['model']['edges'] are not the edges cut from "
+                                 "state['model']['stream']['seen']")
+            raw = stream["raw"]
+            if not isinstance(raw, list) or len(raw) != self.A:
+                raise ValueError("state['model']['stream']['raw'] must have one entry per agent")
+            self._raw = []
+            for a in range(self.A):
+                r = _validate_matrix(raw[a], f"state['model']['stream']['raw'][{a}]") \
+                    if raw[a] else np.zeros((0, d))
+                if r.shape != (nobs[a], d):
+                    raise ValueError(f"state['model']['stream']['raw'][{a}] must hold nobs = "
+                                     f"{nobs[a]} contexts of {d} features")
+                if not np.array_equal(_bin_with_edges(r, edges), rows[a]["bins"]):
+                    raise ValueError(f"state['model']['bins'][{a}] are not the bins of "
+                                     f"state['model']['stream']['raw'][{a}]")
+                self._raw.append(list(r))
+            self._seen = list(seen)
+        self._n_seen = n_seen
+        self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > n_seen], default=2 ** 63)
+
+
+#: The reward model of each family of policies (the policy's name up to "-").
+_REWARD_MODELS = {"random": _MarginalModel, "marginal": _MarginalModel,
+                  "logistic": _LogisticModel, "tree": _TreeModel}
+
+
+def _reward_model(policy):
+    """The reward-model class of an online policy (:data:`_REWARD_MODELS`)."""
+    return _REWARD_MODELS[policy.split("-")[0]]
 
 
 # =============================================================================
@@ -3570,7 +4569,7 @@ def _random_agent_nb(rng, share, cum):
 #
 # engine="reference": _reference_run, a plain loop over the model classes of
 #   section 5 and VirtualQueues of section 4 - Algorithm 1 line by line.
-# engine="fast": one compiled kernel per model family, prange over runs.
+# engine="fast": one compiled kernel per model family, runs in parallel threads.
 #   - logistic: per-agent Sherman-Morrison updates in place, O(p^2) per step;
 #     Thompson draws through the scalar theta~^T z (exact, no factorisation).
 #   - trees: contexts quantile-binned once (edges from X only, never from
@@ -3589,17 +4588,19 @@ def _random_agent_nb(rng, share, cum):
 #   do not depend on the number of threads.
 
 
-#: Public policy names (Sec. 3, App. D.5, E).  The first two are
-#: non-contextual, the next four learn mu_a(x) online, and the last two are the
-#: paper's optimistic offline benchmark (Sec. 4), which ignores capacities.
-POLICIES = ("random", "marginal", "logistic-greedy", "logistic-ts",
-            "tree-greedy", "tree-ts", "offline-logistic", "offline-tree")
+# Policy names (Sec. 3, App. D.5, E; POLICIES lists them all).  The first two
+# are non-contextual, the next four learn mu_a(x) online, and the last two are
+# the paper's optimistic offline benchmark (Sec. 4), which ignores capacities.
 #: The four contextual online policies of the paper's experiments.
 CONTEXTUAL_POLICIES = ("logistic-greedy", "logistic-ts", "tree-greedy", "tree-ts")
+#: The online policies (Sec. 3), which a :class:`Router` runs too.
+ONLINE_POLICIES = ("random", "marginal") + CONTEXTUAL_POLICIES
+#: The offline unconstrained benchmarks (Sec. 4), which ignore capacities.
+OFFLINE_POLICIES = ("offline-logistic", "offline-tree")
+#: Every policy name of :func:`simulate`.
+POLICIES = ONLINE_POLICIES + OFFLINE_POLICIES
 #: ``"fast"``: compiled kernels; ``"reference"``: the literal Python loop.
 ENGINES = ("fast", "reference")
-#: Default queue penalty eta (Sec. 4: eta = 0.5).
-DEFAULT_ETA = 0.5
 
 
 @dataclass(repr=False)
@@ -3785,16 +4786,34 @@ def _rng_states(policy_seeds):
     return states
 
 
+#: Private switch of the early exit of forced runs (see the notes of the fast
+#: engine below), for the tests that prove it exact.
+_EARLY_EXIT = True
+#: The capacity rule of a run: shares ``alpha``, the mask of ``constrained``
+#: agents (Eq. 1), the penalty ``eta`` (Eq. 2), the mini-batch size ``batch``
+#: (0: online) and whether the ``early`` exit of forced runs is on.
+_Rule = namedtuple("_Rule", "alpha constrained eta batch early")
+#: What one run writes: the agent and the queues at every step (empty arrays
+#: when not traced) and the tasks per agent.
+_RunOut = namedtuple("_RunOut", "assign queues counts")
+#: A checked call of :func:`simulate`, built once by :func:`_validate_simulation`
+#: and passed down as one value: the ``policy``, the capacities as given
+#: (``caps``, ``None`` for a free agent) and as the capacity ``rule`` of the
+#: runs (:data:`_Rule`), the model ``settings`` and the ``engine``.
+_Simulation = namedtuple("_Simulation", "policy caps rule settings engine")
+
+
 def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings,
                          batch_size=None):
-    """Check every argument of :func:`simulate`; return the normalised values."""
+    """Check every argument of :func:`simulate`, the capacities once; return
+    ``(X, R, runs, seed, sim)`` with ``sim`` a :data:`_Simulation`."""
     _validate_choice(policy, POLICIES, "policy")
     _validate_choice(engine, ENGINES, "engine")
     R = _validate_rewards(R, "R", min_rows=1)
     X = _validate_matrix(X, "X", shape=(R.shape[0], None))
     if "tree" in policy and X.shape[1] < 1:
         raise ValueError(f"X has no feature columns; policy {policy!r} needs at least one")
-    _validate_capacities(capacities, R.shape[1])
+    alpha, constrained = _validate_capacities(capacities, R.shape[1])
     eta = _validate_eta(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
@@ -3808,19 +4827,22 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
             raise ValueError(f"batch_size must be at most the stream length T = "
                              f"{X.shape[0]}, got {batch_size}")
     caps = tuple(None if c is None else float(c) for c in capacities)
-    return X, R.astype(np.uint8), eta, runs, seed, caps, batch_size
+    rule = _Rule(alpha, constrained, eta, batch_size or 0, bool(_EARLY_EXIT))
+    return X, R.astype(np.uint8), runs, seed, _Simulation(policy, caps, rule, settings, engine)
+
+
+#: The keyword group ``**execution`` of :func:`simulate`, with its defaults.
+_SIMULATE_EXECUTION = {"engine": "fast", "return_traces": False}
 
 
 def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
-             engine="fast", return_traces=False, settings=PAPER_SETTINGS, batch_size=None):
+             settings=PAPER_SETTINGS, batch_size=None, **execution):
     """Run an assignment policy on a task stream, ``runs`` times (Algorithm 1).
 
-    Every run processes the T tasks in its own random order (the paper's
-    randomised streams, Sec. 4).  At step t the policy sees context ``x_t``,
-    picks ``a_t = argmax_a mu_{a,t}(x_t) - eta Q_{t,a}`` (Eq. 2), observes only
-    ``R[t, a_t]``, updates agent ``a_t``'s reward model and the virtual queues
-    (Eq. 1).  A free agent (capacity ``None``, App. H.4) has Q = 0 throughout
-    and its model learns whenever it is chosen.
+    Every run takes the T tasks in its own random order (Sec. 4).  At step t
+    the policy sees ``x_t``, picks ``a_t = argmax_a mu_{a,t}(x_t) - eta Q_{t,a}``
+    (Eq. 2), observes only ``R[t, a_t]``, updates agent ``a_t``'s reward model
+    and the virtual queues (Eq. 1); a free agent (App. H.4) has Q = 0.
 
     Parameters
     ----------
@@ -3830,83 +4852,66 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         Reward (correctness) of every agent on every task, in {0, 1}.
     capacities : sequence of length A
         alpha_a in [0, 1] per agent, or ``None`` for a free agent (App. H.4);
-        the constrained entries sum to 1, or to at most 1 with a free agent,
-        which then takes the rest (e.g. ``[0.2, 0.3, None]``: at most 20% and
-        30%).  A free agent has no queue, so no capacity holds it back: it is
-        chosen whenever its estimate beats every constrained agent's
-        mu_a - eta Q_a.  A *weak* free agent is therefore kept away only by
-        its learned accuracy; it still gets tasks while the estimates are
-        uncertain (early in the stream, Thompson draws) and where every
-        constrained agent is ahead of its share.  To bound its share, give it
-        a capacity instead of ``None`` (or leave it out).
+        the constrained entries sum to 1, or to at most 1 with a free agent
+        (``[0.2, 0.3, None]``: at most 20% and 30%).  A free agent has no
+        queue: a weak one is kept away only by its learned accuracy, so it
+        gets tasks while estimates are uncertain (give it a capacity to bound it).
     policy : str
         One of :data:`POLICIES`:
 
         - ``"random"``: agent a with probability alpha_a, ignoring x (free
-          agents share the remainder 1 - sum alpha equally, probability 0
-          when the constrained shares sum to 1);
+          agents share the remainder 1 - sum alpha equally);
         - ``"marginal"``: running mean reward of each agent minus eta Q (App. D.5);
         - ``"logistic-greedy"`` / ``"logistic-ts"``: :class:`LaplaceLogistic`
           models, plug-in or Thompson estimate (App. E.1);
         - ``"tree-greedy"`` / ``"tree-ts"``: :class:`BootstrapTrees`, ensemble
           mean or one random tree (App. E.2);
         - ``"offline-logistic"`` / ``"offline-tree"``: the optimistic offline
-          unconstrained benchmark, see :func:`offline_benchmark`.
+          unconstrained benchmark (Sec. 4), see :func:`_offline_choices`.
     eta : float
         Queue penalty, >= 0 (default 0.5 as in the paper).
     runs : int
         Number of randomised streams.
     seed : int
-        Seed of everything random: run k's permutation and the policy's draws.
-        Both engines use the same permutations.
-    engine : {"fast", "reference"}
-        ``"reference"`` is the plain Python loop over the model classes of
-        section 5 (slow, the definition), its runs spread over the cores in
-        separate processes; ``"fast"`` runs compiled kernels in parallel over
-        runs.  Neither engine's results depend on the number of cores.  The
-        two agree in distribution, not draw by draw.  One deliberate
-        difference: the fast tree policies bin the contexts
-        (``settings.max_bins``) and use the online Poisson bootstrap of
-        Eckles and Kaptein (2014) - a Poisson(1) weight per observation and
-        tree, drawn once, with every refit the exact tree on those weights -
-        where the reference draws a fresh multinomial resample at each refit
-        (see :class:`ModelSettings`, Notes).
-    return_traces : bool
-        Also return ``orders``, ``assignments`` (runs x T) and ``queues``
-        (runs x T x A) in the result.
+        Seed of run k's permutation (the same on both engines) and draws.
     settings : ModelSettings
         Model hyper-parameters (default: the paper's, :data:`PAPER_SETTINGS`).
     batch_size : int or None
         ``None`` (default): the online rule above, one task at a time.  An
         integer B in [1, T]: the mini-batch setting of Sec. 4.2 and App. H.5.
-        The run's stream is cut into consecutive batches of B tasks (the last
-        one shorter when B does not divide T).  For each batch the policy
-        scores every task with its current models (the greedy estimate, or one
-        Thompson draw per task and agent), takes the integer counts
-        N_{t,a} of :func:`batch_counts` from the capacities and the queues,
-        gives the tasks to the agents by the exact assignment of
-        :func:`batch_assign` under those counts (``random`` deals the counts
-        out in a random order), and only then observes the batch's rewards and
-        updates its models; the queues follow
-        Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.  ``batch_size=1`` is
-        this rule with one-task batches, *not* the online rule: the single
-        task goes to the agent that the queues say is due, whatever the
-        scores (with free agents the scores still decide between the due
-        agent and the free ones).  Offline policies reject a batch size.
+        Each batch of B consecutive tasks (the last one shorter) is scored
+        with the current models, given the counts N_{t,a} of
+        :func:`batch_counts` and assigned by :func:`batch_assign` (``random``
+        deals the counts out in a random order); its rewards then update the
+        models and Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.
+        ``batch_size=1`` is *not* the online rule: the queues pick the agent
+        (the scores decide only between it and free agents).  Offline
+        policies reject a batch size.
+    **execution
+        How the runs are computed and what they return, given by name (one
+        keyword group, checked as a whole):
+
+        engine : {"fast", "reference"}, default "fast"
+            ``"reference"``: the plain Python loop over the model classes of
+            section 5 (slow, the definition), runs spread over processes;
+            ``"fast"``: compiled kernels, parallel over runs.  Neither depends
+            on the core count; they agree in distribution, not draw by draw
+            (the fast trees bin contexts and use the online Poisson
+            bootstrap, :class:`ModelSettings`).
+        return_traces : bool, default False
+            Also return ``orders``, ``assignments`` (runs x T) and ``queues``
+            (runs x T x A) in the result.
 
     Returns
     -------
     SimulationResult
-        Per run: the error, the shares of tasks each agent took (and the
-        traces, if asked for).
+        Per run: the error and each agent's share of tasks (and the traces).
 
     Raises
     ------
     ValueError
-        For a bad argument, and, before any work, when the estimated memory
-        of the runs (task orders, traces, seeds; :func:`_simulation_memory`)
-        is over the limit of ``CAPASSIGN_MEMORY_LIMIT`` (:data:`MEMORY_ENV`,
-        by default half the memory the process may use).
+        For a bad argument, and, before any work, for runs whose estimated
+        memory (:func:`_simulation_memory`) is over :data:`MEMORY_ENV`'s limit.
 
     Examples
     --------
@@ -3915,67 +4920,58 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
     ([0.35, 0.38], [[0.498, 0.502], [0.5, 0.5]])
     """
-    X, R, eta, runs, seed, caps, batch_size = _validate_simulation(
-        X, R, capacities, policy, eta, runs, seed, engine, settings, batch_size)
-    return_traces = _validate_bool(return_traces, "return_traces")
-    _check_memory(f"runs={runs}", _simulation_memory(runs, *X.shape, R.shape[1], policy, engine,
-                                                     return_traces, settings),
+    execution = _keyword_group(execution, _SIMULATE_EXECUTION, "simulate")
+    X, R, runs, seed, sim = _validate_simulation(X, R, capacities, policy, eta, runs, seed,
+                                                 execution["engine"], settings, batch_size)
+    return_traces = _validate_bool(execution["return_traces"], "return_traces")
+    _check_memory(f"runs={runs}", _simulation_memory(runs, *X.shape, R.shape[1], sim.policy,
+                                                     sim.engine, return_traces, sim.settings),
                   f"{runs:,} runs of {R.shape[0]:,} tasks")
     orders, policy_seeds = _stream_orders(seed, runs, R.shape[0])
-    rewards, counts, assign, queues = _run_policy(
-        X, R, orders, policy_seeds, caps, eta, policy, engine, settings, return_traces,
-        batch_size)
+    rewards, counts, assign, queues = _run_policy(X, R, orders, policy_seeds, sim,
+                                                  return_traces)
     T = R.shape[0]
-    result = SimulationResult(policy=policy, capacities=caps, eta=eta, runs=runs, seed=seed,
-                              engine=engine, errors=1.0 - rewards / T, assigned=counts / T,
-                              batch_size=batch_size)
-    if return_traces:
-        result.orders = orders
-        result.assignments = assign
-        result.queues = queues
-    return result
+    traces = dict(orders=orders, assignments=assign, queues=queues) if return_traces else {}
+    return SimulationResult(policy=policy, capacities=sim.caps, eta=sim.rule.eta, runs=runs,
+                            seed=seed, engine=sim.engine, errors=1.0 - rewards / T,
+                            assigned=counts / T, batch_size=sim.rule.batch or None, **traces)
 
 
-def _run_policy(X, R, orders, policy_seeds, caps, eta, policy, engine, settings, traces,
-                batch_size):
-    """Run one policy over the given task orders on the chosen engine (the
-    arguments already validated by :func:`_validate_simulation`, ``caps`` the
-    capacities with ``None`` for a free agent); returns total rewards and
-    counts per run, and assignments and queues (or None)."""
+def _run_policy(X, R, orders, policy_seeds, sim, traces):
+    """Run the checked simulation ``sim`` (:data:`_Simulation`) over the given
+    task orders on its engine; returns total rewards and counts per run, and
+    assignments and queues (or None)."""
     runs, T = orders.shape
     A = R.shape[1]
-    if policy.startswith("offline-"):
-        rewards, counts, assign = _offline_runs(X, R, orders, policy, policy_seeds,
-                                                engine, settings)
+    if sim.policy.startswith("offline-"):
+        rewards, counts, assign = _offline_runs(X, R, orders, sim.policy, policy_seeds,
+                                                sim.engine, sim.settings)
         queues = None
-    elif engine == "reference":
+    elif sim.engine == "reference":
         rewards = np.zeros(runs, dtype=np.int64)
         counts = np.zeros((runs, A), dtype=np.int64)
         assign = np.zeros((runs, T), dtype=np.int32)
         queues = np.zeros((runs, T, A))
-        for k, (a_k, q_k) in enumerate(_reference_runs(X, R, orders, policy_seeds, caps, eta,
-                                                        policy, settings, batch_size)):
+        for k, (a_k, q_k) in enumerate(_reference_runs(X, R, orders, policy_seeds, sim)):
             assign[k] = a_k
             queues[k] = q_k
             rewards[k] = R[orders[k], a_k].sum()
             counts[k] = np.bincount(a_k, minlength=A)
     else:
-        alpha, constrained = _validate_capacities(caps)
-        rewards, counts, assign, queues = _fast_runs(
-            X, R, orders, alpha, constrained, eta, policy, _rng_states(policy_seeds),
-            settings, traces, batch=batch_size or 0)
+        rewards, counts, assign, queues = _fast_runs(X, R, orders, _rng_states(policy_seeds),
+                                                     sim, traces)
     return rewards, counts, assign, queues
 
 
-def _reference_one(X, R, order, caps, eta, policy, policy_seed, settings, batch_size):
+def _reference_one(X, R, order, sim, policy_seed):
     """One run of the reference engine: its assignments and queue trace."""
     rng = np.random.default_rng(policy_seed)
-    if batch_size is None:
-        return _reference_run(X, R, order, caps, eta, policy, rng, settings)
-    return _reference_batch_run(X, R, order, caps, eta, policy, rng, settings, batch_size)
+    if sim.rule.batch == 0:
+        return _reference_run(X, R, order, sim, rng)
+    return _reference_batch_run(X, R, order, sim, rng)
 
 
-def _reference_runs(X, R, orders, policy_seeds, caps, eta, policy, settings, batch_size):
+def _reference_runs(X, R, orders, policy_seeds, sim):
     """The reference engine's runs, spread over the machine's cores.
 
     Each run depends on its own task order and policy seed only, so the runs
@@ -3983,11 +4979,9 @@ def _reference_runs(X, R, orders, policy_seeds, caps, eta, policy, settings, bat
     and the numbers do not depend on how many there are.  A single run, or a
     single core, stays in this process.
     """
-    args = (caps, eta, policy)
     n_jobs = min(len(orders), os.cpu_count() or 1)
     if n_jobs < 2:
-        return [_reference_one(X, R, order, *args, ps, settings, batch_size)
-                for order, ps in zip(orders, policy_seeds)]
+        return [_reference_one(X, R, order, sim, ps) for order, ps in zip(orders, policy_seeds)]
 
     import joblib
 
@@ -3995,18 +4989,19 @@ def _reference_runs(X, R, orders, policy_seeds, caps, eta, policy, settings, bat
         # loky may note that an idle worker was replaced; that changes nothing
         warnings.simplefilter("ignore", UserWarning)
         return joblib.Parallel(n_jobs=n_jobs, backend="loky")(
-            joblib.delayed(_reference_one)(X, R, order, *args, ps, settings, batch_size)
+            joblib.delayed(_reference_one)(X, R, order, sim, ps)
             for order, ps in zip(orders, policy_seeds))
 
 
-def _reference_run(X, R, order, capacities, eta, policy, rng, settings):
+def _reference_run(X, R, order, sim, rng):
     """One run of Algorithm 1 (App. E), literally: the definition of the engine.
 
-    Returns the chosen agent at every step and the queues in force at every
-    decision.
+    ``sim`` is the checked simulation (:data:`_Simulation`).  Returns the
+    chosen agent at every step and the queues in force at every decision.
     """
     T, A = R.shape
-    queues = VirtualQueues(capacities)
+    policy, eta, settings = sim.policy, sim.rule.eta, sim.settings
+    queues = VirtualQueues(sim.caps)
     models = _make_models(X, A, policy, settings)
     thompson = policy.endswith("-ts")
     chosen = np.zeros(T, dtype=np.int32)
@@ -4044,7 +5039,7 @@ def _make_models(X, A, policy, settings):
     return None
 
 
-def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B):
+def _reference_batch_run(X, R, order, sim, rng):
     """One run of the mini-batch setting (Sec. 4.2, App. H.5), literally.
 
     Batch by batch: scores of every task with the models as they stand, the
@@ -4054,7 +5049,8 @@ def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B)
     :func:`batch_queue_update`.
     """
     T, A = R.shape
-    alpha, constrained = _validate_capacities(capacities)
+    policy, settings = sim.policy, sim.settings
+    alpha, constrained, eta, B, _ = sim.rule
     models = _make_models(X, A, policy, settings)
     thompson = policy.endswith("-ts")
     chosen = np.zeros(T, dtype=np.int32)
@@ -4111,42 +5107,31 @@ def _reference_batch_run(X, R, order, capacities, eta, policy, rng, settings, B)
 # left has the lower index.  (The rule "eta Q_a > 1" alone would rarely fire:
 # at eta = 0.5 an unfitted greedy tree agent picked once has score exactly
 # 0.5 - 0.5 = 0 and is never picked again.)  Once at most one agent can still
-# be chosen the rest of the run is forced: _forced_tail adds that agent's
+# be chosen the rest of the run is forced: _forced_tail_nb adds that agent's
 # remaining rewards and fills the traces, without touching models or the rng,
 # which no longer influence anything.  In batch mode an agent with
 # alpha_a = 0 never gets a count, so the run is forced from the start when a
 # single agent has all the capacity and none is free.  Results are identical
 # with and without the exit (tests/test_batch.py).
 
-#: Private switch of the early exit, for the tests that prove it exact.
-_EARLY_EXIT = True
 
-
-#: The capacity rule of a run: shares ``alpha``, the mask of ``constrained``
-#: agents (Eq. 1), the penalty ``eta`` (Eq. 2), the mini-batch size ``batch``
-#: (0: online) and whether the ``early`` exit of forced runs is on.
-_Rule = namedtuple("_Rule", "alpha constrained eta batch early")
-#: What one run writes: the agent and the queues at every step (empty arrays
-#: when not traced) and the tasks per agent.
-_RunOut = namedtuple("_RunOut", "assign queues counts")
-
-
-@njit(cache=True)
-def _forced_tail(R, order, t, a, Q, out):
+@_njit(cache=True)
+def _forced_tail_nb(R, order, t, a, Q, out):
     """Steps t.. of a run in which agent ``a`` is the only possible choice."""
     assign, queues, counts = out
     total = 0
     for s in range(t, order.shape[0]):
         total += R[order[s], a]
         if assign.shape[0] > 0:
-            queues[s, :] = Q
+            for b in range(Q.shape[0]):
+                queues[s, b] = Q[b]
             assign[s] = a
     counts[a] += order.shape[0] - t
     return total
 
 
-@njit(cache=True)
-def _sole_agent(alpha, constrained, dead):
+@_njit(cache=True)
+def _sole_agent_nb(alpha, constrained, dead):
     """The agent that takes every remaining task, or -1 if the choice is open.
 
     ``dead[a]`` is 0 while agent a may still be chosen, 1 once it never can
@@ -4170,8 +5155,8 @@ def _sole_agent(alpha, constrained, dead):
     return live
 
 
-@njit(cache=True)
-def _initial_dead(alpha, constrained, batch, random_policy):
+@_njit(cache=True)
+def _initial_dead_nb(alpha, constrained, batch, random_policy):
     """Agents that can never be chosen, from the start of a run.
 
     In batch mode (and for the random policy) a constrained agent with
@@ -4187,22 +5172,22 @@ def _initial_dead(alpha, constrained, batch, random_policy):
     return dead
 
 
-@njit(cache=True, inline="always")
-def _may_die(a, rule, dead):
+@_njit(cache=True, inline="always")
+def _may_die_nb(a, rule, dead):
     """Whether the early-exit test applies to agent ``a``, just chosen online (see above)."""
     alpha, constrained, eta, batch, early = rule
     return (batch == 0 and early and eta > 0.0 and constrained[a] and alpha[a] == 0.0
             and dead[a] == 0)
 
 
-@njit(cache=True)
-def _check_dead(a, bound, exact, Q, eta, dead):
+@_njit(cache=True)
+def _check_dead_nb(a, bound, exact, Q, eta, dead):
     """Mark agent ``a`` dead once its score ``bound`` - eta Q_a is below 0 for good.
 
     ``exact`` says that no estimate of the agent can exceed ``bound`` even by
     rounding (the bound is one of the values the policy compares, or 1); then
     a score bound of exactly 0 already loses every tie to a lower-indexed
-    agent (code 2 of :func:`_sole_agent`).  Otherwise a margin of 1e-9 covers
+    agent (code 2 of :func:`_sole_agent_nb`).  Otherwise a margin of 1e-9 covers
     the rounding of a forest's mean of leaf values.
     """
     s = bound - eta * Q[a]
@@ -4212,7 +5197,7 @@ def _check_dead(a, bound, exact, Q, eta, dead):
         dead[a] = 2
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _logistic_bound_nb(theta, Xd):
     """The largest greedy estimate sigma(theta^T z) of a logistic agent over
     the stream's contexts ``Xd``."""
@@ -4225,7 +5210,7 @@ def _logistic_bound_nb(theta, Xd):
     return bound
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _tree_bound_nb(val, fitted, thompson):
     """The largest estimate of an agent's forest: the largest value stored
     in its trees once fitted (every estimate is one of them, or a mean of
@@ -4239,7 +5224,7 @@ def _tree_bound_nb(val, fitted, thompson):
     return bound
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _decision_scratch_nb(batch, A):
     """Scratch of one run's decisions: scores ``S`` and chosen agents of up to
     one batch of tasks (one task online), and per-agent counts ``N`` (batch
@@ -4250,7 +5235,7 @@ def _decision_scratch_nb(batch, A):
             np.zeros(A, dtype=np.int64))
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _choose_agents_nb(S, nb, rule, Q, N, agent, upper):
     """Agents for the ``nb`` tasks scored in ``S``: the online rule (Eq. 2)
     when ``batch`` is 0, else the mini-batch counts and exact assignment of
@@ -4259,14 +5244,10 @@ def _choose_agents_nb(S, nb, rule, Q, N, agent, upper):
     if batch == 0:
         agent[0] = _select_nb(S[0], Q, eta)
     else:
-        _batch_counts_nb(nb, alpha, Q, constrained, N)
-        for jj in range(nb):
-            for a in range(S.shape[1]):
-                S[jj, a] -= eta * Q[a]
-        _batch_assign_nb(S, nb, N, constrained, agent, upper)
+        _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper)
 
 
-@njit(cache=True)
+@_njit(cache=True)
 def _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent):
     """The ``random`` policy's agents for a batch of ``nb`` tasks: the batch's
     counts (Sec. 4.2) handed to its tasks in a uniformly random order."""
@@ -4277,26 +5258,27 @@ def _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent):
             agent[j] = a
             j += 1
     for j in range(nb - 1, 0, -1):  # Fisher-Yates shuffle
-        k = _randint(rng, j + 1)
+        k = _randint_nb(rng, j + 1)
         tmp = agent[j]
         agent[j] = agent[k]
         agent[k] = tmp
 
 
-@njit(cache=True, inline="always")
+@_njit(cache=True, inline="always")
 def _record_nb(R, i, a, t, Q, Nb, out):
     """Book task i (step t of the run) to agent a; return its reward."""
     assign, queues, counts = out
     counts[a] += 1
     Nb[a] += 1
     if assign.shape[0] > 0:
-        queues[t, :] = Q
+        for b in range(Q.shape[0]):
+            queues[t, b] = Q[b]
         assign[t] = a
     return R[i, a]
 
 
-@njit(cache=True)
-def _new_forests(A, T, d, cfg):
+@_njit(cache=True)
+def _new_forests_nb(A, T, d, cfg):
     """Empty online forests (:data:`_Forests`) of A agents for up to T rows of
     d binned features."""
     B, max_bins, max_depth = cfg.n_trees, cfg.max_bins, cfg.max_depth
@@ -4315,301 +5297,170 @@ def _new_forests(A, T, d, cfg):
                     np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
 
 
-#: The reward model of a run, the run kernel's ``kind`` (App. E), and its name:
-#: the policy's name up to its "-".
-_RANDOM, _MARGINAL, _LOGISTIC, _TREE = 0, 1, 2, 3
-_KIND_NAMES = ("random", "marginal", "logistic", "tree")
-#: How a run's model estimates: by Thompson sampling or greedily
-#: (``thompson``), with the Laplace-logistic settings (App. E.1); the forests'
-#: settings are a :data:`_TreeConfig` of their own.
-_Learner = namedtuple("_Learner", "thompson kappa gamma w_min w_max")
+@_njit(cache=True)
+def _logistic_prior_nb(A, p, gamma):
+    """theta = 0 and Sigma = I / gamma of A Laplace-logistic models in p
+    dimensions, before any reward (App. E.1)."""
+    theta = np.zeros((A, p))
+    Sigma = np.zeros((A, p, p))
+    for a in range(A):
+        for j in range(p):
+            Sigma[a, j, j] = 1.0 / gamma
+    return theta, Sigma
 
 
-@njit(cache=True)
-def _run_nb(kind, Xd, Xb, R, order, rule, learner, cfg, rng, out, stats):
-    """One run of a policy over the tasks ``order``: Algorithm 1 with the
-    reward model ``kind`` (App. E), online or in mini-batches (Sec. 4.2).
-    ``kind`` is a compile-time constant: each model gets a kernel of its own.
+@_njit(cache=True)
+def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
+    """One run of a policy over the tasks ``order``: Algorithm 1 with one
+    reward model (App. E), online or in mini-batches (Sec. 4.2).
+
+    The policy's model is the one of ``random`` (``True``), ``marginal``
+    (``True``), ``logistic`` (a :data:`_LogisticRun`) and ``trees`` (a
+    :data:`_TreeRun`) that is not ``None``.  numba compiles one kernel per
+    combination of ``None`` arguments and removes the branches that a
+    ``None`` argument rules out before it types the body (every branch of a
+    model is guarded by ``model is not None``), so a model's first run
+    compiles that model's kernels only.
 
     At each step the model scores the step's tasks (one online, a batch
-    otherwise) with what it knows before any of their rewards:
-
-    - ``random`` scores nothing: agent a with probability alpha_a online, the
-      batch's counts in a random order in batch mode;
-    - ``marginal`` uses each agent's running mean reward;
-    - ``logistic-*`` (contexts ``Xd`` with an intercept) Laplace-logistic
-      models; Thompson sampling draws the scalar theta~^T z ~ N(theta_hat^T z,
-      kappa^2 z^T Sigma z), the exact distribution of theta~^T z under
-      theta~ ~ N(theta_hat, kappa^2 Sigma), at O(p^2) cost without
-      factorising Sigma;
-    - ``tree-*`` (binned contexts ``Xb``) online Poisson-bootstrap forests
-      (see the notes above :func:`_poisson1_nb`): every reward is added to
-      the agent's trees at once, and every ``refit_every`` of them the trees
-      are refit incrementally to the exact weighted fit; estimates use the
-      trees of the last refit, as in the paper (Thompson: one random tree
-      per task and agent).  ``stats`` accumulates the refit counters.
-
-    The agents are then chosen (Eq. 2, or the batch assignment), the rewards
-    enter the chosen agents' models one by one, and the queues move (Eq. 1).
-    Returns the total reward; ``out`` receives the counts (and traces).
+    otherwise) with what it knows before any of their rewards: ``random``
+    scores nothing (agent a with probability alpha_a online, the batch's
+    counts in a random order in batch mode); ``marginal`` each agent's mean
+    reward; ``logistic`` the Laplace-logistic models, Thompson sampling
+    drawing the scalar theta~^T z ~ N(theta_hat^T z, kappa^2 z^T Sigma z),
+    exactly the law of theta~^T z under theta~ ~ N(theta_hat, kappa^2 Sigma),
+    without factorising Sigma; ``trees`` the online Poisson-bootstrap forests
+    (notes above :func:`_poisson1_nb`), their estimates from the last refit
+    as in the paper (Thompson: one random tree per task and agent), ``stats``
+    accumulating the refit counters.  The agents are then chosen (Eq. 2, or
+    the batch assignment), the rewards enter the chosen agents' models one by
+    one, and the queues move (Eq. 1).  Returns the total reward; ``out``
+    receives the counts (and traces).
     """
     alpha, constrained, eta, batch, early = rule
-    literally(kind)
-    thompson = learner.thompson
     T = order.shape[0]
     A = R.shape[1]
-    p = Xd.shape[1]
     Q = np.zeros(A)
-    n = np.zeros(A)  # marginal: each agent's tasks and reward sum
-    s = np.zeros(A)
-    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
-    cum = np.cumsum(share)
-    A_logistic = A if kind == _LOGISTIC else 0
-    theta = np.zeros((A_logistic, p))
-    Sigma = np.zeros((A_logistic, p, p))
-    for a in range(A_logistic):
-        for j in range(p):
-            Sigma[a, j, j] = 1.0 / learner.gamma
-    has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
-    Sx = np.empty(p)
-    F = _new_forests(A if kind == _TREE else 0, T, Xb.shape[1], cfg)
-    scratch = _new_refit(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
-    dead = _initial_dead(alpha, constrained, batch, kind == _RANDOM)
+    if random is not None:
+        share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
+        cum = np.cumsum(share)
+    if marginal is not None:
+        n = np.zeros(A)  # each agent's tasks and reward sum
+        s = np.zeros(A)
+    if logistic is not None:
+        theta, Sigma = _logistic_prior_nb(A, logistic.Xd.shape[1], logistic.gamma)
+        has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
+        Sx = np.empty(logistic.Xd.shape[1])
+    if trees is not None:
+        cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
+                          trees.min_leaf, trees.refit_every)
+        F = _new_forests_nb(A, T, trees.Xb.shape[1], cfg)
+        scratch = _new_refit_nb(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
+    dead = _initial_dead_nb(alpha, constrained, batch, random is not None)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
-    t = 0
+    t = np.int64(0)  # not a literal 0: the kernels called in the loop compile once
     while t < T:
         if early:
-            sole = _sole_agent(alpha, constrained, dead)
+            sole = _sole_agent_nb(alpha, constrained, dead)
             if sole >= 0:
-                return total + _forced_tail(R, order, t, sole, Q, out)
+                return total + _forced_tail_nb(R, order, t, sole, Q, out)
         nb = 1 if batch == 0 else min(batch, T - t)
-        if kind == _RANDOM and batch == 0:
-            agent[0] = _random_agent_nb(rng, share, cum)
-        elif kind == _RANDOM:
-            _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent)
-        else:
+        if random is not None:
+            if batch == 0:
+                agent[0] = _random_agent_nb(rng, share, cum)
+            else:
+                _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent)
+        if marginal is not None or logistic is not None or trees is not None:
             for jj in range(nb):
                 i = order[t + jj]
                 for a in range(A):
-                    if kind == _MARGINAL:
+                    if marginal is not None:
                         S[jj, a] = _marginal_mu_nb(n, s, a)
-                    elif kind == _LOGISTIC:
+                    if logistic is not None:
                         S[jj, a], has_spare, spare = _logistic_mu_nb(
-                            theta[a], Sigma[a], Xd[i], thompson, learner.kappa, rng,
-                            has_spare, spare)
-                    else:
+                            theta[a], Sigma[a], logistic.Xd[i], logistic.thompson,
+                            logistic.kappa, rng, has_spare, spare)
+                    if trees is not None:
                         S[jj, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a],
-                                               Xb[i], thompson, rng)
+                                               trees.Xb[i], trees.thompson, rng)
             _choose_agents_nb(S, nb, rule, Q, N, agent, upper)
-        Nb[:] = 0
+        for a in range(A):
+            Nb[a] = 0
         for jj in range(nb):
             i = order[t + jj]
             a = agent[jj]
             r = _record_nb(R, i, a, t + jj, Q, Nb, out)
             total += r
-            if kind == _MARGINAL:
+            if marginal is not None:
                 n[a] += 1.0
                 s[a] += r
-            elif kind == _LOGISTIC:
-                _laplace_update_nb(theta[a], Sigma[a], Xd[i], float(r), learner.w_min,
-                                   learner.w_max, Sx)
-            elif kind == _TREE:
-                _tree_learn_nb(F, a, Xb[i], r, cfg, rng, scratch)
+            if logistic is not None:
+                _laplace_update_nb(theta[a], Sigma[a], logistic.Xd[i], float(r), logistic.w_min,
+                                   logistic.w_max, Sx)
+            if trees is not None:
+                _tree_learn_nb(F, a, trees.Xb[i], r, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         a = agent[0]
-        if kind != _RANDOM and _may_die(a, rule, dead):
+        if _may_die_nb(a, rule, dead):
             # the largest estimate agent a can give for the rest of the run
-            if kind == _MARGINAL:
-                _check_dead(a, s[a] / n[a], True, Q, eta, dead)
-            elif kind == _LOGISTIC:
-                bound = 1.0 if thompson else _logistic_bound_nb(theta[a], Xd)
-                _check_dead(a, bound, True, Q, eta, dead)
-            else:  # a Thompson draw is one stored value; a greedy mean may round up
-                _check_dead(a, _tree_bound_nb(F.val[a], F.fitted[a], thompson),
-                            thompson or not F.fitted[a], Q, eta, dead)
+            if marginal is not None:
+                _check_dead_nb(a, s[a] / n[a], True, Q, eta, dead)
+            if logistic is not None:
+                bound = 1.0 if logistic.thompson else _logistic_bound_nb(theta[a], logistic.Xd)
+                _check_dead_nb(a, bound, True, Q, eta, dead)
+            if trees is not None:  # a Thompson draw is one stored value; a greedy mean may round up
+                _check_dead_nb(a, _tree_bound_nb(F.val[a], F.fitted[a], trees.thompson),
+                            trees.thompson or not F.fitted[a], Q, eta, dead)
         t += nb
     return total
 
 
-@njit(parallel=True, cache=True)
-def _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
-    """:func:`_run_nb` for every row of ``orders``, in parallel; returns the
-    total rewards and the tasks per agent of every run.  Called through the
-    entry point of each model (:func:`_policy_runs`)."""
-    literally(kind)
+@_njit(cache=True, nogil=True)
+def _runs_nb(R, orders, rule, random, marginal, logistic, trees, states, assign, queues,
+             stats):
+    """:func:`_run_nb` for every row of ``orders`` (a block of runs of
+    :func:`_over_runs`); returns the total rewards and the tasks per agent of
+    every run (one compiled kernel per reward model, as :func:`_run_nb`)."""
     runs = orders.shape[0]
     rewards = np.zeros(runs, dtype=np.int64)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
-    for k in prange(runs):
-        rewards[k] = _run_nb(kind, Xd, Xb, R, orders[k], rule, learner, cfg, states[k],
+    for k in range(runs):
+        rewards[k] = _run_nb(R, orders[k], rule, random, marginal, logistic, trees, states[k],
                              _RunOut(assign[k], queues[k], counts[k]), stats[k])
     return rewards, counts
 
 
-_POLICY_RUNS = {}
+def _run_models(X, policy, settings):
+    """The reward-model arguments ``(random, marginal, logistic, trees)`` of
+    :func:`_runs_nb` for ``policy`` on the contexts ``X``: those of its
+    reward model's object (:meth:`_RewardModel.run_args`)."""
+    return _reward_model(policy).run_args(policy, X, settings)
 
 
-def _policy_runs(kind):
-    """The compiled entry point of :func:`_runs_nb` for the model ``kind``.
-
-    Each model has a kernel of its own, made here on first use (numba caches
-    it on disk under a name of its own), so that the first simulation of a
-    policy compiles that model only, and a call passes ``kind`` as a constant
-    known when the entry point is compiled: a literal argument given from
-    Python would cost numba a dispatch of several milliseconds at every call.
-    """
-    _numba_kernels()  # the module's kernels first: _runs_nb must be numba's
-    with _LAZY_LOCK:
-        if kind not in _POLICY_RUNS:
-            import numba
-
-            def runs(Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues, stats):
-                return _runs_nb(kind, Xd, Xb, R, orders, rule, learner, cfg, states, assign,
-                                queues, stats)
-
-            runs.__name__ = runs.__qualname__ = f"_runs_{_KIND_NAMES[kind]}_nb"
-            _POLICY_RUNS[kind] = numba.njit(cache=True)(runs)
-            _drop_unreadable_index(_POLICY_RUNS[kind])
-    return _POLICY_RUNS[kind]
-
-
-def _fast_runs(X, R, orders, alpha, constrained, eta, policy, states, settings, traces,
-               batch=0):
-    """Dispatch the compiled kernels of one online policy over all runs.
-
-    ``batch`` is the mini-batch size B, 0 for the online rule.
-    """
+def _fast_runs(X, R, orders, states, sim, traces):
+    """Dispatch the compiled kernels of the checked simulation ``sim``
+    (:data:`_Simulation`, an online policy) over all runs."""
     runs, T = orders.shape
     A = R.shape[1]
     assign = np.zeros((runs, T if traces else 0), dtype=np.int32)
     queues = np.zeros((runs, T if traces else 0, A))
     R = np.ascontiguousarray(R, dtype=np.uint8)
-    s = settings
-    kind = _KIND_NAMES.index(policy.split("-")[0])  # random, marginal, logistic-*, tree-*
-    Xd = np.zeros((0, 1))
-    Xb = np.zeros((0, 1), dtype=np.uint8)
-    cfg = _TreeConfig(np.zeros(1, dtype=np.int64), 1, 1, 1, 1, 1)  # no trees
-    if kind == _LOGISTIC:
-        Xd = np.ascontiguousarray(np.column_stack([np.ones(T), X]))
-    elif kind == _TREE:
-        Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
-        cfg = _TreeConfig(n_bins, int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
-                          s.max_depth, s.min_samples_leaf, s.refit_every)
-    learner = _Learner(policy.endswith("-ts"), float(s.kappa), float(s.gamma),
-                       float(s.w_min), float(s.w_max))
-    stats = np.zeros((runs, 3 * cfg.max_depth), dtype=np.int64)
-    rule = _Rule(alpha, constrained, float(eta), int(batch), bool(_EARLY_EXIT))
-    runs_nb = _policy_runs(kind)
-    started = _first_use(f"{_KIND_NAMES[kind]} simulation", (runs_nb,),
-                         _FIRST_USE_TIME["simulation"])
-    rewards, counts = runs_nb(Xd, Xb, R, orders, rule, learner, cfg, states, assign, queues,
-                              stats)
+    models = _run_models(X, sim.policy, sim.settings)
+    stats = np.zeros((runs, 3 * sim.settings.max_depth), dtype=np.int64)
+    absent = tuple(m is None for m in models)
+    started = _first_use(f"{sim.policy.split('-')[0]} simulation", ("_runs_nb",),
+                         _FIRST_USE_TIME["simulation"],
+                         lambda sig: tuple(str(t) == "none" for t in sig[3:7]) == absent)
+    parts = _over_runs(runs, lambda k0, k1: _runs_nb(
+        R, orders[k0:k1], sim.rule, *models, states[k0:k1], assign[k0:k1], queues[k0:k1],
+        stats[k0:k1]))
+    rewards = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[1] for p in parts])
     _first_use_done(started)
     if not traces:
         assign = queues = None
     return rewards, counts, assign, queues
-
-
-#: Rough compile times of the first use, per kind of kernel (measured with
-#: ``python -m capassign bench --startup``: 23-28 s per simulated policy on an
-#: idle 2-core machine, longer on a busy one).
-_FIRST_USE_TIME = {"simulation": "under a minute",
-                   "router noncontextual": "a few seconds",
-                   "router logistic": "about 10 s",
-                   "router tree": "under a minute"}
-
-
-
-def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
-    """:func:`simulate` for every policy at every capacity vector, as a tidy table.
-
-    The general form of the paper's capacity sweeps (Sec. 4.1, App. H.3-H.6):
-    ``capacities`` is a list of capacity vectors (any number of agents, free
-    agents as ``None``) and ``x`` the value each is plotted at (by default the
-    first agent's capacity); ``kwargs`` go to :func:`simulate` (``runs``,
-    ``eta``, ``seed``, ``batch_size``, ...).  Returns a ``pandas.DataFrame``
-    with the columns of :func:`error_vs_capacity` (``task``, ``policy``,
-    ``alpha1`` = x, ``runs``, ``error``, ``std``, ``ci_low``, ``ci_high`` (95%
-    across runs), ``frac1``, ``errors``) plus ``eta``, ``batch_size``,
-    ``capacities`` and ``shares`` (mean realised share of every agent), so
-    that :func:`plot_error_vs_capacity` applies.  Run k
-    of every row sees the same task order, so rows can be compared run by run.
-    Offline benchmarks ignore capacities: each is simulated once and reported
-    at every capacity vector.
-
-    Parameters
-    ----------
-    X, R : array_like
-        The task stream: features (T x d) and 0/1 rewards (T x A).
-    policies : sequence of str
-        Names from :data:`POLICIES`.
-    capacities : sequence of sequences
-        Capacity vectors, ``None`` for a free agent.
-    x : sequence of float, optional
-        The ``alpha1`` column, one value per capacity vector.
-    label : str, optional
-        The ``task`` column.
-    **kwargs
-        Arguments of :func:`simulate`.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per (policy, capacity vector).
-
-    Examples
-    --------
-    >>> X, R, _ = synthetic_stream(T=200, d=2, n_agents=3, seed=1)
-    >>> df = simulate_grid(X, R, ["random"], [(0.2, 0.3, 0.5), (0.3, None, 0.4)], runs=2)
-    >>> df[["policy", "alpha1", "capacities"]].assign(error=df.error.round(3))
-       policy  alpha1        capacities  error
-    0  random     0.2   (0.2, 0.3, 0.5)   0.45
-    1  random     0.3  (0.3, None, 0.4)   0.46
-    """
-    import pandas as pd
-
-    policies = _validate_names(policies, POLICIES, "policies")
-    capacities = [list(c) for c in capacities]
-    if len(capacities) == 0:
-        raise ValueError("capacities must list at least one capacity vector")
-    if x is None:
-        x = [c[0] if c[0] is not None else float("nan") for c in capacities]
-    x = list(x)
-    if len(x) != len(capacities):
-        raise ValueError(f"x has {len(x)} values but there are {len(capacities)} "
-                         f"capacity vectors")
-    return pd.DataFrame(_grid_rows(X, R, policies, capacities, x, label, True, kwargs))
-
-
-def _grid_rows(X, R, policies, capacities, x, label, details, kwargs):
-    """The rows of :func:`simulate_grid` (``details``: with its extra columns)
-    and of :func:`error_vs_capacity`, one per policy and capacity vector.
-
-    An offline benchmark ignores capacities, so it is simulated once and its
-    result reported at every capacity vector (each still validated).
-    """
-    rows = []
-    for policy in policies:
-        res = None
-        for xi, caps in zip(x, capacities):
-            if res is None or policy not in OFFLINE_POLICIES:
-                res = simulate(X, R, caps, policy, **kwargs)
-            else:
-                _validate_capacities(caps, res.n_agents)
-            m, lo, hi = mean_ci(res.errors)
-            row = {"task": label, "policy": policy, "alpha1": float(xi), "runs": res.runs,
-                   "error": m, "std": res.std, "ci_low": lo, "ci_high": hi,
-                   "frac1": float(res.assigned[:, 0].mean()),
-                   "errors": np.asarray(res.errors, dtype=float)}
-            if details:
-                row.update(eta=res.eta, batch_size=res.batch_size,
-                           capacities=tuple(None if c is None else float(c) for c in caps),
-                           shares=res.assigned.mean(axis=0))
-            rows.append(row)
-    return rows
-
-# --- offline unconstrained benchmark (Sec. 4) --------------------------------
 
 
 def _logistic_map(Z, y, gamma, *, tol=1e-10, max_iter=100):
@@ -4644,13 +5495,14 @@ def _logistic_map(Z, y, gamma, *, tol=1e-10, max_iter=100):
     return theta
 
 
-@njit(parallel=True, cache=True)
-def _offline_tree_runs(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states):
-    """Fast ``offline-tree``: per run and agent, one forest on all T tasks."""
+@_njit(cache=True, nogil=True)
+def _offline_tree_runs_nb(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states):
+    """Fast ``offline-tree``: per run (a block of :func:`_over_runs`) and
+    agent, one forest on all T tasks."""
     runs = states.shape[0]
     T, A = R.shape
     choice = np.zeros((runs, T), dtype=np.int32)
-    for k in prange(runs):
+    for k in range(runs):
         best = np.full(T, -1.0)
         for a in range(A):
             W = _bootstrap_weights_nb(n_trees, T, states[k])
@@ -4709,9 +5561,10 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
         # resolution shows directly in its error: bin as finely as uint8 allows.
         Xb, n_bins, _ = _bin_contexts(X, OFFLINE_MAX_BINS)
         max_bins = int(n_bins.max()) if len(n_bins) else 1
-        return _offline_tree_runs(Xb, n_bins, max_bins, np.ascontiguousarray(R, dtype=np.uint8),
-                                  settings.n_trees, settings.max_depth,
-                                  settings.min_samples_leaf, _rng_states(policy_seeds))
+        R8, states = np.ascontiguousarray(R, dtype=np.uint8), _rng_states(policy_seeds)
+        return np.concatenate(_over_runs(runs, lambda k0, k1: _offline_tree_runs_nb(
+            Xb, n_bins, max_bins, R8, settings.n_trees, settings.max_depth,
+            settings.min_samples_leaf, states[k0:k1])))
     choice = np.zeros((runs, T), dtype=np.int32)
     for k in range(runs):
         rng = np.random.default_rng(policy_seeds[k])
@@ -4740,13 +5593,34 @@ def _stream_bytes(T, d):
 
 
 
-#: Capacities of agent 1 in the paper's two-agent experiments (Sec. 4).
-PAPER_CAPACITY_GRID = (0.2, 0.4, 0.5, 0.6, 0.8)
+def _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T, policies, grid):
+    """Check the arguments of :func:`benchmark_engines`, and the memory its
+    stream and runs need, before any work; return the reference engine's
+    stream length and the grid's shape (``False`` without a grid)."""
+    for name, v in (("T", T), ("d", d), ("fast_runs", fast_runs),
+                    ("reference_runs", reference_runs)):
+        _validate_int(v, name, lo=1)
+    shape = grid and _keyword_group(grid if isinstance(grid, dict) else {},
+                                    {"T": 21000, "d": 11, "runs": 100}, "benchmark_engines grid")
+    reference_T = T if reference_T is None else min(_validate_int(reference_T, "reference_T", 1), T)
+    _check_memory(f"T={T}", _stream_bytes(T, d) + max(
+        max(_simulation_memory(fast_runs, T, d, 2, p, "fast", False, PAPER_SETTINGS),
+            _simulation_memory(reference_runs, reference_T, d, 2, p, "reference", False,
+                               PAPER_SETTINGS)) for p in policies),
+        f"the benchmark's stream of {T:,} tasks and its runs")
+    if grid:
+        for name in ("T", "d", "runs"):
+            _validate_int(shape[name], f"grid {name}", lo=1)
+        _check_memory(f"grid_runs={shape['runs']}", _stream_bytes(shape["T"], shape["d"]) + max(
+            _simulation_memory(shape["runs"], shape["T"], shape["d"], 2, p, "fast", False,
+                               PAPER_SETTINGS)
+            for p in CONTEXTUAL_POLICIES), f"the grid's runs of {shape['T']:,} tasks")
+    return reference_T, shape
 
 
 def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference_T=None,
                       policies=("random", "marginal") + CONTEXTUAL_POLICIES, seed=0,
-                      grid=True, grid_T=21000, grid_d=11, grid_runs=100, out=print):
+                      grid=True, out=print):
     """Time both engines on a synthetic stream and the paper's largest grid.
 
     For each policy: microseconds per decision = time / (runs x T) on a
@@ -4759,12 +5633,12 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     never timed.  The reference engine may be timed on fewer runs or a shorter
     prefix of the stream (``reference_runs``, ``reference_T``).
 
-    With ``grid=True`` it then times the paper's full grid for its largest
-    task shape (T = 21,000, d = 11 like Cardio; synthetic data here): 100
-    runs x 5 capacities x (4 contextual policies + random).  With
-    ``grid_runs`` below 100 only that many runs are simulated per grid point
-    and the printed total is scaled to 100 runs (runs are independent, so
-    time is linear in runs); the output says so.
+    With ``grid`` it then times the paper's full grid for its largest task
+    shape (T = 21,000, d = 11 like Cardio; synthetic data here): 100 runs x
+    5 capacities x (4 contextual policies + random).  With fewer runs per
+    grid point (``grid={"runs": 2}``) only that many runs are simulated per
+    point and the printed total is scaled to 100 runs (runs are independent,
+    so time is linear in runs); the output says so.
 
     Parameters
     ----------
@@ -4774,8 +5648,9 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
         Runs timed on each engine; the reference's stream prefix (optional).
     policies : sequence of str
         The online policies to time.
-    grid, grid_T, grid_d, grid_runs : bool, int
-        Whether to time the grid; its stream's shape and runs per point.
+    grid : bool or dict
+        Whether to time the grid; a dict overrides its stream's shape and
+        runs per point, ``{"T": 21000, "d": 11, "runs": 100}`` by default.
     out : callable
         Receives each line of the report (``print`` by default).
 
@@ -4795,20 +5670,8 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     >>> sorted(res["policies"]["random"])
     ['fast_cpu_us', 'fast_us', 'reference_cpu_us', 'reference_us', 'speedup', 'speedup_cpu']
     """
-
-    for name, v in (("T", T), ("d", d), ("fast_runs", fast_runs),
-                    ("reference_runs", reference_runs), ("grid_runs", grid_runs)):
-        _validate_int(v, name, lo=1)
-    reference_T = T if reference_T is None else min(_validate_int(reference_T, "reference_T", 1), T)
-    _check_memory(f"T={T}", _stream_bytes(T, d) + max(
-        max(_simulation_memory(fast_runs, T, d, 2, p, "fast", False, PAPER_SETTINGS),
-            _simulation_memory(reference_runs, reference_T, d, 2, p, "reference", False,
-                               PAPER_SETTINGS)) for p in policies),
-        f"the benchmark's stream of {T:,} tasks and its runs")
-    if grid:
-        _check_memory(f"grid_runs={grid_runs}", _stream_bytes(grid_T, grid_d) + max(
-            _simulation_memory(grid_runs, grid_T, grid_d, 2, p, "fast", False, PAPER_SETTINGS)
-            for p in CONTEXTUAL_POLICIES), f"the grid's runs of {grid_T:,} tasks")
+    reference_T, shape = _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T,
+                                              policies, grid)
 
     import numba
 
@@ -4852,28 +5715,35 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     result = dict(policies=rows, T=T, d=d, fast_runs=fast_runs,
                   reference_runs=reference_runs, reference_T=reference_T)
     if grid:
-        Xg, Rg, _ = synthetic_stream(grid_T, grid_d, seed=seed)
-        grid_policies = CONTEXTUAL_POLICIES + ("random",)
-        per_policy = {p: 0.0 for p in grid_policies}
-        w0, c0 = clocks()
-        for c in PAPER_CAPACITY_GRID:
-            for policy in grid_policies:
-                t0 = time.perf_counter()
-                simulate(Xg, Rg, [c, 1.0 - c], policy, runs=grid_runs, seed=seed)
-                per_policy[policy] += time.perf_counter() - t0
-        w1, c1 = clocks()
-        scale = 100 / grid_runs
-        n_sim = len(PAPER_CAPACITY_GRID) * len(grid_policies)
-        parts = ", ".join(f"{p} {s * scale:.1f} s" for p, s in per_policy.items())
-        how = ("measured" if grid_runs == 100 else
-               f"scaled from {grid_runs} runs per grid point to 100")
-        out(f"full grid T={grid_T}, d={grid_d}: 100 runs x {len(PAPER_CAPACITY_GRID)} "
-            f"capacities x (4 contextual + random) = {n_sim} simulations: "
-            f"wall {(w1 - w0) * scale:.1f} s, cpu {(c1 - c0) * scale:.1f} s ({how}; {parts})")
-        result.update(grid_wall_seconds=(w1 - w0) * scale, grid_cpu_seconds=(c1 - c0) * scale,
-                      grid_runs=grid_runs, grid_per_policy={p: s * scale for p, s in
-                                                            per_policy.items()})
+        result.update(_benchmark_grid(shape["T"], shape["d"], shape["runs"], seed, out))
     return result
+
+
+def _benchmark_grid(T, d, runs, seed, out):
+    """The grid timing of :func:`benchmark_engines`: 5 capacities x (4
+    contextual policies + random) on a synthetic stream of shape (T, d),
+    ``runs`` runs per point, the time scaled to 100 runs."""
+    Xg, Rg, _ = synthetic_stream(T, d, seed=seed)
+    grid_policies = CONTEXTUAL_POLICIES + ("random",)
+    per_policy = {p: 0.0 for p in grid_policies}
+    w0, c0 = time.perf_counter(), time.process_time()
+    for c in PAPER_CAPACITY_GRID:
+        for policy in grid_policies:
+            t0 = time.perf_counter()
+            simulate(Xg, Rg, [c, 1.0 - c], policy, runs=runs, seed=seed)
+            per_policy[policy] += time.perf_counter() - t0
+    w1, c1 = time.perf_counter(), time.process_time()
+    scale = 100 / runs
+    n_sim = len(PAPER_CAPACITY_GRID) * len(grid_policies)
+    parts = ", ".join(f"{p} {s * scale:.1f} s" for p, s in per_policy.items())
+    how = "measured" if runs == 100 else f"scaled from {runs} runs per grid point to 100"
+    out(f"full grid T={T}, d={d}: 100 runs x {len(PAPER_CAPACITY_GRID)} capacities x "
+        f"(4 contextual + random) = {n_sim} simulations: wall {(w1 - w0) * scale:.1f} s, "
+        f"cpu {(c1 - c0) * scale:.1f} s ({how}; {parts})")
+    return dict(grid_wall_seconds=(w1 - w0) * scale, grid_cpu_seconds=(c1 - c0) * scale,
+                grid_runs=runs, grid_T=T, grid_d=d,
+                grid_per_policy={p: s * scale for p, s in per_policy.items()})
+
 
 
 # =============================================================================
@@ -4886,218 +5756,68 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
 # a natural extension, Sec. 6).  The virtual queues move when a task is
 # assigned (Eq. 1-2); an agent's reward model moves when its reward arrives.
 #
-# The models are those of the fast engine, driven by the same compiled pieces
-# (_laplace_update_nb; the online Poisson-bootstrap forest _online_observe_nb
-# and _online_refit_nb), so that a router fed with immediate rewards in the
-# order of a simulated run takes exactly that run's decisions.  Each call of
-# assign/update enters compiled code once; the state lives in a few arrays
-# stacked over agents.
-#
-# Saved state is plain JSON.  Everything a model holds is an exact function of
-# what it has seen: a logistic model stores theta and Sigma (floats survive
-# json round trips exactly); a forest stores each agent's binned rows,
-# rewards and Poisson weights, and is rebuilt by replaying them through the
-# same observe/refit steps.
+# The Router is a facade over parts: its checked configuration
+# (_RouterConfig, built once), the ledger of its tasks (_TaskLedger: ids,
+# pending tasks, expiry) and one reward-model object of section 5, whose
+# kernels are those of the fast engine, so that a router fed with immediate
+# rewards in the order of a simulated run takes exactly that run's decisions.
+# The Router itself keeps the queues, the random state and the counts, and
+# orchestrates the saved state: plain JSON, each part writing and checking its
+# own fields.  Each call of assign/update enters compiled code once.
 
 #: Version tag of :meth:`Router.state_dict`; :meth:`Router.from_state` reads
 #: this version and refuses newer ones.
 ROUTER_SCHEMA = "capassign.router"
 #: The current version of the saved router state (older versions still load).
 ROUTER_SCHEMA_VERSION = 2
-#: Policies a :class:`Router` can run (the online policies of :data:`POLICIES`).
-ROUTER_POLICIES = ("random", "marginal") + CONTEXTUAL_POLICIES
-#: Numbers of contexts at which a tree router without ``X_reference`` cuts its
-#: bin edges again from the contexts seen so far (doubling; none after the last).
-ROUTER_STREAM_CUTS = tuple(64 * 2 ** k for k in range(9))       # 64 ... 16384
-#: Upper bounds :meth:`Router.from_state` puts on declared sizes before it
-#: allocates anything (a saved state is untrusted input).
-ROUTER_STATE_LIMITS = {"agents": 1024, "n_features": 4096, "bytes": 2 ** 30, "count": 2 ** 53}
+
+#: The checked configuration of a :class:`Router` (:func:`_router_config`):
+#: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
+#: as ``alpha`` and the free-agent mask ``constrained`` (and as given,
+#: ``caps``), ``policy``, ``eta``, ``seed``, the context dimension ``d``,
+#: ``settings``, the expiry limits and the checked ``X_reference``.
+_RouterConfig = namedtuple("_RouterConfig", "names A alpha constrained caps policy eta seed d "
+                                            "settings max_pending max_age X_reference")
 
 
-@njit(cache=True)
-def _bin_row_nb(x, edges, n_edges, xb):
-    """Bin one context like :func:`_bin_contexts`: xb[j] = #{edges of j < x[j]}."""
-    for j in range(x.shape[0]):
-        v = x[j]
-        lo = 0
-        hi = n_edges[j]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if edges[j, mid] < v:
-                lo = mid + 1
-            else:
-                hi = mid
-        xb[j] = lo
+def _router_config(agents, capacities, policy, eta, seed, X_reference, n_features, settings,
+                   max_pending, max_age):
+    """Check the arguments of :class:`Router` once; return a :data:`_RouterConfig`."""
+    if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
+        names = None
+        n_agents = _validate_int(agents, "agents", lo=2)
+    else:
+        names = _validate_names(agents, None, "agents", min_count=2, unique=True)
+        n_agents = len(names)
+    alpha, constrained = _validate_capacities(capacities, n_agents)
+    _validate_choice(policy, ONLINE_POLICIES, "policy")
+    eta = _validate_eta(eta)
+    seed = _validate_int(seed, "seed")
+    _validate_settings(settings)
+    if n_features is not None:
+        n_features = _validate_int(n_features, "n_features", lo=1)
+    if X_reference is not None:
+        X_reference = _validate_matrix(X_reference, "X_reference")
+        if X_reference.shape[0] < 1 or X_reference.shape[1] < 1:
+            raise ValueError(f"X_reference must have at least one row and one column, "
+                             f"got shape {X_reference.shape}")
+        if n_features is not None and n_features != X_reference.shape[1]:
+            raise ValueError(f"n_features = {n_features} but X_reference has "
+                             f"{X_reference.shape[1]} columns")
+        n_features = X_reference.shape[1]
+    if policy != "random" and policy != "marginal" and n_features is None:
+        raise ValueError(f"policy {policy!r} needs the context dimension: give "
+                         f"n_features or X_reference")
+    if max_pending is not None:
+        max_pending = _validate_int(max_pending, "max_pending", lo=1)
+    if max_age is not None:
+        max_age = _validate_int(max_age, "max_age", lo=0)
+    caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
+    return _RouterConfig(names, n_agents, alpha, constrained, caps, policy, eta, seed,
+                         n_features, settings, max_pending, max_age, X_reference)
 
 
-@njit(cache=True)
-def _all_finite_nb(X):
-    for i in range(X.shape[0]):
-        for j in range(X.shape[1]):
-            if not math.isfinite(X[i, j]):
-                return False
-    return True
-
-
-@njit(cache=True)
-def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, constrained,
-                       eta):
-    """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
-
-    The draws are those of :func:`_run_nb` at one decision.  With ``step``
-    (a single task), also picks the agent by Eq. 2, advances the queues
-    (Eq. 1) and returns it; otherwise returns -1.  Returns -2, changing
-    nothing, when ``X`` holds NaN or infinite values.
-    """
-    if not _all_finite_nb(X):
-        return -2
-    F = _Trees(*F)
-    xb = np.empty(X.shape[1], dtype=np.uint8)
-    for i in range(X.shape[0]):
-        _bin_row_nb(X[i], edges, n_edges, xb)
-        for a in range(F.feat.shape[0]):
-            mu[i, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a], xb, thompson,
-                                   rng)
-    if not step:
-        return -1
-    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
-
-
-@njit(cache=True)
-def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
-    """Agent a observed reward y for context x: the row is binned and learnt
-    as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
-    xb = np.empty(x.shape[0], dtype=np.uint8)
-    _bin_row_nb(x, edges, n_edges, xb)
-    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, _Refit(*r))
-
-
-@njit(cache=True)
-def _router_tree_replay_nb(a, n, cfg, F, r, every_refit):
-    """Rebuild agent a's forest from its first n stored rows and their weights.
-
-    Repeats what :func:`_online_observe_nb` did for each row, with the stored
-    Poisson weights instead of fresh draws.  With ``every_refit`` it refits
-    at the same counts as the live router did, so the rebuilt forest (trees
-    and histograms) is the one the live router had.  Without, it refits only
-    at the last of those counts, m = refit_every floor(n / refit_every): each
-    refit makes every tree the exact histogram CART fit on the rows seen so
-    far (see the notes above :func:`_poisson1_nb`), so this gives the same
-    trees and histograms without the intermediate refits.
-    """
-    cfg, F, r = _TreeConfig(*cfg), _Forests(*F), _Refit(*r)
-    fa = _agent_forest(F, a)
-    m = (n // cfg.refit_every) * cfg.refit_every
-    for k in range(n):
-        _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
-        if (k + 1) % cfg.refit_every == 0 and (every_refit or k + 1 == m):
-            _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                             cfg.min_leaf, fa, r)
-            F.fitted[a] = True
-
-
-@njit(cache=True)
-def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, constrained,
-                           eta):
-    """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
-
-    Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
-    with the normal pairs of :func:`_run_nb` (the unused second draw is
-    kept in ``gauss = [has_spare, spare]``).  ``step`` as in
-    :func:`_router_tree_mu_nb`.
-    """
-    if not _all_finite_nb(X):
-        return -2
-    L = _Logistic(*L)
-    A, p = L.theta.shape
-    for i in range(X.shape[0]):
-        xd[0] = 1.0
-        for j in range(p - 1):
-            xd[j + 1] = X[i, j]
-        for a in range(A):
-            mu[i, a], has_spare, spare = _logistic_mu_nb(L.theta[a], L.Sigma[a], xd, thompson,
-                                                         kappa, rng, L.gauss[0] != 0.0,
-                                                         L.gauss[1])
-            L.gauss[0] = 1.0 if has_spare else 0.0
-            L.gauss[1] = spare
-    if not step:
-        return -1
-    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
-
-
-@njit(cache=True)
-def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
-    """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
-    xd[0] = 1.0
-    for j in range(x.shape[0]):
-        xd[j + 1] = x[j]
-    theta, Sigma, _ = L
-    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
-
-
-@njit(cache=True)
-def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
-                                constrained, eta):
-    """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
-    probability alpha_a) as in :func:`_run_nb`.
-
-    For ``random`` the draw picks the agent directly; ``mu`` is then its
-    indicator (1 for the drawn agent).  ``X`` is only checked (-2 when it
-    holds NaN or infinite values).
-    """
-    if not _all_finite_nb(X):
-        return -2
-    A = Q.shape[0]
-    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
-    chosen = 0
-    for i in range(X.shape[0]):
-        if not learned:
-            chosen = _random_agent_nb(rng, share, cum)
-        for a in range(A):
-            mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
-    if not step:
-        return -1
-    if learned:
-        return _online_step_nb(mu[0], Q, eta, alpha, constrained)
-    _queue_update_one_nb(Q, alpha, constrained, chosen)
-    return chosen
-
-
-_ROUTER_COLD = [True, True, True]
-_ROUTER_KERNELS = (("noncontextual", ("_router_noncontextual_mu_nb",)),
-                   ("logistic", ("_router_logistic_mu_nb", "_router_logistic_update_nb")),
-                   ("tree", ("_router_tree_mu_nb", "_router_tree_update_nb")))
-
-
-def _router_first_use(kind):
-    """The first-use notice of the Router's kernels of one kind (0, 1, 2)."""
-    _ROUTER_COLD[kind] = False
-    name, kernels = _ROUTER_KERNELS[kind]
-    _first_use(f"router {name}", kernels, _FIRST_USE_TIME[f"router {name}"])
-
-
-def _validate_task_id(task_id, name="task_id"):
-    if isinstance(task_id, (bool, np.bool_)) or not isinstance(task_id, (int, np.integer, str)):
-        raise TypeError(f"{name} must be an int or a str, got {type(task_id).__name__}")
-    return int(task_id) if isinstance(task_id, (int, np.integer)) else task_id
-
-
-def _state_int(v, name, lo, hi):
-    """An integer field of a saved router state, in [lo, hi] (ValueError otherwise)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
-    return int(v)
-
-
-def _state_counts(v, name, n):
-    """A list of ``n`` counts (integers >= 0) of a saved router state."""
-    if not isinstance(v, list) or len(v) != n:
-        raise ValueError(f"{name} must be a list of {n} non-negative integers")
-    return np.array([_state_int(c, name, 0, ROUTER_STATE_LIMITS["count"]) for c in v],
-                    dtype=np.int64)
-
-
-def _state_config(st, get):
+def _saved_config(st, get):
     """The configuration of a saved router state, checked before anything is built.
 
     Returns ``(agents, A, kw, model)``: ``kw`` holds the keyword arguments of
@@ -5113,8 +5833,8 @@ def _state_config(st, get):
     except (TypeError, ValueError) as exc:
         raise ValueError(f"state['settings']: {exc}") from None
     policy = st["policy"]
-    if not isinstance(policy, str) or policy not in ROUTER_POLICIES:
-        raise ValueError(f"state['policy'] must be one of {', '.join(ROUTER_POLICIES)}, "
+    if not isinstance(policy, str) or policy not in ONLINE_POLICIES:
+        raise ValueError(f"state['policy'] must be one of {', '.join(ONLINE_POLICIES)}, "
                          f"got {policy!r}")
     agents = st["agents"]
     if isinstance(agents, list):
@@ -5136,107 +5856,171 @@ def _state_config(st, get):
     return agents, A, kw, model
 
 
-def _state_logistic_lists(model, A, d, policy):
-    """Check the sizes of a saved logistic model before a router is allocated."""
-    if d is None:
-        raise ValueError(f"state['n_features'] must be an integer for policy {policy!r}")
-    p = d + 1
-    theta, Sigma = model["theta"], model["Sigma"]
-    if (not isinstance(theta, list) or len(theta) != A
-            or not all(isinstance(t, list) and len(t) == p for t in theta)):
-        raise ValueError(f"state['model']['theta'] must be {A} lists of {p} numbers")
-    if (not isinstance(Sigma, list) or len(Sigma) != A
-            or not all(isinstance(S, list) and len(S) == p
-                       and all(isinstance(r, list) and len(r) == p for r in S)
-                       for S in Sigma)):
-        raise ValueError(f"state['model']['Sigma'] must be {A} matrices {p} x {p}")
+class _TaskLedger:
+    """The tasks of a :class:`Router`: their ids, the pending ones and their expiry.
 
-
-def _state_tree_rows(model, A, d, settings, version):
-    """The bin edges and each agent's rows of a saved tree model, checked.
-
-    Every declared size is checked against the data present, and the forest
-    arrays against :data:`ROUTER_STATE_LIMITS`, before any allocation.
-    Returns a dict with ``edges``, ``nobs``, ``rows`` (per agent, state key
-    -> array), ``cap`` (row capacity) and ``stream``.
+    A task is pending from its assignment until its reward arrives, it is
+    cancelled, or it expires (``max_pending``, ``max_age``).  ``pending`` maps
+    a task id to ``(agent, context, sequence number)``, oldest first; the
+    sequence number is the count of tasks assigned before it.  The router
+    reads and deletes entries of ``pending`` on its per-task path (the dict is
+    never replaced).  ``_order`` lists ``(sequence number, id)`` of assigned
+    tasks, oldest first, for the expiry.
     """
-    lim = ROUTER_STATE_LIMITS
-    edges = model["edges"]
-    if (not isinstance(edges, list) or d is None or len(edges) != d
-            or not all(isinstance(e, list) and len(e) < settings.max_bins for e in edges)):
-        raise ValueError(f"state['model']['edges'] must be {d} lists of fewer than "
-                         f"{settings.max_bins} bin edges")
-    e_arr = [_validate_matrix(e, "state['model']['edges'][j]", ndim=1) for e in edges]
-    if any(np.any(np.diff(e) <= 0) for e in e_arr):
-        raise ValueError("state['model']['edges'] must be increasing")
-    max_bins = max(len(e) for e in e_arr) + 1
-    B, depth = settings.n_trees, settings.max_depth
-    nobs = model["nobs"]
-    if not isinstance(nobs, list) or len(nobs) != A:
-        raise ValueError(f"state['model']['nobs'] must be {A} non-negative integers")
-    nobs = [_state_int(v, "state['model']['nobs']", 0, lim["count"]) for v in nobs]
-    for key, _, _ in Router._TREE_ROWS:
-        if not isinstance(model[key], list) or len(model[key]) != A:
-            raise ValueError(f"state['model'][{key!r}] must have one entry per agent")
-    rows = []
-    for a in range(A):
-        n = nobs[a]
-        shapes = {"bins": (n, d), "rewards": (n,), "weights": (B, n)}
-        rows.append({key: _unpack_uint8(model[key][a], f"state['model'][{key!r}][{a}]",
-                                        shapes[key]) for key, _, _ in Router._TREE_ROWS})
-    cap = 256
-    while cap < max(nobs) + 1:
-        cap *= 2
-    need = _router_tree_bytes(A, B, depth, d, max_bins, cap)
-    if need > lim["bytes"]:
-        raise ValueError(f"state['settings'] (n_trees={B}, max_depth={depth}) with "
-                         f"{A} agents, n_features={d} and {max_bins} bins would need "
-                         f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
-                         f"{lim['bytes'] / 2 ** 20:.0f} MiB a saved state may ask for")
-    stream = model.get("stream") if version >= 2 else None
-    return {"edges": e_arr, "nobs": nobs, "rows": rows, "cap": cap, "stream": stream}
 
+    def __init__(self, max_pending=None, max_age=None):
+        self.pending = {}
+        self.n_assigned = 0
+        self.last_task_id = None
+        self.n_cancelled = 0
+        self.n_expired = 0
+        self.max_pending = max_pending
+        self.max_age = max_age
+        self.expiry = max_pending is not None or max_age is not None
+        self._order = deque() if self.expiry else None
 
-def _router_tree_bytes(A, B, depth, d, max_bins, rows):
-    """Bytes of a tree router's arrays (forests, histograms, stored rows)."""
-    n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
-    return (2 * 4 * A * n_int * d * max_bins * B + 32 * A * B * n_nodes
-            + A * rows * (5 * d + 1 + B))
+    def check_id(self, task_id):
+        """A caller's id for the next task, checked: unique among pending tasks."""
+        tid = _validate_task_id(task_id)
+        if tid in self.pending:
+            raise ValueError(f"task_id {tid!r} is already pending (assigned, reward not "
+                             f"yet received); task ids must be unique among pending tasks")
+        return tid
 
+    def batch_ids(self, n, task_ids):
+        """The ids of a batch of ``n`` tasks, as :meth:`book` gives them one by one."""
+        if task_ids is None:
+            ids, tid = [], self.n_assigned
+            for _ in range(n):
+                while tid in self.pending:
+                    tid += 1
+                ids.append(tid)
+                tid += 1
+        else:
+            if isinstance(task_ids, (str, bytes)) or not hasattr(task_ids, "__len__"):
+                raise TypeError("task_ids must be a sequence of task ids, one per row of X")
+            if len(task_ids) != n:
+                raise ValueError(f"task_ids has {len(task_ids)} entries but X has {n} rows")
+            ids = [_validate_task_id(t, "task_ids[i]") for t in task_ids]
+        if len(set(ids)) != n:
+            raise ValueError("task_ids must be unique within the batch")
+        clash = [t for t in ids if t in self.pending]
+        if clash:
+            raise ValueError(f"task_id {clash[0]!r} is already pending (assigned, reward not "
+                             f"yet received); task ids must be unique among pending tasks")
+        return ids
 
-def _bin_with_edges(X, edges):
-    """Bin the rows of X at fixed edges, as :func:`_bin_contexts` does."""
-    Xb = np.zeros(X.shape, dtype=np.uint8)
-    for j, e in enumerate(edges):
-        Xb[:, j] = np.searchsorted(np.asarray(e, dtype=float), X[:, j], side="left")
-    return Xb
+    def book(self, tid, a, x):
+        """Task ``tid`` (context ``x``) went to agent ``a``: it is pending.
 
+        ``tid=None`` gives the automatic id: the task's sequence number, or
+        the next integer no pending task uses (a caller chose that number).
+        """
+        seq = self.n_assigned
+        if tid is None:
+            tid = seq
+            while tid in self.pending:
+                tid += 1
+        self.pending[tid] = (a, x, seq)
+        self.last_task_id = tid
+        self.n_assigned = seq + 1
+        if self.expiry:
+            self._order.append((seq, tid))
+            self._expire()
 
-def _pack_uint8(arr):
-    """A uint8 array as plain JSON: its shape and its bytes in base64."""
+    def book_batch(self, ids, agents, X):
+        """The tasks ``ids`` (contexts the rows of ``X``) went to ``agents``."""
+        seq = self.n_assigned
+        for t, i in enumerate(ids):
+            self.pending[i] = (int(agents[t]), X[t].copy(), seq + t)
+            if self.expiry:
+                self._order.append((seq + t, i))
+        self.last_task_id = ids[-1]
+        self.n_assigned = seq + len(ids)
+        if self.expiry:
+            self._expire()
 
-    arr = np.ascontiguousarray(arr, dtype=np.uint8)
-    return {"shape": list(arr.shape), "uint8_base64": base64.b64encode(arr.tobytes()).decode()}
+    def cancel(self, tid):
+        """Forget the pending task ``tid``; return its agent."""
+        entry = self.pending.pop(tid, None)
+        if entry is None:
+            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
+                             f"router, or its reward was recorded, or it was cancelled or "
+                             f"expired")
+        self.n_cancelled += 1
+        return entry[0]
 
+    def _expire(self):
+        """Drop the oldest pending tasks beyond ``max_pending`` or ``max_age``.
 
-def _unpack_uint8(obj, name, shape):
-    """Inverse of :func:`_pack_uint8`, checking the stored and expected shape."""
+        Entries of ``_order`` of tasks no longer pending are skipped, and the
+        list is rebuilt from the pending tasks when it grows much longer than they.
+        """
+        p, mp, ma, order = self.pending, self.max_pending, self.max_age, self._order
+        last = self.n_assigned - 1
+        while order:
+            seq, tid = order[0]
+            e = p.get(tid)
+            if e is None or e[2] != seq:          # answered or cancelled
+                order.popleft()
+            elif (mp is not None and len(p) > mp) or (ma is not None and last - seq > ma):
+                order.popleft()
+                del p[tid]
+                self.n_expired += 1
+            else:
+                break
+        if len(order) > 2 * len(p) + 64:
+            self._order = deque((e[2], tid) for tid, e in p.items())
 
-    if not isinstance(obj, dict) or set(obj) != {"shape", "uint8_base64"}:
-        raise ValueError(f"{name} must be an object with keys 'shape' and 'uint8_base64'")
-    if not isinstance(obj["shape"], list) or obj["shape"] != list(shape):
-        raise ValueError(f"{name} has shape {obj['shape']!r}, expected {list(shape)}")
-    size = math.prod(shape)
-    data = obj["uint8_base64"]
-    if not isinstance(data, str) or len(data) != 4 * ((size + 2) // 3):
-        raise ValueError(f"{name} does not hold the {size} bytes its shape declares")
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, TypeError, ValueError):
-        raise ValueError(f"{name} holds invalid base64 data") from None
-    if len(raw) != size:
-        raise ValueError(f"{name} holds {len(raw)} bytes, expected {size}")
-    return np.frombuffer(raw, dtype=np.uint8).reshape(shape).copy()
+    def saved_pending(self):
+        """The pending tasks as a saved state lists them (oldest first)."""
+        return [[tid, int(a), [float(v) for v in x], int(seq)]
+                for tid, (a, x, seq) in self.pending.items()]
+
+    def check_pending(self, pending, counters, version, agent_index, d):
+        """The pending tasks of a saved state, checked: task id -> (agent, context, seq).
+
+        ``counters`` are the router's checked counters, ``agent_index`` its
+        check of an agent, ``d`` its context dimension.
+        """
+        n_assigned, counts = counters["n_assigned"], counters["assigned_counts"]
+        if not isinstance(pending, list) or len(pending) > n_assigned:
+            raise ValueError("state['pending'] must be a list of [task_id, agent, context, "
+                             "sequence number], no longer than state['n_assigned']")
+        if self.max_pending is not None and len(pending) > self.max_pending:
+            raise ValueError(f"state['pending'] holds {len(pending)} tasks, more than "
+                             f"state['max_pending'] = {self.max_pending}")
+        entries = {}
+        width = 3 if version < 2 else 4
+        last = -1
+        for e in pending:
+            if not isinstance(e, list) or len(e) != width:
+                raise ValueError(f"state['pending'] entries must be [task_id, agent, context"
+                                 + (", sequence number]" if width == 4 else "]"))
+            tid = _validate_task_id(e[0], "state['pending'] task id")
+            if tid in entries:
+                raise ValueError(f"state['pending'] lists task {tid!r} twice")
+            a = agent_index(e[1], "state['pending'] agent")
+            if counts[a] == 0:
+                raise ValueError(f"state['pending'] holds a task of agent {a}, which "
+                                 f"state['assigned_counts'] says was never assigned one")
+            seq = n_assigned - 1 if width == 3 else _state_int(
+                e[3], "state['pending'] sequence number", 0, n_assigned - 1)
+            if width == 4 and seq <= last:
+                raise ValueError("state['pending'] sequence numbers must increase")
+            last = seq
+            entries[tid] = (a, _validate_context(e[2], d, "state['pending'] context"), seq)
+        return entries
+
+    def restore(self, entries, counters, last_task_id):
+        """Install checked pending tasks and counters (empty ledger)."""
+        self.pending.update(entries)
+        self.n_assigned = counters["n_assigned"]
+        self.n_cancelled = counters["n_cancelled"]
+        self.n_expired = counters["n_expired"]
+        self.last_task_id = last_task_id
+        if self.expiry:
+            self._order = deque((e[2], tid) for tid, e in entries.items())
 
 
 class Router:
@@ -5260,7 +6044,7 @@ class Router:
         which then takes the rest.  A free agent has no queue; how a weak
         one is handled is described under :func:`simulate`.
     policy : str
-        One of :data:`ROUTER_POLICIES` (default ``"tree-greedy"``).
+        One of :data:`ONLINE_POLICIES` (default ``"tree-greedy"``).
     eta : float
         Queue penalty eta >= 0 (default 0.5, Sec. 4).
     seed : int
@@ -5339,207 +6123,57 @@ class Router:
     >>> router.update(0, agent, R[0, router.agents.index(agent)])
     """
 
-    # Defaults of optional features, kept on the class: only a router that uses
-    # them gets its own attributes, which keeps the attributes of the others few
-    # (faster attribute access on the per-task path).
-    max_pending = None
-    max_age = None
-    n_cancelled = 0
-    n_expired = 0
-    _expiry = False
-    _order = None
-    _seen = None
-    _raw = None
-    _n_seen = 0
-    _next_cut = 0
-    _stream = False
 
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
                  max_age=None):
-        if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
-            names = None
-            n_agents = _validate_int(agents, "agents", lo=2)
-        else:
-            names = _validate_names(agents, None, "agents", min_count=2, unique=True)
-            n_agents = len(names)
-        alpha, constrained = _validate_capacities(capacities, n_agents)
-        caps = [None if not c else float(x) for x, c in zip(alpha, constrained)]
-        _validate_choice(policy, ROUTER_POLICIES, "policy")
-        eta = _validate_eta(eta)
-        seed = _validate_int(seed, "seed")
-        _validate_settings(settings)
-        if n_features is not None:
-            n_features = _validate_int(n_features, "n_features", lo=1)
-        edges = None
-        if X_reference is not None:
-            Xr = _validate_matrix(X_reference, "X_reference")
-            if Xr.shape[0] < 1 or Xr.shape[1] < 1:
-                raise ValueError(f"X_reference must have at least one row and one column, "
-                                 f"got shape {Xr.shape}")
-            if n_features is not None and n_features != Xr.shape[1]:
-                raise ValueError(f"n_features = {n_features} but X_reference has "
-                                 f"{Xr.shape[1]} columns")
-            n_features = Xr.shape[1]
-            if policy.startswith("tree"):
-                edges = [e.tolist() for e in _bin_contexts(Xr, settings.max_bins)[2]]
-        if policy != "random" and policy != "marginal" and n_features is None:
-            raise ValueError(f"policy {policy!r} needs the context dimension: give "
-                             f"n_features or X_reference")
-        if max_pending is not None:
-            max_pending = _validate_int(max_pending, "max_pending", lo=1)
-        if max_age is not None:
-            max_age = _validate_int(max_age, "max_age", lo=0)
-        rng = _rng_states([np.random.SeedSequence(seed)])[0]
-        if max_pending is not None or max_age is not None:
-            self.max_pending = max_pending
-            self.max_age = max_age
-            self._expiry = True
-            self._order = deque()             # (sequence number, task id), oldest first
-        self._setup(names, n_agents, caps, policy, eta, seed, n_features, edges, settings, rng)
-
-    # --- construction ---------------------------------------------------------
-
-    def _setup(self, names, n_agents, caps, policy, eta, seed, d, edges, settings, rng):
-        self.policy = policy
-        self.eta = float(eta)
-        self.seed = seed
-        self.n_features = d
-        self.settings = settings
-        self.capacities = tuple(caps)
-        self._names = names
-        self._index = {n: i for i, n in enumerate(names)} if names else None
-        self._alpha, self._constrained = _validate_capacities(caps, n_agents)
-        self._A = n_agents
-        self._Q = np.zeros(n_agents)
-        self._rng = np.array(rng, dtype=np.uint64)
-        self._pending = {}                    # task id -> (agent, context, sequence number)
-        self.n_assigned = 0
-        self.last_task_id = None
-        self._extra = self._expiry            # expiry or stream bins: extra per-task steps
-        self._counts = np.zeros(n_agents, dtype=np.int64)
-        self._n_rewards = np.zeros(n_agents, dtype=np.int64)
-        self._thompson = policy.endswith("-ts")
-        self._learned = policy == "marginal"
-        self._kind = 2 if policy.startswith("tree") else (1 if policy.startswith("logistic") else 0)
-        self._kappa = float(settings.kappa)
-        self._w_min = float(settings.w_min)
-        self._w_max = float(settings.w_max)
-        self._mu1 = np.empty((1, n_agents))
-        A = n_agents
-        s = settings
-        if policy in ("random", "marginal"):
-            self._n = np.zeros(A)
-            self._s = np.zeros(A)
-            self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
-        elif policy.startswith("logistic"):
-            p = d + 1
-            self._theta = np.zeros((A, p))
-            self._Sigma = np.zeros((A, p, p))
-            for a in range(A):
-                np.fill_diagonal(self._Sigma[a], 1.0 / s.gamma)
-            self._gauss = np.zeros(2)
-            self._xd = np.empty(p)
-            self._Sx = np.empty(p)
-        else:
-            if edges is None:                 # edges from the stream: one bin until the first cut
-                edges = [[] for _ in range(d)]
-                self._seen = []               # contexts seen, until the last cut
-                self._raw = [[] for _ in range(n_agents)]   # each agent's raw rows, idem
-                self._n_seen = 0
-                self._next_cut = ROUTER_STREAM_CUTS[0]
-                self._stream = True
-                self._extra = True
-            B = s.n_trees
-            n_nodes = 2 ** (s.max_depth + 1) - 1
-            self._feat = np.full((A, B, n_nodes), -1, dtype=np.int32)
-            self._thr = np.zeros((A, B, n_nodes), dtype=np.int32)
-            self._val = np.zeros((A, B, n_nodes))
-            self._fitted = np.zeros(A, dtype=np.bool_)
-            self._nobs = np.zeros(A, dtype=np.int64)
-            self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
-            self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
-            self._max_bins = 0
-            self._install_edges(edges)        # with the histograms H, HS and bin lists head
-            self._refit = _new_refit(B, s.max_depth, np.zeros(3 * s.max_depth, dtype=np.int64))
-            self._alloc_rows(256)
-
-    def _alloc_rows(self, cap):
-        """(Re)allocate the per-agent row stores of the forest for ``cap`` rows."""
-        A, B, d = self._A, self.settings.n_trees, self.n_features
-        old = getattr(self, "_cap", 0)
-        Xa = np.zeros((A, cap, d), dtype=np.uint8)
-        ya = np.zeros((A, cap), dtype=np.uint8)
-        W = np.zeros((A, B, cap), dtype=np.uint8)
-        nxt = np.zeros((A, d, cap), dtype=np.int32)
-        if old:
-            Xa[:, :old] = self._Xa
-            ya[:, :old] = self._ya
-            W[:, :, :old] = self._W
-            nxt[:, :, :old] = self._nxt
-        self._Xa, self._ya, self._W, self._nxt = Xa, ya, W, nxt
-        self._cap = cap
-        self._tree_args = None
+        c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
+                           settings, max_pending, max_age)
+        self.policy, self.eta, self.seed, self.settings = c.policy, c.eta, c.seed, c.settings
+        self.n_features = c.d
+        self.capacities = c.caps
+        self._names = c.names
+        self._index = {n: i for i, n in enumerate(c.names)} if c.names else None
+        self._alpha, self._constrained, self._A = c.alpha, c.constrained, c.A
+        self._Q = np.zeros(c.A)
+        self._rng = _rng_states([np.random.SeedSequence(c.seed)])[0]
+        self._counts = np.zeros(c.A, dtype=np.int64)
+        self._n_rewards = np.zeros(c.A, dtype=np.int64)
+        self._mu1 = np.empty((1, c.A))
+        self._tasks = _TaskLedger(c.max_pending, c.max_age)
+        self._pending = self._tasks.pending   # read and deleted from on the per-task path
+        self._model = _reward_model(c.policy)(c, self._rng, self._Q)
+        self._score = self._model.score
+        # extra per-task steps: expiry, or a model keeping the contexts it sees
+        self._extra = self._tasks.expiry or self._model.sees
 
     # --- properties -------------------------------------------------------------
 
-    @property
-    def agents(self):
-        """Agent names (or indices 0..A-1 when the router was given a count)."""
-        return list(self._names) if self._names else list(range(self._A))
-
-    @property
-    def Q(self):
-        """The virtual queues Q_{t,a} now in force (a copy; Eq. 1)."""
-        return self._Q.copy()
-
-    @property
-    def pending(self):
-        """Ids of the tasks assigned whose reward has not arrived, oldest first.
-
-        Cancelled and expired tasks are no longer listed (see :meth:`cancel`).
-        """
-        return list(self._pending)
-
-    @property
-    def assigned_counts(self):
-        """Tasks assigned to each agent so far."""
-        return self._counts.copy()
-
-    @property
-    def rewards_seen(self):
-        """Rewards fed to each agent's model so far."""
-        return self._n_rewards.copy()
+    agents = property(lambda self: list(self._names) if self._names else list(range(self._A)),
+                      doc="Agent names (or indices 0..A-1 when the router was given a count).")
+    Q = property(lambda self: self._Q.copy(),
+                 doc="The virtual queues Q_{t,a} now in force (a copy; Eq. 1).")
+    pending = property(lambda self: list(self._pending), doc=(
+        "Ids of the tasks assigned whose reward has not arrived, oldest first.\n\n"
+        "Cancelled and expired tasks are no longer listed (see :meth:`cancel`)."))
+    assigned_counts = property(lambda self: self._counts.copy(),
+                               doc="Tasks assigned to each agent so far.")
+    rewards_seen = property(lambda self: self._n_rewards.copy(),
+                            doc="Rewards fed to each agent's model so far.")
+    last_task_id = property(lambda self: self._tasks.last_task_id,
+                            doc="The id given to the last task assigned (None before the first).")
+    n_assigned = property(lambda self: self._tasks.n_assigned, doc="Tasks assigned.")
+    n_cancelled = property(lambda self: self._tasks.n_cancelled, doc="Tasks cancelled.")
+    n_expired = property(lambda self: self._tasks.n_expired, doc="Tasks expired.")
+    max_pending = property(lambda self: self._tasks.max_pending, doc="See the parameters.")
+    max_age = property(lambda self: self._tasks.max_age, doc="See the parameters.")
 
     def __repr__(self):
         return (f"Router(agents={self.agents}, capacities={list(self.capacities)}, "
                 f"policy={self.policy!r}, eta={self.eta}, assigned={self.n_assigned}, "
                 f"pending={len(self._pending)})")
 
-    # --- input checks -------------------------------------------------------------
-
-    def _context(self, x, name="x"):
-        try:
-            x = np.array(x, dtype=float)
-        except (TypeError, ValueError):
-            raise TypeError(f"{name} must be a 1-d array of numbers (a context)") from None
-        if x.ndim != 1:
-            raise ValueError(f"{name} must be a 1-d context vector, got shape {x.shape}")
-        d = self.n_features
-        if d is not None and x.shape[0] != d:
-            raise ValueError(f"{name} has {x.shape[0]} features, expected d = {d}")
-        if not np.isfinite(x).all():
-            raise ValueError(f"{name} contains NaN or infinite values")
-        return x
-
-    def _contexts(self, X, name="X"):
-        X = _validate_matrix(X, name)
-        if X.shape[0] < 1:
-            raise ValueError(f"{name} must hold at least one context (row)")
-        d = self.n_features
-        if d is not None and X.shape[1] != d:
-            raise ValueError(f"{name} has {X.shape[1]} features (columns), expected d = {d}")
-        return np.ascontiguousarray(X)
+    # --- decisions ------------------------------------------------------------------
 
     def _agent_index(self, agent, name="agent"):
         if self._index is not None and isinstance(agent, str):
@@ -5553,45 +6187,8 @@ class Router:
             raise ValueError(f"unknown {name} {agent!r}: indices run from 0 to {self._A - 1}")
         return int(agent)
 
-    def _reward(self, reward):
-        return _validate_reward(reward, "reward")
-
     def _agent_out(self, a):
         return self._names[a] if self._names else a
-
-    # --- decisions -------------------------------------------------------------
-
-    def _mu(self, X, step):
-        """Estimates for the rows of X; with ``step`` the chosen agent of X[0]."""
-        mu = self._mu1 if step else np.empty((X.shape[0], self._A))
-        kind = self._kind
-        if _ROUTER_COLD[kind]:
-            _router_first_use(kind)
-        if kind == 2:
-            a = _router_tree_mu_nb(X, self._edges, self._n_edges, self._tree_state()[3],
-                                   self._thompson, self._rng, mu, step, self._Q, self._alpha,
-                                   self._constrained, self.eta)
-        elif kind == 1:
-            a = _router_logistic_mu_nb(X, self._xd, self._logistic(), self._thompson,
-                                       self._kappa, self._rng, mu, step, self._Q, self._alpha,
-                                       self._constrained, self.eta)
-        else:
-            a = _router_noncontextual_mu_nb(X, self._learned, self._n, self._s,
-                                            self._cum, self._rng, mu, step, self._Q,
-                                            self._alpha, self._constrained, self.eta)
-        if a == -2:
-            raise ValueError(("x" if step else "X") + " contains NaN or infinite values")
-        return a, mu
-
-    def _new_id(self, task_id, offset=0):
-        if task_id is None:
-            task_id = self.n_assigned + offset
-        else:
-            task_id = _validate_task_id(task_id)
-        if task_id in self._pending:
-            raise ValueError(f"task_id {task_id!r} is already pending (assigned, reward not "
-                             f"yet received); task ids must be unique among pending tasks")
-        return task_id
 
     def assign(self, x, task_id=None):
         """Assign one task with context ``x``; return the agent (Eq. 2).
@@ -5609,28 +6206,17 @@ class Router:
         except (TypeError, ValueError):
             raise TypeError("x must be a 1-d array of numbers (a context)") from None
         if x.ndim != 1 or (self.n_features is not None and x.shape[0] != self.n_features):
-            self._context(x)  # raises the precise error
+            _validate_context(x, self.n_features)  # raises the precise error
         X = x.reshape(1, -1)
-        if task_id is None:
-            tid = self.n_assigned
-            while tid in self._pending:       # a caller chose this number
-                tid += 1
-        else:
-            tid = self._new_id(task_id)
-        extra = self._extra
-        if extra and self._seen is not None:
-            self._see(X, copy=False)           # X is this call's own array
-        a, _ = self._mu(X, True)
-        self._pending[tid] = (a, X[0], self.n_assigned)
-        self.last_task_id = tid
-        if extra and self._expiry:
-            self._order.append((self.n_assigned, tid))
-            self.n_assigned += 1
-            self._counts[a] += 1
-            self._expire()
-        else:
-            self.n_assigned += 1
-            self._counts[a] += 1
+        tasks = self._tasks
+        tid = None if task_id is None else tasks.check_id(task_id)
+        if self._extra:
+            self._model.see(X, copy=False)     # X is this call's own array
+        a = self._score(X, self._mu1, True)
+        if a == -2:
+            raise ValueError("x contains NaN or infinite values")
+        tasks.book(tid, a, X[0])
+        self._counts[a] += 1
         return self._names[a] if self._names else a
 
     def assign_batch(self, X, task_ids=None):
@@ -5639,48 +6225,21 @@ class Router:
         The batch of n = len(X) tasks gets integer counts per agent from the
         capacities and the queues (:func:`batch_counts`), then the assignment
         that maximises the summed estimates mu_a(x_i) - eta Q_a under those
-        counts (:func:`batch_assign`); the queues then move by the batch's
+        counts (:func:`batch_assign`, by the solver of the engines, which
+        also splits ties as they do); the queues then move by the batch's
         counts (:func:`batch_queue_update`).  Task ids default to the
         sequence numbers, skipping ids of pending tasks, as in :meth:`assign`;
         :attr:`last_task_id` is the batch's last.  Returns the list of agents.
         """
-        X = self._contexts(X)
+        X = _validate_contexts(X, self.n_features)
         n = X.shape[0]
-        if task_ids is None:
-            ids, tid = [], self.n_assigned
-            for _ in range(n):
-                while tid in self._pending:
-                    tid += 1
-                ids.append(tid)
-                tid += 1
-        else:
-            if isinstance(task_ids, (str, bytes)) or not hasattr(task_ids, "__len__"):
-                raise TypeError("task_ids must be a sequence of task ids, one per row of X")
-            if len(task_ids) != n:
-                raise ValueError(f"task_ids has {len(task_ids)} entries but X has {n} rows")
-            ids = [_validate_task_id(t, "task_ids[i]") for t in task_ids]
-        if len(set(ids)) != n:
-            raise ValueError("task_ids must be unique within the batch")
-        clash = [t for t in ids if t in self._pending]
-        if clash:
-            raise ValueError(f"task_id {clash[0]!r} is already pending (assigned, reward not "
-                             f"yet received); task ids must be unique among pending tasks")
-        if self._seen is not None:
-            self._see(X)
-        _, mu = self._mu(X, False)
-        counts = batch_counts(n, self._alpha, self._Q, self._constrained)
-        chosen = batch_assign(mu - self.eta * self._Q, counts, self._constrained)
-        realised = np.bincount(chosen, minlength=self._A)
-        self._Q[:] = batch_queue_update(self._Q, realised, self._alpha, n, self._constrained)
-        for t, i in enumerate(ids):
-            self._pending[i] = (int(chosen[t]), X[t].copy(), self.n_assigned + t)
-            if self._expiry:
-                self._order.append((self.n_assigned + t, i))
-        self.last_task_id = ids[-1]
-        self.n_assigned += n
+        ids = self._tasks.batch_ids(n, task_ids)
+        self._model.see(X)
+        mu = np.empty((n, self._A))
+        self._score(X, mu, False)             # the estimates only (X is finite: checked)
+        chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained, self.eta, self._Q)
+        self._tasks.book_batch(ids, chosen, X)
         self._counts += realised
-        if self._expiry:
-            self._expire()
         return [self._agent_out(int(a)) for a in chosen]
 
     def cancel(self, task_id):
@@ -5692,37 +6251,7 @@ class Router:
         agent, and the capacity bounds the share of tasks sent (Eq. 1; see the
         class notes).  Cancelling a task that is not pending is an error.
         """
-        tid = _validate_task_id(task_id)
-        entry = self._pending.pop(tid, None)
-        if entry is None:
-            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
-                             f"router, or its reward was recorded, or it was cancelled or "
-                             f"expired")
-        self.n_cancelled += 1
-        return self._agent_out(entry[0])
-
-    def _expire(self):
-        """Drop the oldest pending tasks beyond ``max_pending`` or ``max_age``.
-
-        ``_order`` lists (sequence number, id) of assigned tasks, oldest first;
-        entries of tasks no longer pending are skipped, and the list is
-        rebuilt from the pending tasks when it grows much longer than they.
-        """
-        p, mp, ma, order = self._pending, self.max_pending, self.max_age, self._order
-        last = self.n_assigned - 1
-        while order:
-            seq, tid = order[0]
-            e = p.get(tid)
-            if e is None or e[2] != seq:          # answered or cancelled
-                order.popleft()
-            elif (mp is not None and len(p) > mp) or (ma is not None and last - seq > ma):
-                order.popleft()
-                del p[tid]
-                self.n_expired += 1
-            else:
-                break
-        if len(order) > 2 * len(p) + 64:
-            self._order = deque((e[2], tid) for tid, e in p.items())
+        return self._agent_out(self._tasks.cancel(_validate_task_id(task_id)))
 
     def update(self, task, agent, reward):
         """Feed a reward to an agent's model.
@@ -5754,37 +6283,19 @@ class Router:
             if (tr is int or tr is float) and (reward == 0 or reward == 1):
                 r = float(reward)
             else:
-                r = self._reward(reward)
+                r = _validate_reward(reward)
             del self._pending[tid]
         elif isinstance(task, (bool, np.bool_)) or task is None:
             raise TypeError(f"task must be a pending task id (int or str) or a context "
                             f"vector, got {task!r}")
         else:
-            x = self._context(task, "task (a context)")
+            x = _validate_context(task, self.n_features, "task (a context)")
             if agent is None:
                 raise TypeError("agent is required when task is a context vector")
             a = self._agent_index(agent)
-            r = self._reward(reward)
-            if self._seen is not None:
-                self._see(x.reshape(1, -1), copy=False)
-        self._learn(a, x, r)
-
-    def _learn(self, a, x, r):
-        kind = self._kind
-        if kind == 2:
-            if self._nobs[a] >= self._cap:
-                self._alloc_rows(2 * self._cap)
-            if self._raw is not None:
-                self._raw[a].append(x)
-            cfg, F, scratch = self._tree_state()[:3]
-            _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, cfg, self._rng, F,
-                                   scratch)
-        elif kind == 1:
-            _router_logistic_update_nb(a, x, r, self._xd, self._logistic(), self._w_min,
-                                       self._w_max, self._Sx)
-        else:
-            self._n[a] += 1.0
-            self._s[a] += r
+            r = _validate_reward(reward)
+            self._model.see(x.reshape(1, -1), copy=False)
+        self._model.learn(a, x, r)
         self._n_rewards[a] += 1
 
     # --- saving and restoring ------------------------------------------------------
@@ -5803,8 +6314,8 @@ class Router:
         :meth:`from_state` restores a router that takes exactly the decisions
         this one would have taken.
         """
-        s = self.settings
-        state = {
+        s, tasks = self.settings, self._tasks
+        return {
             "schema": f"{ROUTER_SCHEMA}/{ROUTER_SCHEMA_VERSION}",
             "agents": list(self._names) if self._names else self._A,
             "capacities": list(self.capacities),
@@ -5813,38 +6324,19 @@ class Router:
             "seed": self.seed,
             "n_features": self.n_features,
             "settings": {k: getattr(s, k) for k in ModelSettings.__dataclass_fields__},
-            "max_pending": self.max_pending,
-            "max_age": self.max_age,
+            "max_pending": tasks.max_pending,
+            "max_age": tasks.max_age,
             "rng": [int(v) for v in self._rng],
             "Q": [float(v) for v in self._Q],
-            "n_assigned": int(self.n_assigned),
+            "n_assigned": int(tasks.n_assigned),
             "assigned_counts": [int(v) for v in self._counts],
             "rewards_seen": [int(v) for v in self._n_rewards],
-            "n_cancelled": int(self.n_cancelled),
-            "n_expired": int(self.n_expired),
-            "last_task_id": self.last_task_id,
-            "pending": [[tid, int(a), [float(v) for v in x], int(seq)]
-                        for tid, (a, x, seq) in self._pending.items()],
+            "n_cancelled": int(tasks.n_cancelled),
+            "n_expired": int(tasks.n_expired),
+            "last_task_id": tasks.last_task_id,
+            "pending": tasks.saved_pending(),
+            "model": self._model.state(),
         }
-        if self._kind < 2:
-            model = {key: getattr(self, attr).tolist()
-                     for key, attr in self._MODEL_ARRAYS[self._kind]}
-        else:
-            n = [int(v) for v in self._nobs]
-            model = {"edges": self._edges_list, "nobs": n}
-            for key, attr, axis in self._TREE_ROWS:
-                model[key] = [_pack_uint8(getattr(self, attr)[a][(slice(None),) * axis
-                                                                 + (slice(0, n[a]),)])
-                              for a in range(self._A)]
-            if self._stream_bins:
-                model["stream"] = {
-                    "n_seen": int(self._n_seen),
-                    "seen": None if self._seen is None else [
-                        [float(v) for v in x] for x in self._seen],
-                    "raw": None if self._raw is None else [
-                        [[float(v) for v in x] for x in rows] for rows in self._raw]}
-        state["model"] = model
-        return state
 
     @classmethod
     def from_state(cls, state):
@@ -5888,33 +6380,20 @@ class Router:
     @classmethod
     def _from_state_v2(cls, st, version):
         get = (lambda k, default: st.get(k, default)) if version < 2 else (lambda k, _: st[k])
-        agents, A, kw, model = _state_config(st, get)
-        tree = None
-        if kw["policy"].startswith("tree"):
-            tree = _state_tree_rows(model, A, kw["n_features"], kw["settings"], version)
-            if tree["stream"] is None:
-                kw["X_reference"] = np.zeros((1, kw["n_features"]))
-        elif kw["policy"].startswith("logistic"):
-            _state_logistic_lists(model, A, kw["n_features"], kw["policy"])
+        agents, A, kw, model = _saved_config(st, get)
+        checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
         router = cls(agents, st["capacities"], **kw)
         counters = router._state_counters(st, get)
-        entries = router._state_pending(st["pending"], counters, version)
-        if tree is None:
-            router._restore_arrays(model, counters["rewards_seen"])
-        else:
-            router._restore_tree(tree, counters["rewards_seen"])
-        router._rng[:] = np.array(counters.pop("rng"), dtype=np.uint64)
-        router._Q[:] = counters.pop("Q")
-        router._counts[:] = counters.pop("assigned_counts")
-        router._n_rewards[:] = counters.pop("rewards_seen")
-        for key, v in counters.items():        # n_assigned, n_cancelled, n_expired
-            setattr(router, key, v)
+        entries = router._tasks.check_pending(st["pending"], counters, version,
+                                              router._agent_index, router.n_features)
+        router._model.restore(checked, counters["rewards_seen"])
+        router._rng[:] = np.array(counters["rng"], dtype=np.uint64)
+        router._Q[:] = counters["Q"]
+        router._counts[:] = counters["assigned_counts"]
+        router._n_rewards[:] = counters["rewards_seen"]
         last_id = get("last_task_id", None)
-        router.last_task_id = None if last_id is None else _validate_task_id(
-            last_id, "state['last_task_id']")
-        router._pending = entries
-        if router._expiry:
-            router._order = deque((e[2], tid) for tid, e in entries.items())
+        router._tasks.restore(entries, counters, None if last_id is None else _validate_task_id(
+            last_id, "state['last_task_id']"))
         return router
 
     def _state_counters(self, st, get):
@@ -5942,231 +6421,6 @@ class Router:
                 "rewards_seen": seen, "Q": Q,
                 **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
                    for key in ("n_cancelled", "n_expired")}}
-
-    def _state_pending(self, pending, counters, version):
-        """The pending tasks of a saved state, checked: task id -> (agent, context, seq)."""
-        n_assigned, counts = counters["n_assigned"], counters["assigned_counts"]
-        if not isinstance(pending, list) or len(pending) > n_assigned:
-            raise ValueError("state['pending'] must be a list of [task_id, agent, context, "
-                             "sequence number], no longer than state['n_assigned']")
-        if self.max_pending is not None and len(pending) > self.max_pending:
-            raise ValueError(f"state['pending'] holds {len(pending)} tasks, more than "
-                             f"state['max_pending'] = {self.max_pending}")
-        entries = {}
-        width = 3 if version < 2 else 4
-        last = -1
-        for e in pending:
-            if not isinstance(e, list) or len(e) != width:
-                raise ValueError(f"state['pending'] entries must be [task_id, agent, context"
-                                 + (", sequence number]" if width == 4 else "]"))
-            tid = _validate_task_id(e[0], "state['pending'] task id")
-            if tid in entries:
-                raise ValueError(f"state['pending'] lists task {tid!r} twice")
-            a = self._agent_index(e[1], "state['pending'] agent")
-            if counts[a] == 0:
-                raise ValueError(f"state['pending'] holds a task of agent {a}, which "
-                                 f"state['assigned_counts'] says was never assigned one")
-            seq = n_assigned - 1 if width == 3 else _state_int(
-                e[3], "state['pending'] sequence number", 0, n_assigned - 1)
-            if width == 4 and seq <= last:
-                raise ValueError("state['pending'] sequence numbers must increase")
-            last = seq
-            entries[tid] = (a, self._context(e[2], "state['pending'] context"), seq)
-        return entries
-
-    #: The saved model arrays of the non-contextual (kind 0) and logistic
-    #: (kind 1) routers: state key -> attribute.  The tree router (kind 2)
-    #: saves each agent's rows instead (:data:`_TREE_ROWS`).
-    _MODEL_ARRAYS = {0: (("n", "_n"), ("s", "_s")),
-                     1: (("theta", "_theta"), ("Sigma", "_Sigma"), ("gauss", "_gauss"))}
-    #: The tree router's stored rows: state key -> (attribute, row axis of an agent's array).
-    _TREE_ROWS = (("bins", "_Xa", 0), ("rewards", "_ya", 0), ("weights", "_W", 1))
-
-    def _restore_arrays(self, model, seen):
-        """Check the saved model arrays against this router's and install them."""
-        vals = {}
-        for key, attr in self._MODEL_ARRAYS[self._kind]:
-            want = getattr(self, attr).shape
-            v = _validate_matrix(model[key], f"state['model'][{key!r}]", ndim=len(want))
-            if v.shape != want:
-                raise ValueError(f"state['model'][{key!r}] must have shape {want}")
-            vals[key] = v
-        if self._kind == 0:
-            for key, v in vals.items():
-                if np.any(v < 0):
-                    raise ValueError(f"state['model'][{key!r}] must be {self._A} non-negative "
-                                     f"numbers")
-            if np.any(vals["n"] != seen):
-                raise ValueError("state['model']['n'] must equal state['rewards_seen']")
-            if np.any(vals["s"] > vals["n"]) or np.any(vals["s"] != np.round(vals["s"])):
-                raise ValueError("state['model']['s'] must be whole numbers of rewards, at most "
-                                 "state['model']['n'] per agent (rewards are 0 or 1)")
-        else:
-            if vals["gauss"][0] not in (0.0, 1.0):
-                raise ValueError("state['model']['gauss'][0] must be 0 or 1 (has a spare draw)")
-            for a, S in enumerate(vals["Sigma"]):
-                if not np.array_equal(S, S.T):
-                    raise ValueError(f"state['model']['Sigma'][{a}] is not symmetric")
-                try:
-                    np.linalg.cholesky(S)
-                except np.linalg.LinAlgError:
-                    raise ValueError(f"state['model']['Sigma'][{a}] is not positive "
-                                     f"definite") from None
-        for key, attr in self._MODEL_ARRAYS[self._kind]:
-            getattr(self, attr)[:] = vals[key]
-
-    def _restore_tree(self, tree, seen):
-        """Install the checked rows of a saved tree state and rebuild the forests."""
-        nobs, rows = tree["nobs"], tree["rows"]
-        if any(nobs[a] != seen[a] for a in range(self._A)):
-            raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
-        if tree["stream"] is not None:
-            self._restore_stream(tree["stream"], tree["edges"], rows, nobs)
-        self._install_edges(tree["edges"])
-        self._alloc_rows(tree["cap"])
-        for a in range(self._A):
-            if np.any(rows[a]["bins"] >= self._n_bins[None, :]):
-                raise ValueError(f"state['model']['bins'][{a}] has a bin beyond the edges")
-            if np.any(rows[a]["rewards"] > 1):
-                raise ValueError(f"state['model']['rewards'][{a}]: {REWARD_RULE}")
-        for a in range(self._A):
-            for key, attr, axis in self._TREE_ROWS:
-                getattr(self, attr)[a][(slice(None),) * axis + (slice(0, nobs[a]),)] = \
-                    rows[a][key]
-            self._nobs[a] = nobs[a]
-            self._replay(a)
-
-    def _replay(self, a, every_refit=True):
-        """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
-        _router_tree_replay_nb(a, int(self._nobs[a]), *self._tree_state()[:3], every_refit)
-
-    # The model state goes to the kernels as plain tuples of the fields of
-    # _Logistic, _Forests, _TreeConfig and _Refit (numba types a plain tuple of
-    # arrays at C speed, a named one in Python: microseconds per call); the
-    # kernels name the fields again.  Cached until an array is reallocated.
-
-    def _logistic(self):
-        """The fields of :data:`_Logistic` for the kernels."""
-        return (self._theta, self._Sigma, self._gauss)
-
-    def _tree_state(self):
-        """``(cfg, F, r, trees)``: the fields of :data:`_TreeConfig`,
-        :data:`_Forests`, :data:`_Refit` and :data:`_Trees` for the kernels."""
-        if self._tree_args is None:
-            s = self.settings
-            self._tree_args = (
-                (self._n_bins, self._max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
-                 s.refit_every),
-                (self._W, self._H, self._HS, self._node_c, self._node_s, self._feat, self._thr,
-                 self._val, self._head, self._nxt, self._Xa, self._ya, self._nobs,
-                 self._fitted), tuple(self._refit),
-                (self._feat, self._thr, self._val, self._fitted))
-        return self._tree_args
-
-    # --- bin edges from the stream (tree policies without X_reference) -------------
-
-    @property
-    def _stream_bins(self):
-        return self._kind == 2 and self._stream
-
-    def _see(self, X, copy=True):
-        """Remember the contexts X; cut the edges again at each count of
-        :data:`ROUTER_STREAM_CUTS` reached."""
-        n0 = self._n_seen
-        self._seen.extend(np.array(X, dtype=float) if copy else X)
-        self._n_seen = n0 + X.shape[0]
-        if self._n_seen < self._next_cut:
-            return
-        cut = 0
-        for c in ROUTER_STREAM_CUTS:
-            if n0 < c <= self._n_seen:
-                cut = c
-        self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > self._n_seen],
-                             default=2 ** 63)
-        if cut:
-            self._recut(_bin_contexts(np.array(self._seen[:cut]), self.settings.max_bins)[2])
-            if cut == ROUTER_STREAM_CUTS[-1]:
-                self._seen = None
-                self._raw = None
-
-    def _recut(self, edges):
-        """New bin edges: bin every stored row again and rebuild every forest."""
-        self._install_edges(edges)
-        for arr, v in ((self._feat, -1), (self._thr, 0), (self._val, 0.0), (self._H, 0),
-                       (self._HS, 0), (self._node_c, 0), (self._node_s, 0), (self._head, -1),
-                       (self._nxt, 0), (self._fitted, False), (self._refit.stale, False),
-                       (self._refit.stats, 0)):
-            arr.fill(v)
-        for a in range(self._A):
-            n = int(self._nobs[a])
-            if n:
-                self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
-                self._replay(a, every_refit=False)
-
-    def _restore_stream(self, stream, edges, rows, nobs):
-        """Check and install the stream-bin buffers of a saved state."""
-        if not isinstance(stream, dict) or set(stream) != {"n_seen", "seen", "raw"}:
-            raise ValueError("state['model']['stream'] must be an object with keys 'n_seen', "
-                             "'seen' and 'raw'")
-        n_seen = _state_int(stream["n_seen"], "state['model']['stream']['n_seen']", 0,
-                            ROUTER_STATE_LIMITS["count"])
-        last = ROUTER_STREAM_CUTS[-1]
-        d = self.n_features
-        if n_seen >= last:
-            if stream["seen"] is not None or stream["raw"] is not None:
-                raise ValueError(f"state['model']['stream']: after {last} contexts the edges "
-                                 f"are final and 'seen' and 'raw' must be null")
-            self._seen = self._raw = None
-        else:
-            seen = _validate_matrix(stream["seen"], "state['model']['stream']['seen']") \
-                if stream["seen"] else np.zeros((0, d))
-            if seen.shape != (n_seen, d):
-                raise ValueError(f"state['model']['stream']['seen'] must hold n_seen = "
-                                 f"{n_seen} contexts of {d} features")
-            cut = max([c for c in ROUTER_STREAM_CUTS if c <= n_seen], default=0)
-            want = _bin_contexts(seen[:cut], self.settings.max_bins)[2] if cut else \
-                [np.zeros(0)] * d
-            if any(not np.array_equal(e, w) for e, w in zip(edges, want)):
-                raise ValueError("state['model']['edges'] are not the edges cut from "
-                                 "state['model']['stream']['seen']")
-            raw = stream["raw"]
-            if not isinstance(raw, list) or len(raw) != self._A:
-                raise ValueError("state['model']['stream']['raw'] must have one entry per agent")
-            self._raw = []
-            for a in range(self._A):
-                r = _validate_matrix(raw[a], f"state['model']['stream']['raw'][{a}]") \
-                    if raw[a] else np.zeros((0, d))
-                if r.shape != (nobs[a], d):
-                    raise ValueError(f"state['model']['stream']['raw'][{a}] must hold nobs = "
-                                     f"{nobs[a]} contexts of {d} features")
-                if not np.array_equal(_bin_with_edges(r, edges), rows[a]["bins"]):
-                    raise ValueError(f"state['model']['bins'][{a}] are not the bins of "
-                                     f"state['model']['stream']['raw'][{a}]")
-                self._raw.append(list(r))
-            self._seen = list(seen)
-        self._n_seen = n_seen
-        self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > n_seen], default=2 ** 63)
-
-    def _install_edges(self, edges):
-        """Install the tree bin edges (before any row is stored), with
-        histograms and bin lists for their number of bins."""
-        d = self.n_features
-        self._edges_list = [list(map(float, e)) for e in edges]
-        self._n_edges = np.array([len(e) for e in edges], dtype=np.int64)
-        n_bins = self._n_edges + 1
-        max_bins = int(n_bins.max())
-        self._edges = np.zeros((d, max(max_bins - 1, 1)))
-        for j, e in enumerate(edges):
-            self._edges[j, :len(e)] = e
-        self._n_bins = n_bins
-        if max_bins != self._max_bins:
-            A, B = self._A, self.settings.n_trees
-            n_int = 2 ** self.settings.max_depth - 1
-            self._max_bins = max_bins
-            self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
-            self._HS = np.zeros_like(self._H)
-            self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
-        self._tree_args = None
 
 
 _STARTUP_CASES = (
@@ -6210,7 +6464,8 @@ def benchmark_startup(*, repeats=3, out=print):
     Returns
     -------
     list of dict
-        One row per measurement.
+        One row per measurement (``what``, ``cold``, ``warm``), the imports
+        (``"import capassign"``, ``"import numba"``) first.
 
     Examples
     --------
@@ -6240,7 +6495,8 @@ def benchmark_startup(*, repeats=3, out=print):
     out(f"import capassign: {imp:.2f} s; numba, imported at the first kernel call: "
         f"{numba_imp:.2f} s" + (" (bytecode caching is off: PYTHONDONTWRITEBYTECODE)"
                                 if sys.flags.dont_write_bytecode else ""))
-    rows.append(dict(what="import capassign", cold=imp, warm=imp))
+    rows += [dict(what="import capassign", cold=imp, warm=imp),
+             dict(what="import numba", cold=numba_imp, warm=numba_imp)]
     out(f"{'first call':48s} {'cold (s)':>9s} {'warm (s)':>9s}")
     for what, body in _STARTUP_CASES:
         code = ("import time\nimport capassign as ca\n" + body
@@ -6253,7 +6509,7 @@ def benchmark_startup(*, repeats=3, out=print):
     return rows
 
 
-def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=print):
+def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=print):
     """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
 
     Two agents at capacities (0.5, 0.5), eta = 0.5, on a :func:`synthetic_stream`
@@ -6265,23 +6521,18 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     a second time without it (rows ``tree-*, stream bins``), their bin edges
     then cut from the stream itself (see :class:`Router`).
 
-    Measured once (T = 20000, d = 12, on a machine shared with other work, so
-    the figures move by a few us from run to run): with bins from the stream
-    the tree policies took 39.7 (tree-greedy) and 34.2 (tree-ts) CPU us per
-    task against 23.6 and 25.7 with the whole stream as ``X_reference``, and
-    their error was 0.3270 and 0.3310 against 0.3242 and 0.3328.  The nine
-    re-cuts themselves (re-binning and rebuilding every forest, the last one
-    at 16384 contexts) took 3.5 us per task of that stream; after the last cut
-    there are none, so their share falls on longer streams.  The remainder is
-    not pinned down; part of it is how the forests respond to the edges, not
-    the cutting: a router given only the first 16384 contexts as
-    ``X_reference`` was also slower, per stretch of 4000 tasks, than one given
-    all 20000 (23-39 against 21-23 us).
+    The README's router table is one run of it (``bench --readme``).  Of the
+    extra cost of bins from the stream, the nine re-cuts themselves
+    (re-binning and rebuilding every forest, the last at 16384 contexts) are
+    a part that falls on longer streams, as there are none after the last
+    cut; the rest is how the forests respond to the edges: a router given
+    only the first 16384 contexts as ``X_reference`` is also slower than one
+    given the whole stream.
 
     Parameters
     ----------
     policies : sequence of str
-        Among :data:`ROUTER_POLICIES`.
+        Among :data:`ONLINE_POLICIES`.
     T, d : int
         Length and context dimension of the synthetic stream.
     seed : int
@@ -6292,7 +6543,8 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
     Returns
     -------
     dict
-        Policy (or ``"<policy>, stream bins"``) -> wall-clock microseconds per task.
+        Policy (or ``"<policy>, stream bins"``) -> ``us`` and ``cpu_us`` (wall
+        and CPU microseconds per task) and the ``error`` of the tasks routed.
 
     Examples
     --------
@@ -6337,9 +6589,90 @@ def benchmark_router(*, policies=ROUTER_POLICIES, T=20000, d=12, seed=0, out=pri
         us = (time.perf_counter() - t0) / T * 1e6
         cpu = (time.process_time() - c0) / T * 1e6
         label = f"{policy}, stream bins" if stream else policy
-        result[label] = us
+        result[label] = dict(us=us, cpu_us=cpu, error=1.0 - total / T)
         out(f"{label:<26}{us:>10.2f}{cpu:>9.2f}{1.0 - total / T:>9.4f}")
     return result
+
+
+# --- the README's speed tables -------------------------------------------------
+
+#: The first and last lines of the speed tables ``bench --readme`` prints and
+#: README.md carries (tests/test_readme.py keeps the two in one format).
+_SPEED_MARKERS = ("<!-- speed tables: python -m capassign bench --readme -->",
+                  "<!-- end of the speed tables -->")
+
+
+def _speed_markdown(startup, engines, router, run):
+    """The README's speed tables in Markdown, from one ``bench --readme`` run.
+
+    ``startup``, ``engines`` and ``router`` are what :func:`benchmark_startup`,
+    :func:`benchmark_engines` and :func:`benchmark_router` return; ``run``
+    holds the ``date``, ``cores``, ``numba`` version, ``threads`` and the
+    lowest and highest ``load`` average seen during the run.  Returns the
+    lines, the markers of :data:`_SPEED_MARKERS` first and last.
+    """
+    imports = {r["what"]: r["cold"] for r in startup}
+    lo, hi = run["load"]
+    lines = [_SPEED_MARKERS[0], "",
+             f"Measured with `python -m capassign bench --readme` on {run['date']}: "
+             f"{run['cores']} cores, numba {run['numba']} on {run['threads']} threads, "
+             f"load average {lo:.2f} to {hi:.2f} during the run.", "",
+             f"*First calls*, each in a fresh process (`import capassign`: "
+             f"{imports['import capassign']:.2f} s; numba, imported at the first kernel "
+             f"call: {imports['import numba']:.2f} s), cold (an empty numba cache) and warm "
+             f"(the cache the cold call filled):", "",
+             "| first call | cold (s) | warm (s) |", "|---|---|---|"]
+    lines += [f"| {r['what']} | {r['cold']:.1f} | {r['warm']:.2f} |" for r in startup
+              if not r["what"].startswith("import ")]
+    lines += ["", f"*Engines*, microseconds per decision on a synthetic stream (T={engines['T']}, "
+                  f"d={engines['d']}, two agents at 0.5/0.5; fast engine: "
+                  f"{engines['fast_runs']} runs in parallel, reference: "
+                  f"{engines['reference_runs']} run(s) of {engines['reference_T']} tasks):", "",
+              "| policy | fast (wall) | fast (CPU) | reference (wall) | reference (CPU) "
+              "| speed-up, wall (CPU) |", "|---|---|---|---|---|---|"]
+    lines += [f"| {p} | {r['fast_us']:.3f} | {r['fast_cpu_us']:.3f} | {r['reference_us']:,.1f} "
+              f"| {r['reference_cpu_us']:,.1f} | {r['speedup']:,.0f}x ({r['speedup_cpu']:,.0f}x) |"
+              for p, r in engines["policies"].items()]
+    if "grid_wall_seconds" in engines:
+        tree = sum(v for p, v in engines["grid_per_policy"].items() if p.startswith("tree"))
+        runs = engines["grid_runs"]
+        lines += ["", f"The paper's full grid for its largest task shape (100 runs x 5 capacities "
+                      f"x 5 policies, T={engines['grid_T']}, d={engines['grid_d']}): "
+                      f"{engines['grid_wall_seconds']:,.0f} s wall, "
+                      f"{engines['grid_cpu_seconds']:,.0f} CPU-seconds, "
+                      f"{100 * tree / sum(engines['grid_per_policy'].values()):.0f}% of it in the "
+                      f"tree policies ("
+                      + ("measured" if runs == 100 else f"{runs} runs per point, scaled to 100")
+                      + ")."]
+    lines += ["", "*Router*, `assign` then `update` per task (synthetic stream, two agents, "
+                  "immediate rewards; the tree policies with the whole stream as `X_reference`, "
+                  "or cutting their bins from the stream):", "",
+              "| policy | µs per task (wall) | (CPU) | error |", "|---|---|---|---|"]
+    lines += [f"| {p} | {r['us']:.2f} | {r['cpu_us']:.2f} | {r['error']:.4f} |"
+              for p, r in router.items()]
+    return lines + ["", _SPEED_MARKERS[1]]
+
+
+def _speed_tables(seed=0, out=print):
+    """Run :func:`benchmark_startup`, :func:`benchmark_engines` (full grid)
+    and :func:`benchmark_router` (T = 20000) once, their reports on stderr,
+    and send the README's tables (:func:`_speed_markdown`) to ``out``."""
+    import numba
+
+    loads = [os.getloadavg()[0]]
+
+    def log(line):
+        loads.append(os.getloadavg()[0])
+        print(line, file=sys.stderr, flush=True)
+
+    startup = benchmark_startup(out=log)
+    engines = benchmark_engines(seed=seed, out=log)
+    router = benchmark_router(T=20000, seed=seed, out=log)
+    log("done")
+    run = dict(date=time.strftime("%Y-%m-%d"), cores=os.cpu_count(), numba=numba.__version__,
+               threads=numba.get_num_threads(), load=(min(loads), max(loads)))
+    for line in _speed_markdown(startup, engines, router, run):
+        out(line)
 
 
 # =============================================================================
@@ -6375,6 +6708,7 @@ def _find_data_dir():
 DATA_DIR = _find_data_dir()
 #: The data registry: every data file's size, SHA-256, download addresses and provenance.
 REGISTRY_PATH = DATA_DIR / "registry.json"
+#: The MMLU question embeddings of :func:`mmlu_embeddings` (``data embed-mmlu``).
 MMLU_EMBEDDINGS_PATH = DATA_DIR / "mmlu_embeddings.npz"
 
 
@@ -6837,16 +7171,8 @@ class Task:
 #: Valid names for :func:`load_task`.
 TASK_NAMES = ("bank", "credit", "coupon", "cardio", "imagenet16h", "mmlu", "mmlu3", "mmlu5",
               "synthetic")
-
-#: The paper's Table 3 (App. H.1): features, online tasks, accuracies as printed.
-PAPER_TABLE3 = {
-    "bank": dict(features=15, tasks=12357, acc=(0.91, 0.53)),
-    "credit": dict(features=23, tasks=9000, acc=(0.82, 0.67)),
-    "coupon": dict(features=24, tasks=3624, acc=(0.72, 0.57)),
-    "cardio": dict(features=11, tasks=21000, acc=(0.74, 0.58)),
-    "mmlu": dict(features=1, tasks=217, acc=(0.32, 0.47)),
-    "imagenet16h": dict(features=1, tasks=2000, acc=(0.77, 0.86)),
-}
+#: The four tabular tasks of Sec. 4.1, whose agents are built as in App. H.1.
+TABULAR_TASKS = ("bank", "credit", "coupon", "cardio")
 
 #: Fraction of rows that form the online stream (the agents train on the rest).
 TABULAR_STREAM_FRACTION = 0.3
@@ -7937,53 +8263,11 @@ def accuracy_by_context(x, R, *, bins=10):
     return centers, acc, counts[keep]
 
 
-# =============================================================================
-# 9. Experiments
-# =============================================================================
-
-#: Numbers reported in the paper, quoted so every chapter can print them beside
-#: ours (Table 3 is :data:`PAPER_TABLE3` in section 8).
-#: Table 4 (App. H.2): error rates at alpha = (0.5, 0.5), 10 runs, agent
-#: construction seeds 0-4, for (non-contextual, logistic greedy, tree greedy).
-PAPER_TABLE4 = {
-    "bank": [(0.128, 0.122, 0.113), (0.136, 0.129, 0.117), (0.278, 0.195, 0.171),
-             (0.260, 0.187, 0.180), (0.124, 0.097, 0.097)],
-    "credit": [(0.195, 0.190, 0.188), (0.194, 0.190, 0.188), (0.256, 0.241, 0.222),
-               (0.257, 0.242, 0.224), (0.197, 0.192, 0.188)],
-    "coupon": [(0.352, 0.343, 0.342), (0.369, 0.357, 0.360), (0.357, 0.335, 0.341),
-               (0.347, 0.331, 0.340), (0.349, 0.341, 0.345)],
-    "cardio": [(0.334, 0.332, 0.309), (0.373, 0.354, 0.309), (0.338, 0.335, 0.306),
-               (0.340, 0.338, 0.307), (0.343, 0.338, 0.311)],
-}
-
-#: What the paper reports on Camelyon17 (Sec. 4.1, Fig. 2a-b; Table 3; the
-#: eta study of App. H), which cannot be re-run here: the image patches and the
-#: paper's two hospital-trained classifiers are not available (data/README.md).
-PAPER_CAMELYON17 = dict(
-    features=1, tasks=2000, acc=(0.69, 0.69), runs=100,
-    offline_error_05=0.16,       # optimistic offline unconstrained error, Fig. 2b
-    online_error_05=0.23,        # online policies' average error at alpha1 = 0.5 ("roughly")
-    offline_share_agent1=0.5,    # offline policies give "roughly half" the tasks to agent 1
-    etas=(0.0, 0.5, 5.0),        # the eta values the App. H sensitivity text names
-)
-
-#: The paper's Fig. 1 example (Sec. 2.3): with 25% capacity for LLaMA-13B and
-#: 75% for Cohere Small the optimal constrained policy thresholds the MMLU
-#: context "around x = 0.3".
-PAPER_FIG1_THRESHOLD = dict(capacity_llama=0.25, capacity_cohere=0.75, x=0.3)
-
-#: The experimental protocol of Sec. 4: capacities of agent 1 on the x-axis of
-#: the main figures (the online policies run at PAPER_CAPACITY_GRID inside it)
-#: and 100 randomised task orders; the queue penalty is DEFAULT_ETA = 0.5.
-PAPER_ALPHAS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.8, 1.0)
-#: The paper's number of randomised task orders per point (Sec. 4).
-PAPER_RUNS = 100
-#: The offline unconstrained benchmarks (Sec. 4), which ignore capacities.
-OFFLINE_POLICIES = ("offline-logistic", "offline-tree")
-
-
-#: The four tabular tasks of Sec. 4.1, whose agents are built as in App. H.1.
-TABULAR_TASKS = ("bank", "credit", "coupon", "cardio")
+# --- the agents' construction seeds: the search that load_task reads --------
+#
+# load_task builds each tabular task's agents with the construction seed of
+# paper_agent_seed: the seed whose agents' accuracies come closest to the
+# paper's Table 3, from the committed search over AGENT_SEED_SEARCH.
 
 
 def paper_accuracies(name):
@@ -8361,6 +8645,11 @@ def paper_agent_seed(name, path=None, *, encoding=None, subset=None, scaling=Non
     dist = np.maximum(np.abs(df[r["encoding"]].to_numpy() - p1),
                       np.abs(df["xgboost"].to_numpy() - p2))
     return int(df["seed"].iloc[int(np.argmin(dist))])
+
+
+# =============================================================================
+# 9. Experiments
+# =============================================================================
 
 
 #: Window of the matched-seed rule of Table 4's spreads: each of our agents'
@@ -8837,6 +9126,97 @@ def two_agent_capacities(alpha1):
     """
     a = float(alpha1)
     return (a, round(1.0 - a, 12))
+
+
+def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
+    """:func:`simulate` for every policy at every capacity vector, as a tidy table.
+
+    The general form of the paper's capacity sweeps (Sec. 4.1, App. H.3-H.6):
+    ``capacities`` is a list of capacity vectors (any number of agents, free
+    agents as ``None``) and ``x`` the value each is plotted at (by default the
+    first agent's capacity); ``kwargs`` go to :func:`simulate` (``runs``,
+    ``eta``, ``seed``, ``batch_size``, ...).  Returns a ``pandas.DataFrame``
+    with the columns of :func:`error_vs_capacity` (``task``, ``policy``,
+    ``alpha1`` = x, ``runs``, ``error``, ``std``, ``ci_low``, ``ci_high`` (95%
+    across runs), ``frac1``, ``errors``) plus ``eta``, ``batch_size``,
+    ``capacities`` and ``shares`` (mean realised share of every agent), so
+    that :func:`plot_error_vs_capacity` applies.  Run k
+    of every row sees the same task order, so rows can be compared run by run.
+    Offline benchmarks ignore capacities: each is simulated once and reported
+    at every capacity vector.
+
+    Parameters
+    ----------
+    X, R : array_like
+        The task stream: features (T x d) and 0/1 rewards (T x A).
+    policies : sequence of str
+        Names from :data:`POLICIES`.
+    capacities : sequence of sequences
+        Capacity vectors, ``None`` for a free agent.
+    x : sequence of float, optional
+        The ``alpha1`` column, one value per capacity vector.
+    label : str, optional
+        The ``task`` column.
+    **kwargs
+        Arguments of :func:`simulate`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (policy, capacity vector).
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(T=200, d=2, n_agents=3, seed=1)
+    >>> df = simulate_grid(X, R, ["random"], [(0.2, 0.3, 0.5), (0.3, None, 0.4)], runs=2)
+    >>> df[["policy", "alpha1", "capacities"]].assign(error=df.error.round(3))
+       policy  alpha1        capacities  error
+    0  random     0.2   (0.2, 0.3, 0.5)   0.45
+    1  random     0.3  (0.3, None, 0.4)   0.46
+    """
+    import pandas as pd
+
+    policies = _validate_names(policies, POLICIES, "policies")
+    capacities = [list(c) for c in capacities]
+    if len(capacities) == 0:
+        raise ValueError("capacities must list at least one capacity vector")
+    if x is None:
+        x = [c[0] if c[0] is not None else float("nan") for c in capacities]
+    x = list(x)
+    if len(x) != len(capacities):
+        raise ValueError(f"x has {len(x)} values but there are {len(capacities)} "
+                         f"capacity vectors")
+    return pd.DataFrame(_grid_rows(X, R, policies, capacities, x, label, True, kwargs))
+
+
+def _grid_rows(X, R, policies, capacities, x, label, details, kwargs):
+    """The rows of :func:`simulate_grid` (``details``: with its extra columns)
+    and of :func:`error_vs_capacity`, one per policy and capacity vector.
+
+    An offline benchmark ignores capacities, so it is simulated once and its
+    result reported at every capacity vector (each still validated).
+    """
+    rows = []
+    for policy in policies:
+        res = None
+        for xi, caps in zip(x, capacities):
+            if res is None or policy not in OFFLINE_POLICIES:
+                res = simulate(X, R, caps, policy, **kwargs)
+            else:
+                _validate_capacities(caps, res.n_agents)
+            m, lo, hi = mean_ci(res.errors)
+            row = {"task": label, "policy": policy, "alpha1": float(xi), "runs": res.runs,
+                   "error": m, "std": res.std, "ci_low": lo, "ci_high": hi,
+                   "frac1": float(res.assigned[:, 0].mean()),
+                   "errors": np.asarray(res.errors, dtype=float)}
+            if details:
+                row.update(eta=res.eta, batch_size=res.batch_size,
+                           capacities=tuple(None if c is None else float(c) for c in caps),
+                           shares=res.assigned.mean(axis=0))
+            rows.append(row)
+    return rows
+
+# --- offline unconstrained benchmark (Sec. 4) --------------------------------
 
 
 def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
@@ -9433,7 +9813,7 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     seed = _validate_int(seed, "seed", lo=0)
     T, A = mu.shape
     orders, _ = _stream_orders(seed, runs, T)
-    assign, queues = _known_mu_runs(mu, orders, alpha, constrained, eta)
+    assign, queues = _known_mu_runs_nb(mu, orders, alpha, constrained, eta)
     rewards = R[orders, assign].sum(axis=1)
     counts = np.stack([np.bincount(assign[k], minlength=A) for k in range(runs)])
     caps = tuple(None if c is None else float(c) for c in capacities)
@@ -9443,8 +9823,8 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
                             queues=queues)
 
 
-@njit(cache=True)
-def _known_mu_runs(mu, orders, alpha, constrained, eta):
+@_njit(cache=True)
+def _known_mu_runs_nb(mu, orders, alpha, constrained, eta):
     """Eq. 2 and Eq. 1 with the true ``mu`` (T x A) on every run's task order:
     the assignments and the queues in force at every decision (see
     :func:`simulate_known_mu`)."""
@@ -9580,6 +9960,11 @@ def regret_curve(result, mu, shadow_prices):
                              - np.take_along_axis(madj, chosen, axis=2)[..., 0], axis=1)
     return RegretCurves(policy=result.policy, shadow_prices=lam.copy(), lagrangian=lagr,
                         reward=reward, modified=modified)
+
+
+def _log_times(t_max, points, t_min=1):
+    """About ``points`` integer times from ``t_min`` to ``t_max``, evenly spaced in log t."""
+    return np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
 
 
 def loglog_slope(y, *, t_min=None, t_max=None, points=50):
@@ -9730,7 +10115,6 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
 
 
 #: The online policies (every policy but the offline benchmarks).
-ONLINE_POLICIES = tuple(p for p in POLICIES if not p.startswith("offline-"))
 
 
 # =============================================================================
@@ -9772,12 +10156,11 @@ def _simulate_block(X, R, capacities, policy, run_start, run_stop, *, eta=DEFAUL
     children is spawned, and every engine computes each run from its own
     child alone (see :func:`_stream_orders`).
     """
-    X, R, eta, _, seed, caps, _ = _validate_simulation(
-        X, R, capacities, policy, eta, max(run_stop, 1), seed, engine, settings)
+    X, R, _, seed, sim = _validate_simulation(X, R, capacities, policy, eta, max(run_stop, 1),
+                                              seed, engine, settings)
     T = R.shape[0]
     orders, policy_seeds = _stream_orders(seed, run_stop, T, start=run_start)
-    rewards, counts, _, _ = _run_policy(X, R, orders, policy_seeds, caps, eta, policy, engine,
-                                        settings, False, None)
+    rewards, counts, _, _ = _run_policy(X, R, orders, policy_seeds, sim, False)
     return 1.0 - rewards / T, counts / T
 
 
@@ -10081,6 +10464,14 @@ def _sweep_backend(backend, client, scheduler, n_jobs):
     return backend
 
 
+#: How :func:`sweep` computes its cells: its keyword group ``**execution``
+#: with the defaults, checked once (``block``: runs per cell, ``backend``
+#: ``"dask"`` when a ``client`` is given).
+_SweepExecution = namedtuple("_SweepExecution",
+                             "engine block n_jobs backend client scheduler progress out",
+                             defaults=("fast", None, -1, "loky", None, None, None, None))
+
+
 #: What :func:`sweep` computes, fixed before it takes the folder's lock: the
 #: manifest (``sweep.json``), the cells ``(task, policy, capacities, run_start,
 #: run_stop)`` in grid order with their keys, each task's shape, what a worker
@@ -10147,124 +10538,33 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_s
     return _SweepPlan(manifest, specs, keys, shapes, data, sim)
 
 
-def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
-          eta=DEFAULT_ETA, seed=0, task_seed=0, engine="fast", settings=PAPER_SETTINGS,
-          n_jobs=-1, backend="loky", client=None, scheduler=None, progress=None, out=None):
-    """A resumable, parallel grid of simulations; returns the tidy results table.
-
-    The grid is every (task, policy, capacity vector) combination, with the
-    ``runs`` randomised streams of each split into blocks of ``block`` runs;
-    one cell is one block.  Each finished cell is stored atomically in
-    ``out_dir/cells/`` (temporary file, then rename), so the sweep can be
-    killed at any moment and started again with the same arguments: stored
-    cells are read, not recomputed, and the final table is identical to that
-    of an uninterrupted sweep.  The table (one row per task, policy,
-    capacities and run) is also written to ``out_dir/results.csv``.  A
-    block's numbers are exactly those of the same runs of
-    ``simulate(X, R, capacities, policy, runs=runs, seed=seed, eta=eta)``.
-
-    Parameters
-    ----------
-    tasks : sequence
-        Task names for :func:`load_task` (loaded with ``seed=task_seed``), or a
-        dict ``name -> (X, R)`` of your own arrays.
-    policies : sequence of str
-        Names from :data:`POLICIES`.
-    capacities : sequence
-        Capacity vectors (sequences, ``None`` for a free agent), or numbers
-        alpha_1 meaning the two-agent vector (alpha_1, 1 - alpha_1).
-    out_dir : path
-        The results directory (created if needed).  It remembers the sweep's
-        settings in ``sweep.json``; resuming with other settings is an error.
-    runs, block : int
-        Runs per grid point (default 100, the paper's) and runs per cell
-        (default: all runs in one cell).
-    eta, seed, engine, settings
-        As in :func:`simulate`.
-    n_jobs : int
-        Parallel jobs (joblib convention: -1 = all cores).
-    backend : {"loky", "threading", "sequential", "dask"}
-        joblib backend.  ``"dask"`` runs the cells on a Dask distributed
-        cluster through joblib's dask backend: pass ``client`` (a
-        ``distributed.Client``) or ``scheduler`` (an address such as
-        ``"tcp://10.0.0.1:8786"``).  Passing ``client`` implies ``"dask"``.
-    progress : bool, optional
-        Show a tqdm progress bar; by default only when stderr is a terminal.
-    out : callable, optional
-        Receives one summary line (cells computed and reused).
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``task``, ``policy``, ``capacities`` (e.g. ``"0.2/0.8"``,
-        ``free`` for a free agent), ``alpha1``, ``run``, ``error`` and
-        ``share_1`` .. ``share_A`` (realised fraction of tasks per agent).
-        The attribute ``attrs["computed"]`` / ``attrs["reused"]`` counts cells
-        (and ``attrs["invalid"]`` the stored cells that failed their checks).
-
-    Notes
-    -----
-    What a resumed sweep trusts, and what it does not:
-
-    - ``sweep.json`` records every setting and the sha256 of every task's
-      arrays (dtype, shape and bytes of X and R).  Resuming with other data
-      or other settings raises ``ValueError`` naming the task or setting and
-      the folder; nothing is recomputed or overwritten then.
-    - Every stored cell carries its key (task, policy, capacities, run range,
-      data hash, settings hash) and the sha256 of its key and numbers.  A
-      cell that cannot be read, is not UTF-8 JSON, has another key or schema,
-      the wrong number of rows, numbers that are not finite rates in [0, 1],
-      or a checksum that does not match is computed again and replaced, with
-      a ``RuntimeWarning`` naming the file.  Something that is not a file in
-      a cell's place (e.g. a directory) raises ``ValueError`` naming it,
-      before any cell is computed.
-    - While it runs, a sweep holds an operating-system lock on
-      ``out_dir/.lock``; a second sweep on the same folder raises
-      ``ValueError`` at once and touches nothing.  The kernel releases the
-      lock when the process ends, even by ``kill -9``, so a leftover ``.lock``
-      file is never stale.
-    - A sweep writes only regular files and folders of its own in ``out_dir``
-      and refuses (``ValueError``) to follow a symbolic link planted there
-      (``.lock``, ``cells``), which could send its writes anywhere its user may
-      write; the table goes to a fresh, exclusively created temporary file,
-      then is renamed to ``results.csv``.  ``out_dir`` itself may be a link.
-    - Before any work, the memory of the plan and table (about 2 KiB a cell
-      and 1 KiB a row) and of one cell in a worker (:func:`simulate`'s
-      estimate for ``block`` runs) is estimated; a sweep over the limit
-      (``CAPASSIGN_MEMORY_LIMIT``, by default half the usable memory) is
-      refused with ``ValueError`` naming ``runs``/``block`` and the estimate.
-      Repeated policies or capacity vectors, an empty ``out_dir`` and a
-      malformed Dask ``scheduler`` address are refused too.
-    - Task names may hold any printable characters and be of any length: cell
-      file names keep a short readable part of the name plus a hash of the full
-      key.  Empty names and names with control characters are refused at once.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> X, R, _ = synthetic_stream(100, 3, seed=0)
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     df = sweep({"syn": (X, R)}, ["random"], [0.5], d, runs=3, backend="sequential")
-    >>> df.attrs["computed"], len(df), df.capacities.iloc[0]
-    (1, 3, '0.5/0.5')
-    """
-    # --- check everything before any work --------------------------------------
+def _sweep_arguments(tasks, policies, capacities, runs, eta, seed, task_seed, settings,
+                     execution):
+    """Check every argument of :func:`sweep` (the keyword group ``execution``
+    as a whole); return its :class:`_SweepPlan` and :data:`_SweepExecution`."""
+    ex = _keyword_group(execution, _SweepExecution._field_defaults, "sweep")
     task_items = _sweep_task_items(tasks)
     policies = _validate_names(policies, POLICIES, "policies", unique=True)
     cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
-    block = runs if block is None else _validate_int(block, "block", lo=1)
+    ex["block"] = runs if ex["block"] is None else _validate_int(ex["block"], "block", lo=1)
     eta = _validate_eta(eta)
     seed = _validate_int(seed, "seed")
     task_seed = _validate_int(task_seed, "task_seed")
-    _validate_choice(engine, ENGINES, "engine")
+    _validate_choice(ex["engine"], ENGINES, "engine")
     _validate_settings(settings)
-    backend = _sweep_backend(backend, client, scheduler, n_jobs)
-    _check_memory(f"runs={runs}, block={block}",
-                  *_sweep_memory(len(task_items) * len(policies) * len(cap_list), runs, block))
-    plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, block,
-                       task_seed, (eta, seed, engine, settings))
+    ex["backend"] = _sweep_backend(ex["backend"], ex["client"], ex["scheduler"], ex["n_jobs"])
+    ex = _SweepExecution(**ex)
+    _check_memory(f"runs={runs}, block={ex.block}",
+                  *_sweep_memory(len(task_items) * len(policies) * len(cap_list), runs, ex.block))
+    plan = _sweep_plan(task_items, isinstance(tasks, dict), policies, cap_list, runs, ex.block,
+                       task_seed, (eta, seed, ex.engine, settings))
+    return plan, ex
 
+
+def _sweep_folder(out_dir):
+    """The results folder of :func:`sweep` as a Path, with its ``cells``
+    folder made (refused: an empty name, a planted link, a file in its place)."""
     if isinstance(out_dir, str) and not out_dir.strip():
         raise ValueError(f"out_dir must name a results folder, got {out_dir!r} (which would "
                          f"be the current folder)")
@@ -10276,16 +10576,113 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, block=None,
     except (FileExistsError, NotADirectoryError):
         raise ValueError(f"out_dir: {cells} must be a directory (something else is in its "
                          f"place)") from None
+    return out_dir
+
+
+def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, eta=DEFAULT_ETA, seed=0,
+          task_seed=0, settings=PAPER_SETTINGS, **execution):
+    """A resumable, parallel grid of simulations; returns the tidy results table.
+
+    The grid is every (task, policy, capacity vector) combination, the
+    ``runs`` randomised streams of each split into cells of ``block`` runs.
+    Each finished cell is stored atomically in ``out_dir/cells/``, so the
+    sweep can be killed at any moment and started again with the same
+    arguments: stored cells are read, not recomputed, and the table (also
+    written to ``out_dir/results.csv``) is identical to that of an
+    uninterrupted sweep.  A cell's numbers are exactly those of the same runs
+    of ``simulate(X, R, capacities, policy, runs=runs, seed=seed, eta=eta)``.
+
+    Parameters
+    ----------
+    tasks : sequence
+        Task names of :func:`load_task`, or a dict ``name -> (X, R)``.
+    policies : sequence of str
+        Names from :data:`POLICIES`.
+    capacities : sequence
+        Capacity vectors (sequences, ``None`` for a free agent), or numbers
+        alpha_1 meaning the two-agent vector (alpha_1, 1 - alpha_1).
+    out_dir : path
+        The results directory (created if needed; see the Notes).
+    runs, eta, seed, settings
+        As in :func:`simulate` (``runs`` per grid point, default 100).
+    task_seed : int
+        Seed of :func:`load_task` for tasks given by name.
+    **execution
+        How the cells are computed (one keyword group, checked as a whole):
+
+        engine : {"fast", "reference"}, default "fast"
+            As in :func:`simulate`.
+        block : int, optional
+            Runs per cell (default: all runs in one cell).
+        n_jobs : int, default -1
+            Parallel jobs (joblib convention: -1 = all cores).
+        backend : {"loky", "threading", "sequential", "dask"}, default "loky"
+            joblib backend; ``"dask"`` runs the cells on a Dask cluster through
+            joblib's dask backend: pass ``client`` (a ``distributed.Client``,
+            which implies ``"dask"``) or ``scheduler`` (``"tcp://host:8786"``).
+        progress : bool, optional
+            A tqdm progress bar; by default only when stderr is a terminal.
+        out : callable, optional
+            Receives one summary line (cells computed and reused).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``task``, ``policy``, ``capacities`` (e.g. ``"0.2/0.8"``,
+        ``free`` for a free agent), ``alpha1``, ``run``, ``error`` and
+        ``share_1`` .. ``share_A`` (realised fraction of tasks per agent);
+        ``attrs["computed"]`` and ``attrs["reused"]`` count the cells
+        computed and read (``attrs["invalid"]`` those that failed checks).
+
+    Notes
+    -----
+    What a resumed sweep trusts, and what it does not:
+
+    - ``sweep.json`` records every setting and the sha256 of every task's
+      arrays; resuming with other data or settings raises ``ValueError``
+      naming them, and changes nothing.
+    - Every stored cell carries its key and the sha256 of its key and
+      numbers; a cell that cannot be read or fails a check (JSON, key,
+      schema, rows, rates in [0, 1], checksum) is computed again, with a
+      ``RuntimeWarning`` naming the file.  Anything but a file in a cell's
+      place raises ``ValueError`` before any cell is computed.
+    - While it runs, a sweep holds an operating-system lock on
+      ``out_dir/.lock`` (a second sweep on the folder raises ``ValueError``);
+      the lock ends with the process, even by ``kill -9``.
+    - It writes only regular files and folders of its own, refuses to follow
+      a symbolic link planted in ``out_dir`` (``.lock``, ``cells``; ``out_dir``
+      itself may be one) and writes the table to a fresh temporary file
+      renamed to ``results.csv``.
+    - Before any work, a sweep whose estimated memory (plan, table, one
+      cell's runs) is over the limit of ``CAPASSIGN_MEMORY_LIMIT`` is refused
+      with ``ValueError``; so are repeated policies or capacity vectors, an
+      empty ``out_dir``, a malformed Dask ``scheduler`` address, and task
+      names that are empty or hold control characters (any other name, of
+      any length, is kept: a cell's file name adds a hash of the full key).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> X, R, _ = synthetic_stream(100, 3, seed=0)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     df = sweep({"syn": (X, R)}, ["random"], [0.5], d, runs=3, backend="sequential")
+    >>> df.attrs["computed"], len(df), df.capacities.iloc[0]
+    (1, 3, '0.5/0.5')
+    """
+    plan, ex = _sweep_arguments(tasks, policies, capacities, runs, eta, seed, task_seed,
+                                settings, execution)   # every check, before any work
+    out_dir = _sweep_folder(out_dir)
     lock = _lock_sweep_dir(out_dir)
     try:
-        return _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, out)
+        return _sweep_locked(out_dir, plan, ex)
     finally:
         os.close(lock)
 
 
-def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, out):
+def _sweep_locked(out_dir, plan, ex):
     """The part of :func:`sweep` that runs while it holds the folder's lock:
-    compute or reuse the cells of the :class:`_SweepPlan` ``plan``."""
+    compute or reuse the cells of the :class:`_SweepPlan` ``plan`` as the
+    :data:`_SweepExecution` ``ex`` says."""
     import pandas as pd
 
     manifest, specs, keys, shapes = plan.manifest, plan.specs, plan.keys, plan.shapes
@@ -10325,19 +10722,19 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
             warnings.warn(f"sweep: stored cell {path} {why}; it is computed again",
                           RuntimeWarning, stacklevel=3)
     reused = len(records)
-    threads = 1 if (backend != "sequential" and n_jobs != 1) else None
+    threads = 1 if (ex.backend != "sequential" and ex.n_jobs != 1) else None
     if todo:
         import joblib
         from tqdm.auto import tqdm
 
-        show = sys.stderr.isatty() if progress is None else bool(progress)
+        show = sys.stderr.isatty() if ex.progress is None else bool(ex.progress)
         calls = (joblib.delayed(_sweep_cell)(spec, plan.data[spec[0]], plan.sim, threads)
                  for spec in todo)
-        opts = {} if backend == "sequential" else {"n_jobs": n_jobs}
-        if backend == "dask":
-            opts.update({"client": client} if client is not None
-                        else {"scheduler_host": scheduler})
-        ctx = joblib.parallel_config(backend=backend, **opts)
+        opts = {} if ex.backend == "sequential" else {"n_jobs": ex.n_jobs}
+        if ex.backend == "dask":
+            opts.update({"client": ex.client} if ex.client is not None
+                        else {"scheduler_host": ex.scheduler})
+        ctx = joblib.parallel_config(backend=ex.backend, **opts)
         with ctx, tqdm(total=len(todo), disable=not show, desc="sweep cells") as bar:
             results = joblib.Parallel(return_as="generator_unordered")(calls)
             for spec, errors, assigned in results:
@@ -10365,10 +10762,10 @@ def _sweep_locked(out_dir, plan, n_jobs, backend, client, scheduler, progress, o
     df.attrs["reused"] = reused
     if invalid:
         df.attrs["invalid"] = len(invalid)
-    if out is not None:
+    if ex.out is not None:
         bad = f", {len(invalid)} of them replacing invalid stored cells" if invalid else ""
-        out(f"sweep: {len(specs)} cells ({len(todo)} computed{bad}, {reused} already stored); "
-            f"table {out_dir / 'results.csv'} ({len(df)} rows)")
+        ex.out(f"sweep: {len(specs)} cells ({len(todo)} computed{bad}, {reused} already "
+               f"stored); table {out_dir / 'results.csv'} ({len(df)} rows)")
     return df
 
 
@@ -10472,11 +10869,6 @@ _EXTRA_STYLE = {
 def _style(policy):
     style = POLICY_STYLE.get(policy) or _EXTRA_STYLE.get(policy) or dict(label=str(policy))
     return dict(style)
-
-
-def _log_times(t_max, points, t_min=1):
-    """About ``points`` integer times from ``t_min`` to ``t_max``, evenly spaced in log t."""
-    return np.unique(np.rint(np.geomspace(t_min, t_max, points)).astype(np.int64))
 
 
 def _loglog_lines(ax, series, points, lw, ylabel, title, legend):
@@ -10728,17 +11120,19 @@ def _cmd_bench(args):
     for name, v in (("--T", T), ("--d", args.d), ("--fast-runs", args.fast_runs),
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
         _validate_int(v, name, lo=1)
-    if args.oracle:
+    if args.readme:
+        _speed_tables(seed=args.seed)
+    elif args.oracle:
         benchmark_oracle(seed=args.seed)
     elif args.startup:
         benchmark_startup()
     elif args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed,
-                         policies=kwargs.get("policies", ROUTER_POLICIES))
+                         policies=kwargs.get("policies", ONLINE_POLICIES))
     else:
         benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs,
                           reference_runs=args.reference_runs, reference_T=ref_T, seed=args.seed,
-                          grid=not args.no_grid, grid_runs=grid_runs, **kwargs)
+                          grid=not args.no_grid and {"runs": grid_runs}, **kwargs)
 
 
 def _parse_capacities(text, name="--capacities"):
@@ -10864,7 +11258,10 @@ _COMMANDS = [
                    "policy, on T tasks)"),
          _opt("--oracle", action="store_true",
               help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts and A = 2 "
-                   "and 5 agents")]),
+                   "and 5 agents"),
+         _opt("--readme", action="store_true",
+              help="run --startup, the engines (full grid) and --router (T=20000) once and "
+                   "print README.md's speed tables (Markdown, with the date and load)")]),
     ("simulate", "simulate one policy on one task",
      "Run one online policy (or offline benchmark) on one task at one capacity vector, over "
      "randomised task orders (Algorithm 1), and print the error rate.", _cmd_simulate, [

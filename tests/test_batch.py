@@ -343,26 +343,25 @@ def test_early_exit_fires_and_when_it_may():
     for early in (False, True):
         stats = np.zeros((2, 3 * s.max_depth), dtype=np.int64)
         rule = ca._Rule(np.array([1.0, 0.0]), np.ones(2, dtype=bool), 0.5, 0, early)
-        cfg = ca._TreeConfig(n_bins, int(n_bins.max()), s.n_trees, s.max_depth,
-                             s.min_samples_leaf, s.refit_every)
-        learner = ca._Learner(False, s.kappa, s.gamma, s.w_min, s.w_max)
-        rewards, counts = ca._policy_runs(ca._TREE)(
-            np.zeros((0, 1)), Xb, R, orders, rule, learner, cfg, ca._rng_states(seeds),
+        trees = ca._TreeRun(Xb, False, n_bins, int(n_bins.max()), s.n_trees, s.max_depth,
+                            s.min_samples_leaf, s.refit_every)
+        rewards, counts = ca._runs_nb(
+            R, orders, rule, None, None, None, trees, ca._rng_states(seeds),
             np.zeros((2, 0), dtype=np.int32), np.zeros((2, 0, 2)), stats)
         refits[early] = (stats.sum(), rewards.tolist(), counts.tolist())
     assert refits[True][1:] == refits[False][1:]
     assert refits[True][0] < 0.05 * refits[False][0]
     ones = np.ones(2, dtype=bool)
     # code 1: never chosen again; code 2: loses only ties, i.e. to a lower index
-    assert ca._sole_agent(np.array([0.0, 1.0]), ones, np.array([1, 0], np.int8)) == 1
-    assert ca._sole_agent(np.array([0.0, 1.0]), ones, np.array([2, 0], np.int8)) == -1
-    assert ca._sole_agent(np.array([1.0, 0.0]), ones, np.array([0, 2], np.int8)) == 0
-    assert ca._sole_agent(np.array([0.5, 0.5]), ones, np.array([0, 0], np.int8)) == -1
+    assert ca._sole_agent_nb(np.array([0.0, 1.0]), ones, np.array([1, 0], np.int8)) == 1
+    assert ca._sole_agent_nb(np.array([0.0, 1.0]), ones, np.array([2, 0], np.int8)) == -1
+    assert ca._sole_agent_nb(np.array([1.0, 0.0]), ones, np.array([0, 2], np.int8)) == 0
+    assert ca._sole_agent_nb(np.array([0.5, 0.5]), ones, np.array([0, 0], np.int8)) == -1
     # in batch mode an agent without capacity never gets a count
-    dead = ca._initial_dead(np.array([0.0, 1.0]), ones, 10, False)
-    assert ca._sole_agent(np.array([0.0, 1.0]), ones, dead) == 1
-    online = ca._initial_dead(np.array([0.0, 1.0]), ones, 0, False)
-    assert ca._sole_agent(np.array([0.0, 1.0]), ones, online) == -1
+    dead = ca._initial_dead_nb(np.array([0.0, 1.0]), ones, 10, False)
+    assert ca._sole_agent_nb(np.array([0.0, 1.0]), ones, dead) == 1
+    online = ca._initial_dead_nb(np.array([0.0, 1.0]), ones, 0, False)
+    assert ca._sole_agent_nb(np.array([0.0, 1.0]), ones, online) == -1
 
 
 # --- simulate_grid -------------------------------------------------------------------
@@ -406,3 +405,32 @@ def test_offline_benchmark_is_simulated_once_and_error_vs_capacity_is_the_two_ag
             np.testing.assert_array_equal(u, v)
     with pytest.raises(ValueError, match="sum to"):
         ca.simulate_grid(X, R, ["offline-logistic"], [(0.5, 0.5), (0.5, 0.7)], runs=1)
+
+
+@pytest.mark.parametrize("caps", [[0.2, 0.3, 0.5], [0.3, None, 0.4], [0.6, None]])
+def test_engines_and_router_split_batch_ties_alike(caps):
+    """One within-batch solver: the marginal policy starts every agent at 0.5,
+    so its first batches are all ties, and the fast engine, the reference
+    engine and Router.assign_batch (and batch_assign's default) split them
+    the same way: the deterministic policy takes the same decisions."""
+    A, B, T = len(caps), 7, 120
+    X, R, _ = ca.synthetic_stream(T, 2, n_agents=A, seed=3)
+    fast = ca.simulate(X, R, caps, "marginal", runs=1, seed=1, batch_size=B,
+                       return_traces=True)
+    ref = ca.simulate(X, R, caps, "marginal", runs=1, seed=1, batch_size=B,
+                      engine="reference", return_traces=True)
+    np.testing.assert_array_equal(fast.assignments, ref.assignments)
+    router = ca.Router(A, caps, "marginal", seed=1)
+    got = []
+    for t0 in range(0, T, B):
+        rows = fast.orders[0, t0:t0 + B]
+        agents = router.assign_batch(X[rows])
+        for tid, i, a in zip(range(t0, t0 + len(rows)), rows, agents):
+            router.update(tid, a, int(R[i, a]))
+        got += agents
+    assert got == fast.assignments[0].tolist()
+    S = np.full((B, A), 0.5)
+    N = ca.batch_counts(B, [c or 0.0 for c in caps], np.zeros(A),
+                        [c is not None for c in caps])
+    np.testing.assert_array_equal(ca.batch_assign(S, N, [c is not None for c in caps]),
+                                  fast.assignments[0, :B])

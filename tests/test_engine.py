@@ -73,7 +73,7 @@ def test_compiled_thompson_draws_match_posterior_scale():
     scale = kappa * math.sqrt(z @ Sigma @ z)
     g = (np.array(logits) - theta @ z) / scale
     # the first two draws are the two halves of the first Box-Muller pair
-    np.testing.assert_allclose(g[:2], ca._normal_pair(state.copy()), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(g[:2], ca._normal_pair_nb(state.copy()), rtol=1e-9, atol=1e-12)
     for part in (g[0::2], g[1::2]):        # each 10,000 draws: sd of the sd about 0.007
         assert abs(part.mean()) < 0.04
         assert part.std() == pytest.approx(1.0, abs=0.03)
@@ -232,7 +232,7 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
     head, nxt = np.full((d, mb), -1, np.int32), np.zeros((d, T), np.int32)
     forest = ca._Forest(W, H, HS, nc, ns, feat, thr, val, head, nxt)
     stats = np.zeros(3 * depth, np.int64)
-    refit = ca._new_refit(B, depth, stats)
+    refit = ca._new_refit_nb(B, depth, stats)
     checked = 0
     for k in range(n_rows):
         ca._online_observe_nb(Xb[k], y[k], k, depth, mb, rng, forest)
@@ -282,7 +282,7 @@ def test_xoshiro_matches_reference_sequence():
 
     state = np.array([0x9E3779B97F4A7C15, 7, 2**63 + 5, 12345], dtype=np.uint64)
     py = [int(v) for v in state]
-    assert [int(ca._next_u64(state)) for _ in range(50)] == [nxt(py) for _ in range(50)]
+    assert [int(ca._next_u64_nb(state)) for _ in range(50)] == [nxt(py) for _ in range(50)]
 
 
 # --- simulate(): behaviour of both engines ---------------------------------------

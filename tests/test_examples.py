@@ -174,7 +174,7 @@ def test_kernels_cached_reads_numba_cache(tmp_path, monkeypatch):
 
 def test_first_use_notice_once_on_stderr_only_when_asked(monkeypatch, capsys):
     monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
-    monkeypatch.setattr(ca, "_kernels_cached", lambda kernels: False)
+    monkeypatch.setattr(ca, "_kernels_cached", lambda kernels, match=None: False)
     monkeypatch.delenv(ca.PROGRESS_ENV, raising=False)
     # stderr is not a terminal here (as in a notebook): silent
     assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute") is None
@@ -206,13 +206,13 @@ def test_unreadable_numba_cache_index_is_recompiled(tmp_path):
     call = ("import numpy as np, capassign as ca\n"
             "R = np.ones((3, 2), dtype=np.uint8); order = np.arange(3)\n"
             "out = ca.{t}(np.zeros(0, np.int32), np.zeros((0, 2)), np.zeros(2, np.int64))\n"
-            "print(ca._forced_tail(R, order, 0, 1, np.zeros(2), out), out.counts.tolist())\n")
+            "print(ca._forced_tail_nb(R, order, 0, 1, np.zeros(2), out), out.counts.tolist())\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     (tmp_path / "capassign.py").write_text(src, encoding="utf-8")
     first = subprocess.run([sys.executable, "-c", call.format(t="_RunOut")], cwd=tmp_path,
                            env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-2000:]
-    index = list((tmp_path / "__pycache__").glob("capassign._forced_tail-*.nbi"))
+    index = list((tmp_path / "__pycache__").glob("capassign._forced_tail_nb-*.nbi"))
     assert len(index) == 1                       # the kernel was cached next to the module
     (tmp_path / "capassign.py").write_text(src.replace("_RunOut", "_RunOutV2"),
                                            encoding="utf-8")
@@ -222,11 +222,35 @@ def test_unreadable_numba_cache_index_is_recompiled(tmp_path):
     assert again.stdout == first.stdout == "3 [0, 3]\n"
 
 
-def test_each_model_has_an_entry_point_with_a_cache_of_its_own():
-    """The per-model entry points are closures over the model: numba must file
-    them under different names, or one model's cached code would load for another."""
-    entries = [ca._policy_runs(kind) for kind in range(len(ca._KIND_NAMES))]
-    assert all(ca._policy_runs(kind) is e for kind, e in enumerate(entries))  # made once
-    names = {e.py_func.__qualname__ for e in entries}
-    index_files = {e._cache._cache_file._index_name for e in entries}
-    assert len(names) == len(index_files) == len(ca._KIND_NAMES)
+def test_each_model_compiles_its_own_kernels_only():
+    """The run kernel is typed for one reward model at a time: numba's dead
+    branch pruning removes the branches of the models left out (their None
+    arguments) before it types the body, so the first simulation of a policy
+    compiles no other model's kernels (nor, for random, the batch solver).
+    (With the model as a literal integer every branch survives this step:
+    all the models were compiled.)"""
+    import numba
+    import numpy as np
+    from numba.core import analysis, compiler, ir
+
+    ca._numba_kernels()
+    X, R, _ = ca.synthetic_stream(40, 3, seed=0)
+    R = np.ascontiguousarray(R, dtype=np.uint8)
+    choose = {"_choose_agents_nb"}
+    own = {"random": {"_random_agent_nb", "_random_batch_nb"},
+           "marginal": {"_marginal_mu_nb"} | choose,
+           "logistic-ts": {"_laplace_update_nb", "_logistic_bound_nb",
+                           "_logistic_mu_nb"} | choose,
+           "tree-greedy": {"_tree_learn_nb", "_tree_bound_nb", "_tree_mu_nb"} | choose}
+    every = set().union(*own.values())
+    for policy, kernels in own.items():
+        models = ca._run_models(X, policy, ca.PAPER_SETTINGS)
+        rule = ca._Rule(np.array([0.5, 0.5]), np.ones(2, dtype=bool), 0.5, 0, True)
+        out = ca._RunOut(np.zeros(0, np.int32), np.zeros((0, 2)), np.zeros(2, np.int64))
+        args = (R, np.arange(40), rule, *models, ca._rng_states(
+            [np.random.SeedSequence(0)])[0], out, np.zeros(9, np.int64))
+        func_ir = compiler.run_frontend(ca._run_nb.py_func)
+        analysis.dead_branch_prune(func_ir, tuple(numba.typeof(a) for a in args))
+        used = {st.value.name for block in func_ir.blocks.values() for st in block.body
+                if isinstance(st, ir.Assign) and isinstance(st.value, ir.Global)}
+        assert used & every == kernels, policy

@@ -102,7 +102,7 @@ operations = st.lists(st.tuples(
 @FUZZ
 @given(agents=st.one_of(st.integers(-1, 4), st.sampled_from([["a", "b"], ["a", "a"], ["a", 1],
                                                             "ab", None, 2.0])),
-       caps=capacities, policy=st.sampled_from(ca.ROUTER_POLICIES + ("offline-tree", None)),
+       caps=capacities, policy=st.sampled_from(ca.ONLINE_POLICIES + ("offline-tree", None)),
        eta=etas, ref=st.one_of(st.none(), contexts(8, 3)),
        n_features=st.sampled_from([None, 2, 0, -1, "2"]), ops=operations)
 def test_router_fuzz(agents, caps, policy, eta, ref, n_features, ops):
@@ -134,9 +134,10 @@ def test_router_fuzz(agents, caps, policy, eta, ref, n_features, ops):
             check_clear(exc)
         assert np.all(np.isfinite(router.Q)) and np.all(router.Q >= 0)
     if router.policy.startswith("logistic"):
-        assert np.all(np.isfinite(router._theta)) and np.all(np.isfinite(router._Sigma))
+        model = router._model
+        assert np.all(np.isfinite(model._theta)) and np.all(np.isfinite(model._Sigma))
     if router.policy == "marginal":
-        assert np.all(np.isfinite(router._s))
+        assert np.all(np.isfinite(router._model._s))
 
 
 @FUZZ

@@ -458,7 +458,7 @@ def test_two_agent_sort_equals_general_paths(B, data):
 
 
 @pytest.mark.parametrize("A", [3, 5])
-def test_lsa_equals_lp_and_auto_switches(A, monkeypatch):
+def test_lsa_lp_and_auto_agree(A):
     rng = np.random.default_rng(20 + A)
     B = 120
     S = rng.random((B, A))
@@ -468,9 +468,8 @@ def test_lsa_equals_lp_and_auto_switches(A, monkeypatch):
     np.testing.assert_array_equal(np.bincount(lsa, minlength=A), counts)
     np.testing.assert_array_equal(np.bincount(lp, minlength=A), counts)
     assert math.isclose(total(S, lsa), total(S, lp), abs_tol=1e-9)
+    # distinct random scores: the optimum is unique, so every solver finds it
     np.testing.assert_array_equal(ca.batch_assign(S, counts), lsa)
-    monkeypatch.setattr(ca, "_LSA_MAX_ENTRIES", 10)
-    np.testing.assert_array_equal(ca.batch_assign(S, counts), lp)
 
 
 def test_queue_shift_does_not_change_exact_count_assignment():

@@ -14,7 +14,7 @@ def stream():
     return X, R
 
 
-@pytest.mark.parametrize("policy", ca.ROUTER_POLICIES)
+@pytest.mark.parametrize("policy", ca.ONLINE_POLICIES)
 def test_router_takes_the_decisions_of_a_simulated_run(stream, policy):
     # Immediate rewards in run k's task order, with run k's random state and
     # the whole stream as reference contexts: exactly simulate's run k.
@@ -53,7 +53,7 @@ def _delayed_run(policy, X, R, save_at=None, T=2000, reference=True, **kw):
     return decisions, router
 
 
-@pytest.mark.parametrize("policy", ca.ROUTER_POLICIES)
+@pytest.mark.parametrize("policy", ca.ONLINE_POLICIES)
 def test_restored_router_decides_like_an_uninterrupted_one(stream, policy):
     X, R = stream
     plain, r1 = _delayed_run(policy, X, R)
@@ -69,8 +69,8 @@ def test_restored_router_decides_like_an_uninterrupted_one(stream, policy):
         assert r1.assigned_counts[2] > 0
     assert shares[0] <= 0.6 + 0.01 and shares[1] <= 0.4 + 0.01
     if policy.startswith("tree"):
-        np.testing.assert_array_equal(r1._feat, r2._feat)
-        np.testing.assert_array_equal(r1._val, r2._val)
+        np.testing.assert_array_equal(r1._model._feat, r2._model._feat)
+        np.testing.assert_array_equal(r1._model._val, r2._model._val)
 
 
 def test_state_is_plain_versioned_json(stream):
@@ -275,11 +275,11 @@ def test_stream_bins_are_deterministic_and_restored_exactly(stream, policy):
     for save_at in (40, 128, 300):
         restored, r2 = _delayed_run(policy, X, R, save_at=save_at, T=700, reference=False)
         assert restored == plain
-        np.testing.assert_array_equal(r1._feat, r2._feat)
-        np.testing.assert_array_equal(r1._val, r2._val)
+        np.testing.assert_array_equal(r1._model._feat, r2._model._feat)
+        np.testing.assert_array_equal(r1._model._val, r2._model._val)
         assert r1.state_dict() == r2.state_dict()
     edges = ca._bin_contexts(X[:512], ca.PAPER_SETTINGS.max_bins)[2]
-    assert all(np.array_equal(a, b) for a, b in zip(r1._edges_list, edges))
+    assert all(np.array_equal(a, b) for a, b in zip(r1._model._edges_list, edges))
 
 
 @pytest.mark.parametrize("cut", [64, 128])
@@ -294,18 +294,22 @@ def test_stream_bins_refit_exactly_on_the_current_bins(stream, cut):
     for t in range(n):
         for router in (live, ref):
             router.update(X[t], t % 2, int(R[t, t % 2]))
-    assert live._nobs.tolist() == ref._nobs.tolist() and live._fitted.all()
+    assert live._model._nobs.tolist() == ref._model._nobs.tolist()
+    assert live._model._fitted.all()
     for name in ("_Xa", "_W", "_feat", "_thr", "_val", "_node_c", "_node_s"):
-        np.testing.assert_array_equal(getattr(live, name), getattr(ref, name), err_msg=name)
+        np.testing.assert_array_equal(getattr(live._model, name), getattr(ref._model, name),
+                                      err_msg=name)
     # the histograms of every node the trees can reach (the re-cut starts from
     # empty histograms, so nodes no longer in any tree hold nothing)
-    n_int = live._H.shape[1]
+    n_int = live._model._H.shape[1]
     for a in range(2):
         for b in range(live.settings.n_trees):
             for u in range(n_int):
-                if u == 0 or ref._feat[a, b, (u - 1) // 2] >= 0:
-                    np.testing.assert_array_equal(live._H[a, u, :, b], ref._H[a, u, :, b])
-                    np.testing.assert_array_equal(live._HS[a, u, :, b], ref._HS[a, u, :, b])
+                if u == 0 or ref._model._feat[a, b, (u - 1) // 2] >= 0:
+                    np.testing.assert_array_equal(live._model._H[a, u, :, b],
+                                                  ref._model._H[a, u, :, b])
+                    np.testing.assert_array_equal(live._model._HS[a, u, :, b],
+                                                  ref._model._HS[a, u, :, b])
     later = range(n, 2 * cut - 1)            # contexts seen stay below the next cut
     assert [live.assign(X[t]) for t in later] == [ref.assign(X[t]) for t in later]
 
@@ -324,9 +328,9 @@ def test_stream_bins_freeze_after_the_last_cut():
             else:
                 router.update(i, a, int(R[i, a]))
     assert router.n_expired > 0 and router.n_cancelled > 0
-    assert router._seen is None and router._raw is None
+    assert router._model._seen is None and router._model._raw is None
     edges = ca._bin_contexts(X[:ca.ROUTER_STREAM_CUTS[-1]], 32)[2]
-    assert all(np.array_equal(a, b) for a, b in zip(router._edges_list, edges))
+    assert all(np.array_equal(a, b) for a, b in zip(router._model._edges_list, edges))
     state = json.loads(json.dumps(router.state_dict()))
     assert state["model"]["stream"] == {"n_seen": len(X), "seen": None, "raw": None}
     back = ca.Router.from_state(state)
@@ -347,7 +351,7 @@ def test_one_reward_rule_everywhere(stream, bad):
         ca.simulate(X[:50], Rb, [0.5, 0.5], "random", runs=1)
     with pytest.raises(ValueError, match=f"R: {msg}"):
         ca.hindsight_optimum(Rb, [0.5, 0.5])
-    for policy in ca.ROUTER_POLICIES:
+    for policy in ca.ONLINE_POLICIES:
         router = ca.Router(2, [0.5, 0.5], policy, n_features=4)
         a = router.assign(X[0])
         with pytest.raises(ValueError, match=f"reward: {msg}"):

@@ -172,7 +172,7 @@ def test_same_mistake_same_error_everywhere(no_work, tmp_path, arg, entry, value
 
 def test_policy_argument_of_simulate_and_router():
     for call, allowed in ((lambda v: ca.simulate(X, R, [0.5, 0.5], v), ca.POLICIES),
-                          (lambda v: ca.Router(2, [0.5, 0.5], v), ca.ROUTER_POLICIES)):
+                          (lambda v: ca.Router(2, [0.5, 0.5], v), ca.ONLINE_POLICIES)):
         names = ", ".join(repr(p) for p in allowed)
         with pytest.raises(ValueError) as info:
             call("ucb")
@@ -568,7 +568,7 @@ def test_benchmarks_refuse_what_memory_cannot_hold(monkeypatch):
                                          r"benchmark's stream of 10,000,000,000 tasks"):
         ca.benchmark_engines(T=10**10, grid=False)
     with pytest.raises(ValueError, match=r"^grid_runs=1000000000 needs about"):
-        ca.benchmark_engines(T=100, grid_runs=10**9)
+        ca.benchmark_engines(T=100, grid={"runs": 10**9})
     with pytest.raises(ValueError, match=r"^T=10000000000 needs about [\d.]+ TiB"):
         ca.benchmark_router(T=10**10)
 
