@@ -3776,9 +3776,10 @@ class _RewardModel:
         checked keyword arguments); return what :meth:`restore` installs."""
         return model
 
-    def restore(self, model, seen):
+    def restore(self, model, counters):
         """Check the saved arrays against this model's and install them
-        (``seen``: the rewards each agent's model has been fed)."""
+        (``counters``: the router's checked counters, :meth:`Router._state_counters`;
+        ``counters['rewards_seen']``: the rewards each agent's model has been fed)."""
         vals = {}
         for key, attr in self.ARRAYS:
             want = getattr(self, attr).shape
@@ -3786,7 +3787,7 @@ class _RewardModel:
             if v.shape != want:
                 raise ValueError(f"state['model'][{key!r}] must have shape {want}")
             vals[key] = v
-        self._check_values(vals, seen)
+        self._check_values(vals, counters["rewards_seen"])
         for key, attr in self.ARRAYS:
             getattr(self, attr)[:] = vals[key]
 
@@ -3899,17 +3900,36 @@ class _LogisticModel(_RewardModel):
             raise ValueError(f"state['model']['Sigma'] must be {A} matrices {p} x {p}")
         return model
 
+    #: Relative tolerance of the checks of a saved Sigma: sqrt of the float64
+    #: machine epsilon, far above the rounding of the rank-1 downdates.
+    SIGMA_RTOL = float(np.sqrt(np.finfo(float).eps))
+
     def _check_values(self, vals, seen):
+        """Sigma starts at I / gamma and each Laplace step subtracts a positive
+        semi-definite rank-1 term (App. E.1), so a saved Sigma must be
+        symmetric with eigenvalues in [0, 1 / gamma], up to SIGMA_RTOL / gamma
+        for rounding: a downdate along a large context leaves an eigenvalue
+        near 0 that rounds slightly below it (the kernels clamp x' Sigma x at
+        0, so the live router runs on).  Within the tolerance Sigma is
+        re-symmetrised, which leaves the exactly symmetric Sigma a router
+        saves unchanged, so the restored router decides as the saved one."""
         if vals["gauss"][0] not in (0.0, 1.0):
             raise ValueError("state['model']['gauss'][0] must be 0 or 1 (has a spare draw)")
-        for a, S in enumerate(vals["Sigma"]):
-            if not np.array_equal(S, S.T):
+        top = 1.0 / self.settings.gamma
+        tol = self.SIGMA_RTOL * top
+        Sigma = vals["Sigma"]
+        for a, S in enumerate(Sigma):
+            if not np.all(np.abs(S) <= top + tol):   # |S_jk| <= the largest eigenvalue
+                raise ValueError(f"state['model']['Sigma'][{a}] has an entry beyond 1 / gamma "
+                                 f"= {top:.3g}, the prior variance (App. E.1)")
+            if not np.all(np.abs(S - S.T) <= tol):
                 raise ValueError(f"state['model']['Sigma'][{a}] is not symmetric")
-            try:
-                np.linalg.cholesky(S)
-            except np.linalg.LinAlgError:
-                raise ValueError(f"state['model']['Sigma'][{a}] is not positive "
-                                 f"definite") from None
+            S = Sigma[a] = (S + S.T) / 2
+            eig = np.linalg.eigvalsh(S)
+            if eig[0] < -tol or eig[-1] > top + tol:
+                raise ValueError(f"state['model']['Sigma'][{a}] has eigenvalues in "
+                                 f"[{eig[0]:.3g}, {eig[-1]:.3g}]; a Laplace posterior "
+                                 f"covariance has them in [0, 1 / gamma = {top:.3g}]")
 
 
 def _bin_with_edges(X, edges):
@@ -3970,7 +3990,9 @@ class _TreeModel(_RewardModel):
         self._stream = self.sees = config.X_reference is None
         if not self._stream:
             edges = [e.tolist() for e in _bin_contexts(config.X_reference, settings.max_bins)[2]]
+            self.check_size(A, settings, d, max(len(e) for e in edges) + 1, "settings")
         else:                                 # edges from the stream: one bin until the first cut
+            self.check_size(A, settings, d, settings.max_bins, "settings")  # the cuts' largest
             edges = [[] for _ in range(d)]
             self._seen = []                   # contexts seen, until the last cut
             self._raw = [[] for _ in range(A)]    # each agent's raw rows, idem
@@ -4007,6 +4029,19 @@ class _TreeModel(_RewardModel):
         n_nodes, n_int = 2 ** (depth + 1) - 1, 2 ** depth - 1
         return (2 * 4 * A * n_int * d * max_bins * B + 32 * A * B * n_nodes
                 + A * rows * (5 * d + 1 + B))
+
+    @classmethod
+    def check_size(cls, A, settings, d, max_bins, name):
+        """Refuse forests (without their stored rows) larger than a saved state
+        may hold (``ROUTER_STATE_LIMITS['bytes']``): checked when a router is
+        built, so every live router can be saved, and when a state is read."""
+        B, depth, lim = settings.n_trees, settings.max_depth, ROUTER_STATE_LIMITS["bytes"]
+        need = cls.nbytes(A, B, depth, d, max_bins, 0)
+        if need > lim:
+            raise ValueError(f"{name} (n_trees={B}, max_depth={depth}) with {A} agents, "
+                             f"n_features={d} and {max_bins} bins would need "
+                             f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
+                             f"{lim / 2 ** 20:.0f} MiB of ROUTER_STATE_LIMITS['bytes']")
 
     def _alloc_rows(self, cap):
         """(Re)allocate the per-agent row stores of the forest for ``cap`` rows."""
@@ -4124,7 +4159,7 @@ class _TreeModel(_RewardModel):
 
     def state(self):
         n = [int(v) for v in self._nobs]
-        model = {"edges": self._edges_list, "nobs": n}
+        model = {"edges": [list(e) for e in self._edges_list], "nobs": n}
         for key, attr, axis in self.ROWS:
             model[key] = [_pack_uint8(getattr(self, attr)[a][(slice(None),) * axis
                                                              + (slice(0, n[a]),)])
@@ -4160,7 +4195,7 @@ class _TreeModel(_RewardModel):
         if any(np.any(np.diff(e) <= 0) for e in e_arr):
             raise ValueError("state['model']['edges'] must be increasing")
         max_bins = max(len(e) for e in e_arr) + 1
-        B, depth = settings.n_trees, settings.max_depth
+        B = settings.n_trees
         nobs = model["nobs"]
         if not isinstance(nobs, list) or len(nobs) != A:
             raise ValueError(f"state['model']['nobs'] must be {A} non-negative integers")
@@ -4177,24 +4212,20 @@ class _TreeModel(_RewardModel):
         cap = 256
         while cap < max(nobs) + 1:
             cap *= 2
-        need = cls.nbytes(A, B, depth, d, max_bins, cap)
-        if need > lim["bytes"]:
-            raise ValueError(f"state['settings'] (n_trees={B}, max_depth={depth}) with "
-                             f"{A} agents, n_features={d} and {max_bins} bins would need "
-                             f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
-                             f"{lim['bytes'] / 2 ** 20:.0f} MiB a saved state may ask for")
+        cls.check_size(A, settings, d, max_bins, "state['settings']")
         stream = model.get("stream") if version >= 2 else None
         if stream is None:
             kw["X_reference"] = np.zeros((1, d))
         return {"edges": e_arr, "nobs": nobs, "rows": rows, "cap": cap, "stream": stream}
 
-    def restore(self, tree, seen):
+    def restore(self, tree, counters):
         """Install the checked rows of a saved tree state and rebuild the forests."""
-        nobs, rows = tree["nobs"], tree["rows"]
+        nobs, rows, seen = tree["nobs"], tree["rows"], counters["rewards_seen"]
         if any(nobs[a] != seen[a] for a in range(self.A)):
             raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
         if tree["stream"] is not None:
-            self._restore_stream(tree["stream"], tree["edges"], rows, nobs)
+            self._restore_stream(tree["stream"], tree["edges"], rows, nobs,
+                                 counters["n_assigned"])
         self._install_edges(tree["edges"])
         self._alloc_rows(tree["cap"])
         for a in range(self.A):
@@ -4209,7 +4240,7 @@ class _TreeModel(_RewardModel):
             self._nobs[a] = nobs[a]
             self._replay(a)
 
-    def _restore_stream(self, stream, edges, rows, nobs):
+    def _restore_stream(self, stream, edges, rows, nobs, n_assigned):
         """Check and install the stream-bin buffers of a saved state."""
         if not isinstance(stream, dict) or set(stream) != {"n_seen", "seen", "raw"}:
             raise ValueError("state['model']['stream'] must be an object with keys 'n_seen', "
@@ -4218,6 +4249,10 @@ class _TreeModel(_RewardModel):
                             ROUTER_STATE_LIMITS["count"])
         last = ROUTER_STREAM_CUTS[-1]
         d = self.d
+        if n_seen < last and (n_seen < n_assigned or n_seen < sum(nobs)):
+            raise ValueError(f"state['model']['stream']['n_seen'] = {n_seen} is fewer than the "
+                             f"contexts the router was given: every task assigned and every "
+                             f"stored row was seen")
         if n_seen >= last:
             if stream["seen"] is not None or stream["raw"] is not None:
                 raise ValueError(f"state['model']['stream']: after {last} contexts the edges "
@@ -5427,19 +5462,22 @@ _RouterConfig = namedtuple("_RouterConfig", "names A alpha constrained caps poli
 def _router_config(agents, capacities, policy, eta, seed, X_reference, n_features, settings,
                    max_pending, max_age):
     """Check the arguments of :class:`Router` once; return a :data:`_RouterConfig`."""
+    lim = ROUTER_STATE_LIMITS                 # what a saved state may hold (from_state)
     if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
         names = None
-        n_agents = _validate_int(agents, "agents", lo=2)
+        n_agents = _validate_int(agents, "agents", lo=2, hi=lim["agents"])
     else:
         names = _validate_names(agents, None, "agents", min_count=2, unique=True)
         n_agents = len(names)
+        if n_agents > lim["agents"]:
+            raise ValueError(f"agents must name at most {lim['agents']} agents, got {n_agents}")
     alpha, constrained = _validate_capacities(capacities, n_agents)
     _validate_choice(policy, ONLINE_POLICIES, "policy")
     eta = _validate_eta(eta)
     seed = _validate_int(seed, "seed")
     _validate_settings(settings)
     if n_features is not None:
-        n_features = _validate_int(n_features, "n_features", lo=1)
+        n_features = _validate_int(n_features, "n_features", lo=1, hi=lim["n_features"])
     if X_reference is not None:
         X_reference = _validate_matrix(X_reference, "X_reference")
         if X_reference.shape[0] < 1 or X_reference.shape[1] < 1:
@@ -5448,14 +5486,15 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
         if n_features is not None and n_features != X_reference.shape[1]:
             raise ValueError(f"n_features = {n_features} but X_reference has "
                              f"{X_reference.shape[1]} columns")
-        n_features = X_reference.shape[1]
+        n_features = _validate_int(X_reference.shape[1], "X_reference's column count", lo=1,
+                                   hi=lim["n_features"])
     if policy != "random" and policy != "marginal" and n_features is None:
         raise ValueError(f"policy {policy!r} needs the context dimension: give "
                          f"n_features or X_reference")
     if max_pending is not None:
-        max_pending = _validate_int(max_pending, "max_pending", lo=1)
+        max_pending = _validate_int(max_pending, "max_pending", lo=1, hi=lim["count"])
     if max_age is not None:
-        max_age = _validate_int(max_age, "max_age", lo=0)
+        max_age = _validate_int(max_age, "max_age", lo=0, hi=lim["count"])
     caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
     return _RouterConfig(names, n_agents, alpha, constrained, caps, policy, eta, seed,
                          n_features, settings, max_pending, max_age, X_reference)
@@ -5628,13 +5667,16 @@ class _TaskLedger:
         check of an agent, ``d`` its context dimension.
         """
         n_assigned, counts = counters["n_assigned"], counters["assigned_counts"]
-        if not isinstance(pending, list) or len(pending) > n_assigned:
+        gone = counters["n_cancelled"] + counters["n_expired"]
+        if not isinstance(pending, list) or len(pending) > n_assigned - gone:
             raise ValueError("state['pending'] must be a list of [task_id, agent, context, "
-                             "sequence number], no longer than state['n_assigned']")
+                             "sequence number], no longer than state['n_assigned'] less the "
+                             "tasks cancelled and expired")
         if self.max_pending is not None and len(pending) > self.max_pending:
             raise ValueError(f"state['pending'] holds {len(pending)} tasks, more than "
                              f"state['max_pending'] = {self.max_pending}")
         entries = {}
+        per_agent = np.zeros(len(counts), dtype=np.int64)
         width = 3 if version < 2 else 4
         last = -1
         for e in pending:
@@ -5645,10 +5687,13 @@ class _TaskLedger:
             if tid in entries:
                 raise ValueError(f"state['pending'] lists task {tid!r} twice")
             a = agent_index(e[1], "state['pending'] agent")
-            if counts[a] == 0:
-                raise ValueError(f"state['pending'] holds a task of agent {a}, which "
-                                 f"state['assigned_counts'] says was never assigned one")
-            seq = n_assigned - 1 if width == 3 else _state_int(
+            per_agent[a] += 1
+            if per_agent[a] > counts[a]:
+                raise ValueError(f"state['pending'] holds {per_agent[a]} or more tasks of "
+                                 f"agent {a}, which state['assigned_counts'] says was assigned "
+                                 f"{counts[a]}")
+            # version 1 kept no sequence numbers: the latest the order allows
+            seq = n_assigned - len(pending) + len(entries) if width == 3 else _state_int(
                 e[3], "state['pending'] sequence number", 0, n_assigned - 1)
             if width == 4 and seq <= last:
                 raise ValueError("state['pending'] sequence numbers must increase")
@@ -5854,7 +5899,9 @@ class Router:
         X = x.reshape(1, -1)
         tasks = self._tasks
         tid = None if task_id is None else tasks.check_id(task_id)
-        if self._extra:
+        if self._extra and self._model.sees:
+            if not np.isfinite(x).all():       # refused before it is kept (the kernel
+                raise ValueError("x contains NaN or infinite values")  # checks the rest)
             self._model.see(X, copy=False)     # X is this call's own array
         a = self._score(X, self._mu1, True)
         if a == -2:
@@ -6030,7 +6077,7 @@ class Router:
         counters = router._state_counters(st, get)
         entries = router._tasks.check_pending(st["pending"], counters, version,
                                               router._agent_index, router.n_features)
-        router._model.restore(checked, counters["rewards_seen"])
+        router._model.restore(checked, counters)
         router._rng[:] = np.array(counters["rng"], dtype=np.uint64)
         router._Q[:] = counters["Q"]
         router._counts[:] = counters["assigned_counts"]
@@ -6057,14 +6104,19 @@ class Router:
         Q = _validate_matrix(st["Q"], "state['Q']", ndim=1)
         if Q.shape != (A,) or np.any(Q < 0):
             raise ValueError(f"state['Q'] must be {A} non-negative numbers")
-        if np.any(Q > n_assigned) or np.any(Q[~self._constrained] != 0):
-            raise ValueError(f"state['Q'] = {Q.tolist()} is impossible after {n_assigned} "
-                             f"assigned tasks: a queue grows by at most 1 per task (Eq. 1) "
+        if np.any(Q > counts) or np.any(Q[~self._constrained] != 0):
+            raise ValueError(f"state['Q'] = {Q.tolist()} is impossible after "
+                             f"state['assigned_counts'] = {counts.tolist()}: a queue grows "
+                             f"only when its agent is assigned a task, by at most 1 (Eq. 1), "
                              f"and a free agent's queue is 0")
-        return {"rng": rng, "n_assigned": n_assigned, "assigned_counts": counts,
-                "rewards_seen": seen, "Q": Q,
-                **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
-                   for key in ("n_cancelled", "n_expired")}}
+        counters = {"rng": rng, "n_assigned": n_assigned, "assigned_counts": counts,
+                    "rewards_seen": seen, "Q": Q,
+                    **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
+                       for key in ("n_cancelled", "n_expired")}}
+        if counters["n_cancelled"] + counters["n_expired"] > n_assigned:
+            raise ValueError("state['n_cancelled'] + state['n_expired'] exceed "
+                             "state['n_assigned']")
+        return counters
 
 
 _STARTUP_CASES = (
