@@ -3900,36 +3900,45 @@ class _LogisticModel(_RewardModel):
             raise ValueError(f"state['model']['Sigma'] must be {A} matrices {p} x {p}")
         return model
 
-    #: Relative tolerance of the checks of a saved Sigma: sqrt of the float64
-    #: machine epsilon, far above the rounding of the rank-1 downdates.
+    #: Relative tolerance of the checks of a saved Sigma: the square root of
+    #: the float64 machine epsilon, far above the rounding of a rank-1 downdate.
     SIGMA_RTOL = float(np.sqrt(np.finfo(float).eps))
 
     def _check_values(self, vals, seen):
         """Sigma starts at I / gamma and each Laplace step subtracts a positive
-        semi-definite rank-1 term (App. E.1), so a saved Sigma must be
-        symmetric with eigenvalues in [0, 1 / gamma], up to SIGMA_RTOL / gamma
-        for rounding: a downdate along a large context leaves an eigenvalue
-        near 0 that rounds slightly below it (the kernels clamp x' Sigma x at
-        0, so the live router runs on).  Within the tolerance Sigma is
-        re-symmetrised, which leaves the exactly symmetric Sigma a router
-        saves unchanged, so the restored router decides as the saved one."""
+        semi-definite rank-1 term (App. E.1), so in exact arithmetic a saved
+        Sigma is symmetric with eigenvalues in [0, 1 / gamma].  In floating
+        point the downdate along a large context (timestamps, amounts) leaves
+        an eigenvalue near 0 that rounds below it, and inflates the largest a
+        little; the kernels clamp x' Sigma x at 0, so the live router runs on.
+        A saved Sigma is therefore accepted when it is symmetric and positive
+        semi-definite within SIGMA_RTOL of its largest eigenvalue (a tolerance
+        scaled to its magnitude) and its eigenvalues are at most
+        1 / (gamma SIGMA_RTOL), 6.7e7 times the prior's: the rounding of the
+        downdates inflates them by a factor of 2 or so at worst (measured with
+        contexts of 1e9 and gamma = 1e-16), so a Sigma beyond is hand-made.  Within the
+        tolerance Sigma is re-symmetrised, which leaves the exactly symmetric
+        Sigma a router saves unchanged (the downdate writes one triangle and
+        mirrors it), so the restored router decides as the saved one did."""
         if vals["gauss"][0] not in (0.0, 1.0):
             raise ValueError("state['model']['gauss'][0] must be 0 or 1 (has a spare draw)")
-        top = 1.0 / self.settings.gamma
-        tol = self.SIGMA_RTOL * top
+        top = 1.0 / (self.settings.gamma * self.SIGMA_RTOL)
         Sigma = vals["Sigma"]
         for a, S in enumerate(Sigma):
-            if not np.all(np.abs(S) <= top + tol):   # |S_jk| <= the largest eigenvalue
-                raise ValueError(f"state['model']['Sigma'][{a}] has an entry beyond 1 / gamma "
-                                 f"= {top:.3g}, the prior variance (App. E.1)")
-            if not np.all(np.abs(S - S.T) <= tol):
+            if not np.all(np.abs(S) <= top):       # |S_jk| <= the largest |eigenvalue|
+                raise ValueError(f"state['model']['Sigma'][{a}] has an entry beyond "
+                                 f"{top:.3g}, 1 / SIGMA_RTOL times the prior variance 1 / gamma "
+                                 f"(App. E.1)")
+            if not np.all(np.abs(S - S.T) <= self.SIGMA_RTOL * np.abs(S).max()):
                 raise ValueError(f"state['model']['Sigma'][{a}] is not symmetric")
             S = Sigma[a] = (S + S.T) / 2
             eig = np.linalg.eigvalsh(S)
-            if eig[0] < -tol or eig[-1] > top + tol:
+            scale = max(abs(eig[0]), abs(eig[-1]))
+            if eig[0] < -self.SIGMA_RTOL * scale or scale > top:
                 raise ValueError(f"state['model']['Sigma'][{a}] has eigenvalues in "
                                  f"[{eig[0]:.3g}, {eig[-1]:.3g}]; a Laplace posterior "
-                                 f"covariance has them in [0, 1 / gamma = {top:.3g}]")
+                                 f"covariance has them in [0, 1 / gamma = "
+                                 f"{1 / self.settings.gamma:.3g}] up to rounding")
 
 
 def _bin_with_edges(X, edges):
@@ -4060,9 +4069,9 @@ class _TreeModel(_RewardModel):
         self._cap = cap
         self._tree_args = None
 
-    def _install_edges(self, edges):
+    def _install_edges(self, edges, fresh=False):
         """Install the bin edges (before any row is stored), with histograms
-        and bin lists for their number of bins."""
+        and bin lists for their number of bins (new ones with ``fresh``)."""
         d = self.d
         self._edges_list = [list(map(float, e)) for e in edges]
         self._n_edges = np.array([len(e) for e in edges], dtype=np.int64)
@@ -4072,7 +4081,7 @@ class _TreeModel(_RewardModel):
         for j, e in enumerate(edges):
             self._edges[j, :len(e)] = e
         self._n_bins = n_bins
-        if max_bins != self._max_bins:
+        if fresh or max_bins != self._max_bins:
             A, B = self.A, self.settings.n_trees
             n_int = 2 ** self.settings.max_depth - 1
             self._max_bins = max_bins
@@ -4124,7 +4133,7 @@ class _TreeModel(_RewardModel):
         :data:`ROUTER_STREAM_CUTS` reached."""
         if self._seen is None:
             return
-        n0 = self._n_seen
+        n0, next0 = self._n_seen, self._next_cut
         self._seen.extend(np.array(X, dtype=float) if copy else X)
         self._n_seen = n0 + X.shape[0]
         if self._n_seen < self._next_cut:
@@ -4136,24 +4145,50 @@ class _TreeModel(_RewardModel):
         self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > self._n_seen],
                              default=2 ** 63)
         if cut:
-            self._recut(_bin_contexts(np.array(self._seen[:cut]), self.settings.max_bins)[2])
+            try:
+                self._recut(_bin_contexts(np.array(self._seen[:cut]),
+                                          self.settings.max_bins)[2])
+            except BaseException:             # e.g. MemoryError: as if X was never seen
+                del self._seen[n0:]
+                self._n_seen, self._next_cut = n0, next0
+                raise
             if cut == ROUTER_STREAM_CUTS[-1]:
                 self._seen = None
                 self._raw = None
 
+    #: What a re-cut replaces (:meth:`_recut`): the edges and every forest array.
+    RECUT = ("_edges_list", "_n_edges", "_n_bins", "_max_bins", "_edges", "_H", "_HS", "_head",
+             "_feat", "_thr", "_val", "_node_c", "_node_s", "_nxt", "_fitted", "_Xa", "_ya",
+             "_W", "_nobs", "_refit", "_tree_args")
+
     def _recut(self, edges):
-        """New bin edges: bin every stored row again and rebuild every forest."""
-        self._install_edges(edges)
-        for arr, v in ((self._feat, -1), (self._thr, 0), (self._val, 0.0), (self._H, 0),
-                       (self._HS, 0), (self._node_c, 0), (self._node_s, 0), (self._head, -1),
-                       (self._nxt, 0), (self._fitted, False), (self._refit.stale, False),
-                       (self._refit.stats, 0)):
-            arr.fill(v)
-        for a in range(self.A):
-            n = int(self._nobs[a])
-            if n:
-                self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
-                self._replay(a, every_refit=False)
+        """New bin edges: bin every stored row again and rebuild every forest.
+
+        All or nothing: the forests are rebuilt in new arrays, which replace
+        the old ones only once every agent's is done; on an error (e.g.
+        MemoryError) the router keeps its old edges and forests.  The sizes
+        are within those checked when the router was built (:meth:`check_size`).
+        """
+        old = {name: getattr(self, name) for name in self.RECUT}
+        try:
+            self._install_edges(edges, fresh=True)
+            for name, v in (("_feat", -1), ("_thr", 0), ("_val", 0.0), ("_node_c", 0),
+                            ("_node_s", 0), ("_nxt", 0), ("_fitted", False)):
+                setattr(self, name, np.full_like(old[name], v))
+            for name in ("_Xa", "_ya", "_W", "_nobs"):
+                setattr(self, name, old[name].copy())
+            self._refit = _Refit(*(f.copy() for f in old["_refit"]))
+            self._refit.stale.fill(False)
+            self._refit.stats.fill(0)
+            for a in range(self.A):
+                n = int(self._nobs[a])
+                if n:
+                    self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
+                    self._replay(a, every_refit=False)
+        except BaseException:
+            for name, v in old.items():
+                setattr(self, name, v)
+            raise
 
     # --- saved state -----------------------------------------------------------------
 
