@@ -183,3 +183,119 @@ def test_a_stream_state_without_its_contexts_is_refused():
     st["model"]["edges"] = [[], []]
     with pytest.raises(ValueError, match="n_seen"):
         ca.Router.from_state(st)
+
+
+# --- threads (item 8) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy, kw", [
+    ("logistic-ts", {}), ("tree-greedy", {}), ("marginal", dict(max_pending=40))])
+def test_one_router_from_four_threads(policy, kw):
+    """Forced switching between four threads: every call counted once, the
+    state restores (a stream-bin tree router crosses its cuts meanwhile)."""
+    import sys
+    import threading
+    old = sys.getswitchinterval()
+    X, R, _ = ca.synthetic_stream(800, 3, seed=7)
+    r = ca.Router(2, [0.5, 0.5], policy, n_features=3, seed=3, **kw)
+    done = {"updates": 0, "cancels": 0, "states": 0}
+    errors = []
+    count = threading.Lock()
+
+    def work(k):
+        try:
+            for t in range(k, 800, 4):
+                tid = f"{k}-{t}"
+                a = r.assign(X[t], task_id=tid)
+                if t % 5 == 0 and tid in r.pending:
+                    try:
+                        r.cancel(tid)
+                        with count:
+                            done["cancels"] += 1
+                    except ValueError:             # expired meanwhile
+                        pass
+                elif t % 5 != 1:
+                    try:
+                        r.update(tid, a, int(R[t, a]))
+                        with count:
+                            done["updates"] += 1
+                    except ValueError:             # expired meanwhile
+                        pass
+                if t % 197 == 0:
+                    ca.Router.from_state(json.loads(json.dumps(r.state_dict())))
+                    with count:
+                        done["states"] += 1
+        except Exception as exc:                   # pragma: no cover - reported below
+            errors.append(exc)
+
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors
+    assert r.n_assigned == 800 and int(r.assigned_counts.sum()) == 800
+    assert int(r.rewards_seen.sum()) == done["updates"]
+    assert r.n_cancelled == done["cancels"]
+    assert len(r.pending) + r.n_cancelled + r.n_expired + done["updates"] == 800
+    assert done["states"] > 0
+    back = ca.Router.from_state(json.loads(json.dumps(r.state_dict())))
+    assert back.state_dict() == r.state_dict()
+
+
+# --- property: save and restore after every step ------------------------------------
+
+
+def _walk_and_restore(policy, kw, steps, seed, K=3):
+    rng = np.random.default_rng(seed)
+    d = 3
+    r = ca.Router(["a", "b", "c"], [0.5, 0.3, 0.2], policy, n_features=d, seed=seed, **kw)
+    refused = 0
+    for step in range(steps):
+        u = rng.random()
+        x = rng.normal(size=d) * (1e9 if rng.random() < 0.1 else 1.0)
+        if u < 0.08:                           # refused inputs
+            bad = [np.r_[x[:-1], rng.choice([np.nan, np.inf, -np.inf])], x[:-1],
+                   np.r_[x, 0.0], x.reshape(1, -1)][int(rng.integers(4))]
+            with pytest.raises((ValueError, TypeError)):
+                r.assign(bad)
+            refused += 1
+        elif u < 0.18:                         # a mini-batch
+            r.assign_batch(rng.normal(size=(int(rng.integers(1, 9)), d)))
+        elif u < 0.26 and r.pending:           # cancel
+            r.cancel(r.pending[int(rng.integers(len(r.pending)))])
+        elif u < 0.55 and r.pending:           # a reward, in any order
+            tid = r.pending[int(rng.integers(len(r.pending)))]
+            r.update(tid, None, int(rng.integers(2)))
+        elif u < 0.6:                          # an outside observation
+            r.update(x, "b", int(rng.integers(2)))
+        else:
+            r.assign(x)
+        saved = json.loads(json.dumps(r.state_dict()))
+        back = ca.Router.from_state(saved)
+        assert back.state_dict() == saved, step
+        twin = copy.deepcopy(r)
+        for k in range(K):                     # the next K decisions agree
+            z = rng.normal(size=d) * (1e9 if k == 2 else 1.0)
+            assert back.assign(z) == twin.assign(z), (step, k)
+            back.update(back.last_task_id, None, k % 2)
+            twin.update(twin.last_task_id, None, k % 2)
+    return r, refused
+
+
+@pytest.mark.parametrize("policy, kw, steps", [
+    ("tree-ts", {}, 350),                              # stream bins: cuts at 64 ... 256
+    ("tree-greedy", dict(max_age=25), 100),
+    ("logistic-ts", dict(max_pending=12), 250),
+    ("logistic-greedy", {}, 150),
+    ("marginal", dict(max_pending=5, max_age=9), 150),
+    ("random", {}, 100)])
+def test_every_saved_state_restores_a_router_that_decides_alike(policy, kw, steps):
+    r, refused = _walk_and_restore(policy, kw, steps, seed=11)
+    assert refused > 0 and r.n_assigned > 0
+    if policy == "tree-ts":
+        assert r.state_dict()["model"]["stream"]["n_seen"] > 256
