@@ -188,15 +188,16 @@ def test_a_stream_state_without_its_contexts_is_refused():
 # --- threads (item 8) -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("policy, kw", [
-    ("logistic-ts", {}), ("tree-greedy", {}), ("marginal", dict(max_pending=40))])
-def test_one_router_from_four_threads(policy, kw):
+@pytest.mark.parametrize("policy, kw, n", [
+    ("logistic-ts", {}, 6000), ("tree-greedy", {}, 800),
+    ("marginal", dict(max_pending=40), 6000)])
+def test_one_router_from_four_threads(policy, kw, n):
     """Forced switching between four threads: every call counted once, the
     state restores (a stream-bin tree router crosses its cuts meanwhile)."""
     import sys
     import threading
     old = sys.getswitchinterval()
-    X, R, _ = ca.synthetic_stream(800, 3, seed=7)
+    X, R, _ = ca.synthetic_stream(n, 3, seed=7)
     r = ca.Router(2, [0.5, 0.5], policy, n_features=3, seed=3, **kw)
     done = {"updates": 0, "cancels": 0, "states": 0}
     errors = []
@@ -204,7 +205,7 @@ def test_one_router_from_four_threads(policy, kw):
 
     def work(k):
         try:
-            for t in range(k, 800, 4):
+            for t in range(k, n, 4):
                 tid = f"{k}-{t}"
                 a = r.assign(X[t], task_id=tid)
                 if t % 5 == 0 and tid in r.pending:
@@ -238,10 +239,10 @@ def test_one_router_from_four_threads(policy, kw):
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors
-    assert r.n_assigned == 800 and int(r.assigned_counts.sum()) == 800
+    assert r.n_assigned == n and int(r.assigned_counts.sum()) == n
     assert int(r.rewards_seen.sum()) == done["updates"]
     assert r.n_cancelled == done["cancels"]
-    assert len(r.pending) + r.n_cancelled + r.n_expired + done["updates"] == 800
+    assert len(r.pending) + r.n_cancelled + r.n_expired + done["updates"] == n
     assert done["states"] > 0
     back = ca.Router.from_state(json.loads(json.dumps(r.state_dict())))
     assert back.state_dict() == r.state_dict()
