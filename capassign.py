@@ -4158,8 +4158,8 @@ class _TreeModel(_RewardModel):
 
     #: What a re-cut replaces (:meth:`_recut`): the edges and every forest array.
     RECUT = ("_edges_list", "_n_edges", "_n_bins", "_max_bins", "_edges", "_H", "_HS", "_head",
-             "_feat", "_thr", "_val", "_node_c", "_node_s", "_nxt", "_fitted", "_Xa", "_ya",
-             "_W", "_nobs", "_refit", "_tree_args")
+             "_feat", "_thr", "_val", "_node_c", "_node_s", "_nxt", "_fitted", "_Xa", "_refit",
+             "_tree_args")
 
     def _recut(self, edges):
         """New bin edges: bin every stored row again and rebuild every forest.
@@ -4175,8 +4175,7 @@ class _TreeModel(_RewardModel):
             for name, v in (("_feat", -1), ("_thr", 0), ("_val", 0.0), ("_node_c", 0),
                             ("_node_s", 0), ("_nxt", 0), ("_fitted", False)):
                 setattr(self, name, np.full_like(old[name], v))
-            for name in ("_Xa", "_ya", "_W", "_nobs"):
-                setattr(self, name, old[name].copy())
+            self._Xa = old["_Xa"].copy()      # rebinned below (rewards, weights: read only)
             self._refit = _Refit(*(f.copy() for f in old["_refit"]))
             self._refit.stale.fill(False)
             self._refit.stats.fill(0)
@@ -5842,9 +5841,11 @@ class Router:
     (no count is lost, and no compiled kernel runs on arrays another call is
     replacing, as a re-cut of stream bins does).  The decisions then depend
     on the order in which the threads got the lock; for reproducible
-    decisions, call from one thread.  The lock costs about 0.1 us per call
-    (:func:`benchmark_router`); the router's own compiled steps hold the GIL,
-    so threads add no speed either.
+    decisions, call from one thread.  The lock costs under a microsecond per
+    call (:func:`benchmark_router`); the router's compiled steps hold the
+    GIL, so threads add no speed either.  A lock rather than a refusal of
+    concurrent use: a refusal would have to detect the overlap with the same
+    kind of lock, and would turn a race into an error at random.
 
     Fed with immediate rewards in the task order of a :func:`simulate` run,
     with ``X_reference`` the whole stream, a router takes exactly that run's
@@ -5959,8 +5960,8 @@ class Router:
             tasks = self._tasks
             tid = None if task_id is None else tasks.check_id(task_id)
             if self._extra and self._model.sees:
-                if not np.isfinite(x).all():       # refused before it is kept (the kernel
-                    raise ValueError("x contains NaN or infinite values")  # checks the rest)
+                if not _all_finite_nb(X):          # refused before it is kept
+                    raise ValueError("x contains NaN or infinite values")
                 self._model.see(X, copy=False)     # X is this call's own array
             a = self._score(X, self._mu1, True)
             if a == -2:
@@ -6100,9 +6101,11 @@ class Router:
         checked against the data actually present, and against the bounds of
         :data:`ROUTER_STATE_LIMITS`, before anything is allocated; counts must
         be integers that agree with each other; Sigma must be symmetric and
-        positive definite; queues finite, >= 0 and at most ``n_assigned`` (a
-        queue grows by at most 1 per assigned task, Eq. 1); running sums of
-        rewards at most their counts.  Raises ``ValueError`` naming the
+        positive semi-definite up to rounding (:meth:`_LogisticModel._check_values`);
+        queues finite, >= 0 and at most their agent's count of tasks (a queue
+        grows by at most 1 per task assigned to its agent, Eq. 1); pending
+        tasks, cancelled and expired ones at most the tasks assigned; running
+        sums of rewards at most their counts.  Raises ``ValueError`` naming the
         offending field when the state is malformed or impossible, or was
         written by a newer schema version than this module reads
         (:data:`ROUTER_SCHEMA_VERSION`; version 1 states are read too).
