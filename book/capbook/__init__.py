@@ -54,8 +54,9 @@ from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECOR
 from .sources import Source, show_source
 from .spreads import (SPREADS_PATH, read_table4_spreads, spreads_errors, spreads_settings,
                       write_table4_spreads)
-from .readouts import (OFFLINE_FIGURE_STYLE, SCORECARD_TOL, SIMILAR_TOL, ExperimentAnalysis,
-                       analyse_experiment, paper_claims, scorecard_verdict)
+from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, SCORECARD_TOL, SIMILAR_TOL,
+                       VERDICT_KINDS, ExperimentAnalysis, analyse_experiment, paper_claims,
+                       scorecard_verdict, verdict_class, verdict_kind)
 from .cli import main
 
 __all__ = [
@@ -67,7 +68,8 @@ __all__ = [
     "Source", "show_source",
     # the chapters' read-outs (readouts)
     "SIMILAR_TOL", "paper_claims", "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis",
-    "analyse_experiment", "SCORECARD_TOL", "scorecard_verdict",
+    "analyse_experiment", "SCORECARD_TOL", "scorecard_verdict", "ITEM_BASES",
+    "VERDICT_KINDS", "verdict_kind", "verdict_class",
     # the engine validation (engines)
     "ENGINE_VALIDATION_PATH", "validate_engines", "read_engine_validation",
     "engine_validation",
