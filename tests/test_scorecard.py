@@ -24,7 +24,7 @@ import capbook as cb
 
 ITEMS_PATH = cb.ROOT / "book" / "scorecard.yml"
 VERDICTS = ("reproduced", "differs", "not re-run", "pending")
-KINDS = (*cb.SCORECARD_TOL, "claim")
+KINDS = (*cb.SCORECARD_TOL, "range", "claim")
 TASK_LABELS = {"bank": "Bank", "credit": "Credit", "coupon": "Coupon", "cardio": "Cardio",
                "mmlu": "MMLU", "imagenet16h": "ImageNet-16H"}
 
@@ -50,6 +50,8 @@ def test_items_are_well_formed():
         assert it["kind"] in KINDS, it
         assert it["chapter"] in chapters, it
         assert it["expect"] in VERDICTS, it
+        assert it.get("basis", "result") in cb.ITEM_BASES, it
+        assert it.get("cause", "unknown") in ("tested", "unknown"), it
         sources = [k for k in ("ours", "needs", "not_rerun") if k in it]
         assert len(sources) == 1, f"{it['id']}: exactly one of ours / needs / not_rerun"
         if it["kind"] == "claim":
@@ -100,6 +102,52 @@ def test_every_difference_has_a_reason():
     for it in ITEMS:
         if it["expect"] == "differs":
             assert it.get("why", "").strip(), f"{it['id']} differs without a reason"
+
+
+def test_headline_counts_only_results():
+    """Settings, matched values, substitutes, Camelyon17 and pending items never enter the
+    count of results reproduced / differing, and every Table 4 cell is a range item."""
+    kinds = {it["id"]: cb.verdict_kind(it, it["expect"]) for it in ITEMS}
+    for it in ITEMS:
+        if it.get("basis", "result") != "result":
+            assert not kinds[it["id"]].startswith("result"), it["id"]
+    t4 = [it for it in ITEMS if re.fullmatch(r"T4-\w+-s\d-(random|lg|tg)", it["id"])]
+    assert len(t4) == 60 and all(it["kind"] == "range" for it in t4)
+    assert all(it.get("basis") == "construction" for it in t4 if it["id"].endswith("-random"))
+    assert all(by["id"].startswith(("F3e-", "T3-mmlu-acc", "F5", "F6-", "F8-", "F1-"))
+               or by["id"] in ("S4-sd-mmlu", "H4-endpoints")
+               for by in ITEMS if by.get("basis") == "substitute")
+
+
+def test_verdict_kinds_and_ranges():
+    assert cb.verdict_kind({"basis": "setting"}, "differs") == "setting copied"
+    assert cb.verdict_kind({"basis": "substitute"}, "reproduced") == \
+        "on substitute agents or data"
+    assert cb.verdict_kind({}, "reproduced") == "result reproduced"
+    assert cb.verdict_kind({"basis": "construction"}, "not re-run") == "not re-run"
+    assert len({cb.verdict_class(k) for k in cb.VERDICT_KINDS}) == len(cb.VERDICT_KINDS)
+    with pytest.raises(ValueError, match="basis"):
+        cb.verdict_kind({"basis": "copied"}, "reproduced")
+    rng = {"kind": "range", "paper": 0.335, "ours": "r"}
+    inside = {"r": {"low": 0.334, "high": 0.354, "seeds": 20}}
+    assert cb.scorecard_verdict(rng, inside)[0] == "reproduced"
+    assert cb.scorecard_verdict(rng, {"r": {"low": 0.336, "high": 0.354, "seeds": 20}})[0] \
+        == "differs"
+    assert cb.scorecard_verdict(rng, {"r": {"low": 0.335, "high": 0.335, "seeds": 0}})[0] \
+        == "differs"
+
+
+def test_one_tolerance_table_for_shading_and_verdicts():
+    """MMLU agent 1 (error 0.694 against the paper's 0.680) gets one verdict everywhere:
+    the chapters shade with the scorecard's tolerances, never a number of their own."""
+    assert cb.SCORECARD_TOL["accuracy"] == ca.MATCH_TOL
+    for ch in cb.chapter_names():
+        text = (cb.CHAPTER_DIR / f"{ch}.md").read_text(encoding="utf-8")
+        assert not re.search(r"\btol=0\.\d", text), ch
+    item = next(it for it in ITEMS if it["id"] == "T3-mmlu-acc1")
+    ours = cb.glued_values(item["chapter"])[item["ours"]]
+    shaded = abs(ours - item["paper"]) > cb.SCORECARD_TOL["accuracy"]
+    assert (cb.scorecard_verdict(item, {item["ours"]: ours})[0] == "differs") == shaded
 
 
 def test_the_page_is_current():

@@ -1,13 +1,12 @@
 """The stored spreads of the paper's Table 4 (``book/results/table4_spreads.json``).
 
-The file is written by ``python book/table4_spreads.py`` (about an hour on one
+The file is written by ``python -m capbook table4-spreads`` (about an hour on one
 core) and holds, for every construction seed matched to a row of Table 4
 (``capassign.table4_matched_seeds``), the per-run errors of the table's three
 policies under both codings of the contexts.  These tests check that the file
 is intact, describes the matched seeds of the library as it is now, and that a
 seeded sample of its cells comes back exactly.
 """
-import importlib.util
 import json
 
 import numpy as np
@@ -16,15 +15,11 @@ import pytest
 import capassign as ca
 import capbook as cb
 
-_SPEC = importlib.util.spec_from_file_location("table4_spreads",
-                                               cb.BOOK_DIR / "table4_spreads.py")
-t4 = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(t4)
 
 
 @pytest.fixture(scope="module")
 def stored():
-    return t4.read()
+    return cb.read_table4_spreads()
 
 
 def test_file_is_complete_for_every_matched_seed(stored):
@@ -46,7 +41,7 @@ def test_file_is_complete_for_every_matched_seed(stored):
             a, b = rec["codings"]["typed"][s], rec["codings"]["codes"][s]
             assert a["accuracies"] == b["accuracies"]
             assert a["errors"]["random"] == b["errors"]["random"]
-    df = t4.errors_frame(stored)
+    df = cb.spreads_errors(stored)
     assert len(df) == 2 * 3 * sum(len(set(ca.table4_matched_seeds(n).seed))
                                   for n in ca.TABULAR_TASKS)
 
@@ -59,7 +54,7 @@ def test_edited_file_is_rejected(stored, tmp_path):
     path = tmp_path / "edited.json"
     path.write_text(json.dumps(bad), encoding="utf-8")
     with pytest.raises(ValueError, match="checksum"):
-        t4.read(path)
+        cb.read_table4_spreads(path)
 
 
 def test_stored_cells_come_back_exactly(stored):
@@ -74,14 +69,14 @@ def test_stored_cells_come_back_exactly(stored):
         task = ca.load_task("coupon", int(s), coding=coding)
     except ca.DataUnavailable as exc:
         pytest.skip(f"real data unavailable: {exc}")
-    assert t4._task_digest(task) == cell["digest"]
+    assert ca._task_digest(task.X, task.R) == cell["digest"]
     df = ca.table4_seed_errors("coupon", [int(s)], coding=coding)
     for r in df.itertuples():
         assert [float(e) for e in r.errors] == cell["errors"][r.policy], (s, coding, r.policy)
 
 
 def test_spreads_of_the_stored_errors(stored):
-    sp = ca.table4_spreads(t4.errors_frame(stored))
+    sp = ca.table4_spreads(cb.spreads_errors(stored))
     assert len(sp) == len(ca.TABULAR_TASKS) * len(ca.CONTEXT_CODINGS) * 5 * 3
     has = sp[sp.seeds > 0]
     assert ((has.low <= has["median"]) & (has["median"] <= has.high)).all()

@@ -29,11 +29,14 @@ Modules, in the order a chapter meets them:
 ``engines``
     the stored comparison of the fast and reference engines on the tabular
     tasks (``book/results/engine_validation.json``);
+``spreads``
+    the stored errors of Table 4's policies on every construction seed
+    matched to a row of the paper's Table 4 (``book/results/table4_spreads.json``);
 ``pipeline``
     the chapter tools of a checkout: papermill re-execution, the
     source/notebook drift check, prose sync, a chapter's glued values;
 ``cli``
-    ``python -m capbook reproduce | sync-text | validate-engines``.
+    ``python -m capbook reproduce | sync-text | validate-engines | table4-spreads``.
 
 The public API is ``__all__``; every name in it is available here.
 """
@@ -49,8 +52,11 @@ from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECOR
                       figure_png, fold_text, glue, legend_outside, paired_table, show_table,
                       smallest_font)
 from .sources import Source, show_source
-from .readouts import (OFFLINE_FIGURE_STYLE, SCORECARD_TOL, SIMILAR_TOL, ExperimentAnalysis,
-                       analyse_experiment, paper_claims, scorecard_verdict)
+from .spreads import (SPREADS_PATH, read_table4_spreads, spreads_errors, spreads_settings,
+                      write_table4_spreads)
+from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, SCORECARD_TOL, SIMILAR_TOL,
+                       VERDICT_KINDS, ExperimentAnalysis, analyse_experiment, paper_claims,
+                       scorecard_verdict, verdict_class, verdict_kind)
 from .cli import main
 
 __all__ = [
@@ -62,10 +68,14 @@ __all__ = [
     "Source", "show_source",
     # the chapters' read-outs (readouts)
     "SIMILAR_TOL", "paper_claims", "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis",
-    "analyse_experiment", "SCORECARD_TOL", "scorecard_verdict",
+    "analyse_experiment", "SCORECARD_TOL", "scorecard_verdict", "ITEM_BASES",
+    "VERDICT_KINDS", "verdict_kind", "verdict_class",
     # the engine validation (engines)
     "ENGINE_VALIDATION_PATH", "validate_engines", "read_engine_validation",
     "engine_validation",
+    # Table 4's matched-seed spreads (spreads)
+    "SPREADS_PATH", "spreads_settings", "write_table4_spreads", "read_table4_spreads",
+    "spreads_errors",
     # the notebook pipeline of a checkout (pipeline)
     "BOOK_DIR", "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce",
     "chapter_drift", "sync_text", "glued_values",

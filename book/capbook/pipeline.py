@@ -275,6 +275,12 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
             os.environ["PYTHONPATH"] = old_path
 
 
+#: Seconds the executor waits for a cell's last outputs after the cell has finished
+#: (nbclient's default, 4, is too short on a loaded machine: a cell that glues many
+#: values then fails with "Timeout waiting for IOPub output").
+_IOPUB_TIMEOUT = 300
+
+
 def _execute_chapter(name, parameters, kernel_name, log_output):
     """Execute one chapter source with papermill; write and return its notebook."""
     import jupytext
@@ -288,7 +294,8 @@ def _execute_chapter(name, parameters, kernel_name, log_output):
         nbformat.write(jupytext.read(src), raw)
         papermill.execute_notebook(
             str(raw), str(done), parameters=parameters, kernel_name=kernel_name,
-            cwd=str(EXECUTED_DIR), progress_bar=sys.stderr.isatty(), log_output=log_output)
+            cwd=str(EXECUTED_DIR), progress_bar=sys.stderr.isatty(), log_output=log_output,
+            iopub_timeout=_IOPUB_TIMEOUT)
         out = _clean_executed(nbformat.read(done, as_version=4))
     target = EXECUTED_DIR / f"{name}.ipynb"
     nbformat.write(out, target)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from capassign import (CONTEXTUAL_POLICIES, OFFLINE_POLICIES, PAPER_TABLE3, POLICY_STYLE,
+from capassign import (CONTEXTUAL_POLICIES, MATCH_TOL, OFFLINE_POLICIES, PAPER_TABLE3, POLICY_STYLE,
                        _check_frame, _validate_bool, _validate_choice, _validate_int,
                        hindsight_gaps, paired_tests, paper_accuracies, plot_error_vs_capacity)
 
@@ -318,8 +318,68 @@ def analyse_experiment(results):
 # --- the reproduction scorecard -------------------------------------------------
 
 
-#: Largest |ours - paper| of a reproduced number, by kind (the reproduction scorecard).
-SCORECARD_TOL = {"accuracy": 0.02, "error": 0.01, "rough": 0.01, "count": 0}
+#: The one table of tolerances: largest |ours - paper| of a number that agrees with the
+#: paper's, by kind of number.  The chapters' shading (``show_table(tol=...)``) and the
+#: scorecard's verdicts both read it, so one number gets one verdict everywhere.
+#: ``accuracy``: Table 3's accuracies, printed to two decimals, within the window the
+#: tabular agents were matched in (``capassign.MATCH_TOL``); ``error``: Table 4's error
+#: rates (three decimals, means of 10 runs); ``rough``: values the paper calls
+#: approximate; ``count``: counts and settings, exactly.
+SCORECARD_TOL = {"accuracy": MATCH_TOL, "error": 0.01, "rough": 0.01, "count": 0}
+
+#: What an item of the scorecard is (its ``basis``) and the verdict kind it gets:
+#: only ``result`` items count as results reproduced or differing.
+ITEM_BASES = {"result": None, "setting": "setting copied",
+              "construction": "matched by construction",
+              "substitute": "on substitute agents or data"}
+
+#: The verdict kinds of the scorecard, in the order the page lists them (their CSS
+#: classes: :func:`verdict_class`).
+VERDICT_KINDS = ("result reproduced", "result differs", "setting copied",
+                 "matched by construction", "on substitute agents or data", "not re-run",
+                 "pending")
+
+
+def verdict_kind(item, verdict):
+    """The kind of verdict the scorecard shows for an item (its ``basis``, then its check).
+
+    Parameters
+    ----------
+    item : dict
+        A scorecard item; ``basis`` (a key of :data:`ITEM_BASES`, default
+        ``"result"``) says whether its number is a result of the experiment, a
+        setting we copied from the paper, a value our agents were matched on,
+        or one obtained on substitute agents or data.
+    verdict : str
+        From :func:`scorecard_verdict`.
+
+    Returns
+    -------
+    str
+        One of :data:`VERDICT_KINDS`.
+
+    Examples
+    --------
+    >>> verdict_kind({"basis": "setting"}, "reproduced")
+    'setting copied'
+    >>> verdict_kind({}, "differs")
+    'result differs'
+    """
+    basis = _validate_choice(item.get("basis", "result"), ITEM_BASES, "item['basis']")
+    if verdict in ("not re-run", "pending"):
+        return verdict
+    return ITEM_BASES[basis] or f"result {verdict}"
+
+
+def verdict_class(kind):
+    """CSS class of a verdict kind (:data:`VERDICT_KINDS`), e.g. ``sc-differs``.
+
+    >>> verdict_class("result differs"), verdict_class("setting copied")
+    ('sc-differs', 'sc-setting')
+    """
+    _validate_choice(kind, VERDICT_KINDS, "kind")
+    return "sc-" + ("result", "differs", "setting", "construction", "substitute", "notrerun",
+                    "pending")[VERDICT_KINDS.index(kind)]
 
 
 def scorecard_verdict(item, values):
@@ -336,6 +396,9 @@ def scorecard_verdict(item, values):
         (ours equals NAME), ``"most of NAME"`` (more than half), ``"OP X"`` with OP
         in ``< <= > >= ==`` and X a number or glue name, or ``"true"``; and one of
         ``ours`` (a glue name), ``needs`` (one not stored yet), ``not_rerun`` (why).
+        Kind ``"range"``: ``ours`` names a stored dict with ``low``, ``high``
+        and ``seeds`` (our range over the matched seeds); reproduced when
+        ``low <= paper <= high``.
     values : dict
         The chapter's values, from :func:`~capbook.pipeline.glued_values`.
 
@@ -351,13 +414,20 @@ def scorecard_verdict(item, values):
     ('differs', 0.1834)
     >>> scorecard_verdict({"kind": "claim", "holds": "all of n", "ours": "k"}, {"k": 20, "n": 20})
     ('reproduced', 20)
+    >>> scorecard_verdict({"kind": "range", "paper": 0.335, "ours": "r"},
+    ...                   {"r": {"low": 0.334, "high": 0.354, "seeds": 20}})[0]
+    'reproduced'
     """
-    kind = _validate_choice(item.get("kind"), (*SCORECARD_TOL, "claim"), "item['kind']")
+    kind = _validate_choice(item.get("kind"), (*SCORECARD_TOL, "range", "claim"),
+                            "item['kind']")
     if "not_rerun" in item:
         return "not re-run", None
     if "ours" not in item or item["ours"] not in values:
         return "pending", None
     v = values[item["ours"]]
+    if kind == "range":
+        inside = v["seeds"] > 0 and v["low"] <= float(item["paper"]) <= v["high"]
+        return ("reproduced" if inside else "differs"), v
     if kind != "claim":
         tol = float(item.get("tol", SCORECARD_TOL[kind]))
         return ("reproduced" if abs(float(v) - float(item["paper"])) <= tol + 1e-9
