@@ -422,22 +422,35 @@ def _validate_names(values, allowed, name, *, min_count=1, unique=False):
     return values
 
 
-#: The one rule for rewards, shared by :func:`simulate`, :class:`Router` and
-#: :func:`hindsight_optimum`: a reward is whether the agent's prediction was
-#: correct (Sec. 4), 0 or 1.  Soft rewards in (0, 1) are refused everywhere:
-#: the compiled tree models keep integer histograms of rewards.
-REWARD_RULE = "rewards must be 0 or 1 (1 when the agent's prediction is correct, Sec. 4)"
+#: The one rule for rewards, shared by :func:`simulate`, :class:`Router`,
+#: :func:`hindsight_optimum` and :func:`sweep`: a reward is a number in
+#: [0, 1], the agent's credit on the task - whether its prediction was correct
+#: (0 or 1, the paper's rewards, Sec. 4) or a graded score such as the
+#: probability it gave the true class (Sec. 2 allows any bounded reward).
+#: Rewards of 0 and 1 only take the exact integer paths of the paper's
+#: experiments (:func:`_reward_array`), so their numbers do not change.
+REWARD_RULE = ("rewards must be numbers in [0, 1] (1 = correct, 0 = wrong; graded "
+               "rewards in between, Sec. 2)")
 
 
 def _validate_rewards(R, name="R", min_rows=0, shape=None):
     """Check a reward matrix against :data:`REWARD_RULE` (and ``shape`` as in
     :func:`_validate_matrix`); return it as floats."""
     R = _validate_matrix(R, name, finite=False, min_rows=min_rows, shape=shape)
-    bad = ~((R == 0.0) | (R == 1.0))
+    bad = ~((R >= 0.0) & (R <= 1.0))
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
         raise ValueError(f"{name}: {REWARD_RULE}; got {R[i].item()!r} at index {list(i)}")
     return R
+
+
+def _reward_array(R):
+    """Checked rewards ``R`` as the engines take them: uint8 when every reward
+    is 0 or 1 (the exact integer histograms of the paper's runs), float64
+    otherwise (graded rewards; the kernels compile once more for them)."""
+    if ((R == 0.0) | (R == 1.0)).all():
+        return np.ascontiguousarray(R, dtype=np.uint8)
+    return np.ascontiguousarray(R, dtype=np.float64)
 
 
 def _validate_reward(r, name="reward"):
@@ -446,7 +459,7 @@ def _validate_reward(r, name="reward"):
         r = int(r)
     if not isinstance(r, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: {REWARD_RULE}; got {r!r} of type {type(r).__name__}")
-    if not (r == 0 or r == 1):
+    if not 0 <= r <= 1:
         raise ValueError(f"{name}: {REWARD_RULE}; got {r!r}")
     return float(r)
 
@@ -1795,8 +1808,8 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     Parameters
     ----------
     R : array_like, shape (T, A)
-        Every agent's reward on every task (Sec. 4), 0 or 1 as
-        :data:`REWARD_RULE` requires.
+        Every agent's reward on every task (Sec. 4), in [0, 1] as
+        :data:`REWARD_RULE` requires (graded rewards too).
     capacities : sequence of length A
         One share alpha_a per agent, ``None`` for a free agent
         (:func:`_validate_capacities`).
@@ -2662,7 +2675,12 @@ class LaplaceLogistic:
         return _sigmoid(float(theta @ self._design(x)))
 
     def update(self, x, r):
-        """Absorb one reward ``r`` in {0, 1} observed for context ``x`` (App. E.1)."""
+        """Absorb one reward ``r`` in [0, 1] observed for context ``x`` (App. E.1).
+
+        A graded reward is a fractional target of the same step: ``r - p`` is
+        the gradient of the Bernoulli log-likelihood r log p + (1 - r) log(1 - p)
+        (the cross-entropy), whatever r in [0, 1], and the weight p (1 - p) its
+        curvature, which does not involve r."""
         s = self.settings
         z = self._design(x)
         p = _sigmoid(float(self.theta @ z))
@@ -2958,6 +2976,13 @@ def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
         theta[j] += Sx[j] * step
 
 
+def _reward_sums(graded):
+    """The :data:`_Sums` of forests with graded rewards (or rewards in {0, 1})."""
+    if graded:
+        return _Sums(np.zeros(0), np.zeros(0), np.zeros(0))
+    return _Sums(np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.int64))
+
+
 def _bin_contexts(X, max_bins):
     """Quantile-bin every context feature into at most ``max_bins`` bins.
 
@@ -3010,6 +3035,14 @@ _Refit = namedtuple("_Refit", "stale can cl sl best bpos tot_c tot_s nfeat nthr 
 #: The Laplace-logistic models of all agents (App. E.1): ``theta[a]``,
 #: ``Sigma[a]``, and the spare normal draw ``gauss = [has_spare, spare]``.
 _Logistic = namedtuple("_Logistic", "theta Sigma gauss")
+#: Zero-length arrays whose dtypes are those of a forest's rewards ``y`` (of
+#: ``ya``), reward-sum histograms ``hist`` (of ``HS``) and node sums ``node``
+#: (of ``node_s``): uint8, int32 and int64 for rewards in {0, 1}, float64 for
+#: graded rewards (:func:`_reward_sums`).  The histogram of rewards of a
+#: tree is then a histogram of reward sums: a graded reward r of a row of
+#: weight w adds w r, and the squared-error split score and the leaf means
+#: (S / C) are unchanged in form.
+_Sums = namedtuple("_Sums", "y hist node")
 #: Settings of the tree models as the kernels read them (:class:`ModelSettings`
 #: and the bins of :func:`_bin_contexts`).
 _TreeConfig = namedtuple("_TreeConfig",
@@ -3199,7 +3232,7 @@ def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
             col = j * max_bins + xb[j]
             H[u, col, b] += w
             if y:
-                HS[u, col, b] += w
+                HS[u, col, b] += w * y
         f = feat[b, u]
         if f < 0:
             break
@@ -3242,7 +3275,7 @@ def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
             continue
         node_c[0, b] += w
         if y:
-            node_s[0, b] += w
+            node_s[0, b] += w * y
         _path_add_nb(xb, y, w, b, 0, n_int, max_bins, H, HS, feat, thr)
 
 
@@ -3295,7 +3328,7 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
     first = 2 ** level - 1
     last = 2 ** (level + 1) - 1
     acc = np.empty(n_cols, dtype=np.int32)
-    accs = np.empty_like(acc)
+    accs = np.empty(n_cols, dtype=HS.dtype)
     for b in range(B):
         for u in range(first, last, 2):
             if not stale[u, b]:
@@ -3320,11 +3353,12 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
                         for _ in range(level - 1):
                             x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
                         if x == par:
-                            if ya[k]:
+                            y = ya[k]
+                            if y:
                                 for j in range(d):
                                     col = j * max_bins + Xa[k, j]
                                     acc[col] += w
-                                    accs[col] += w
+                                    accs[col] += w * y
                             else:
                                 for j in range(d):
                                     acc[j * max_bins + Xa[k, j]] += w
@@ -3414,22 +3448,23 @@ def _bootstrap_weights_nb(n_trees, n, rng):
 
 
 @_njit(cache=True)
-def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
+def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf, sums):
     """Fit tree b on the rows ``(Xb[k], y[k])`` with weights ``W[b, k]``, from scratch.
 
     The forest is the first refit (:func:`_online_refit_nb`) of an empty
     online forest holding the rows with these weights.  The fast
     ``offline-tree`` benchmark fits it on multinomial bootstrap weights
-    (:func:`_bootstrap_weights_nb`).  Returns ``(feat, thr, val)``.
+    (:func:`_bootstrap_weights_nb`).  ``sums`` (:data:`_Sums`) gives the
+    dtypes of the reward sums.  Returns ``(feat, thr, val)``.
     """
     n_trees, n = W.shape
     d = Xb.shape[1]
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
     f = _Forest(W, np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32),
-                np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32),
+                np.zeros((n_int, d * max_bins, n_trees), dtype=sums.hist.dtype),
                 np.zeros((n_nodes, n_trees), dtype=np.int64),
-                np.zeros((n_nodes, n_trees), dtype=np.int64),
+                np.zeros((n_nodes, n_trees), dtype=sums.node.dtype),
                 np.full((n_trees, n_nodes), -1, dtype=np.int32),
                 np.zeros((n_trees, n_nodes), dtype=np.int32), np.zeros((n_trees, n_nodes)),
                 np.full((d, max_bins), -1, dtype=np.int32), np.empty((d, n), dtype=np.int32))
@@ -3528,10 +3563,11 @@ def _random_agent_nb(rng, share, cum):
 #: ``thompson``: Thompson sampling instead of the greedy estimate; ``Xd`` the
 #: contexts with an intercept and ``gamma``, ``kappa``, ``w_min``, ``w_max``
 #: the Laplace-logistic settings (App. E.1); ``Xb`` the binned contexts and
-#: the fields of the forests' :data:`_TreeConfig` (App. E.2).  The ``random``
+#: the fields of the forests' :data:`_TreeConfig` (App. E.2) and the
+#: :data:`_Sums` of the rewards.  The ``random``
 #: policy and the ``marginal`` model read nothing: their argument is ``True``.
 _LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max")
-_TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields)
+_TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields + ("sums",))
 
 
 # --- the reward models as objects, for the router and the engine ---------------
@@ -3688,7 +3724,7 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
-    _tree_learn_nb(_Forests(*F), a, xb, np.uint8(y), _TreeConfig(*cfg), rng, _Refit(*r))
+    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, _Refit(*r))
 
 
 @_njit(cache=True)
@@ -3834,9 +3870,9 @@ class _MarginalModel(_RewardModel):
                                  f"numbers")
         if np.any(vals["n"] != seen):
             raise ValueError("state['model']['n'] must equal state['rewards_seen']")
-        if np.any(vals["s"] > vals["n"]) or np.any(vals["s"] != np.round(vals["s"])):
-            raise ValueError("state['model']['s'] must be whole numbers of rewards, at most "
-                             "state['model']['n'] per agent (rewards are 0 or 1)")
+        if np.any(vals["s"] > vals["n"]):
+            raise ValueError("state['model']['s'] must be sums of rewards, at most "
+                             "state['model']['n'] per agent (rewards are at most 1)")
 
 
 class _LogisticModel(_RewardModel):
@@ -3920,22 +3956,29 @@ def _bin_with_edges(X, edges):
     return Xb
 
 
-def _pack_uint8(arr):
-    """A uint8 array as plain JSON: its shape and its bytes in base64."""
-
-    arr = np.ascontiguousarray(arr, dtype=np.uint8)
-    return {"shape": list(arr.shape), "uint8_base64": base64.b64encode(arr.tobytes()).decode()}
+#: The dtypes a saved array may have, by the name of its key ("<name>_base64").
+_PACKED_DTYPES = {"uint8": np.dtype(np.uint8), "float64": np.dtype("<f8")}
 
 
-def _unpack_uint8(obj, name, shape):
-    """Inverse of :func:`_pack_uint8`, checking the stored and expected shape."""
+def _pack_array(arr, dtype="uint8"):
+    """A uint8 (or float64) array as plain JSON: its shape and its bytes
+    (little-endian) in base64 under the key ``"<dtype>_base64"``."""
+    arr = np.ascontiguousarray(arr, dtype=_PACKED_DTYPES[dtype])
+    return {"shape": list(arr.shape), f"{dtype}_base64": base64.b64encode(arr.tobytes()).decode()}
 
-    if not isinstance(obj, dict) or set(obj) != {"shape", "uint8_base64"}:
-        raise ValueError(f"{name} must be an object with keys 'shape' and 'uint8_base64'")
+
+def _unpack_array(obj, name, shape, dtypes=("uint8",)):
+    """Inverse of :func:`_pack_array`, checking the stored and expected shape;
+    the stored dtype must be one of ``dtypes``."""
+    keys = [{"shape", f"{t}_base64"} for t in dtypes]
+    if not isinstance(obj, dict) or set(obj) not in keys:
+        raise ValueError(f"{name} must be an object with keys 'shape' and "
+                         + " or ".join(f"'{t}_base64'" for t in dtypes))
     if not isinstance(obj["shape"], list) or obj["shape"] != list(shape):
         raise ValueError(f"{name} has shape {obj['shape']!r}, expected {list(shape)}")
-    size = math.prod(shape)
-    data = obj["uint8_base64"]
+    dtype = _PACKED_DTYPES[next(t for t in dtypes if f"{t}_base64" in obj)]
+    size = math.prod(shape) * dtype.itemsize
+    data = obj[f"{dtype.name}_base64"]
     if not isinstance(data, str) or len(data) != 4 * ((size + 2) // 3):
         raise ValueError(f"{name} does not hold the {size} bytes its shape declares")
     try:
@@ -3944,7 +3987,7 @@ def _unpack_uint8(obj, name, shape):
         raise ValueError(f"{name} holds invalid base64 data") from None
     if len(raw) != size:
         raise ValueError(f"{name} holds {len(raw)} bytes, expected {size}")
-    return np.frombuffer(raw, dtype=np.uint8).reshape(shape).copy()
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 
 
 class _TreeModel(_RewardModel):
@@ -3956,6 +3999,9 @@ class _TreeModel(_RewardModel):
     and ``_nxt`` hold room for ``_cap`` rows per agent and double when full.
     With stream bins, ``_seen`` keeps the contexts seen and ``_raw`` each
     agent's raw rows until the last cut of :data:`ROUTER_STREAM_CUTS`.
+    The rewards and their sums (``_ya``, ``_HS``, ``_node_s``) are integers
+    while every reward is 0 or 1 and turn to floats, exactly, at the first
+    graded reward (:data:`_Sums`).
     """
 
     group = "router tree"
@@ -3983,6 +4029,7 @@ class _TreeModel(_RewardModel):
         self._val = np.zeros((A, B, n_nodes))
         self._fitted = np.zeros(A, dtype=np.bool_)
         self._nobs = np.zeros(A, dtype=np.int64)
+        self._sums = _reward_sums(False)
         self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
         self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
         self._max_bins = 0
@@ -3999,7 +4046,8 @@ class _TreeModel(_RewardModel):
         Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
         return None, None, None, _TreeRun(Xb, policy.endswith("-ts"), n_bins,
                                     int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
-                                    s.max_depth, s.min_samples_leaf, s.refit_every)
+                                    s.max_depth, s.min_samples_leaf, s.refit_every,
+                                    _reward_sums(False))
 
     @staticmethod
     def nbytes(A, B, depth, d, max_bins, rows):
@@ -4013,7 +4061,7 @@ class _TreeModel(_RewardModel):
         A, B, d = self.A, self.settings.n_trees, self.d
         old = self._cap
         Xa = np.zeros((A, cap, d), dtype=np.uint8)
-        ya = np.zeros((A, cap), dtype=np.uint8)
+        ya = np.zeros((A, cap), dtype=self._sums.y.dtype)
         W = np.zeros((A, B, cap), dtype=np.uint8)
         nxt = np.zeros((A, d, cap), dtype=np.int32)
         if old:
@@ -4042,7 +4090,7 @@ class _TreeModel(_RewardModel):
             n_int = 2 ** self.settings.max_depth - 1
             self._max_bins = max_bins
             self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
-            self._HS = np.zeros_like(self._H)
+            self._HS = np.zeros(self._H.shape, dtype=self._sums.hist.dtype)
             self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
         self._tree_args = None
 
@@ -4074,9 +4122,20 @@ class _TreeModel(_RewardModel):
             self._alloc_rows(2 * self._cap)
         if self._raw is not None:
             self._raw[a].append(x)
+        if r != 0.0 and r != 1.0 and self._sums.y.dtype == np.uint8:
+            self._to_graded()
         cfg, F, scratch = self._tree_state()[:3]
-        _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, cfg, self._rng, F,
-                               scratch)
+        _router_tree_update_nb(a, x, self._sums.y.dtype.type(r), self._edges, self._n_edges,
+                               cfg, self._rng, F, scratch)
+
+    def _to_graded(self):
+        """Hold rewards and their sums as floats from now on (the integer sums
+        so far are converted exactly)."""
+        self._sums = _reward_sums(True)
+        self._ya = self._ya.astype(np.float64)
+        self._HS = self._HS.astype(np.float64)
+        self._node_s = self._node_s.astype(np.float64)
+        self._tree_args = None
 
     def _replay(self, a, every_refit=True):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
@@ -4126,8 +4185,9 @@ class _TreeModel(_RewardModel):
         n = [int(v) for v in self._nobs]
         model = {"edges": self._edges_list, "nobs": n}
         for key, attr, axis in self.ROWS:
-            model[key] = [_pack_uint8(getattr(self, attr)[a][(slice(None),) * axis
-                                                             + (slice(0, n[a]),)])
+            dtype = "float64" if getattr(self, attr).dtype == np.float64 else "uint8"
+            model[key] = [_pack_array(getattr(self, attr)[a][(slice(None),) * axis
+                                                             + (slice(0, n[a]),)], dtype)
                           for a in range(self.A)]
         if self._stream:
             model["stream"] = {
@@ -4172,8 +4232,10 @@ class _TreeModel(_RewardModel):
         for a in range(A):
             n = nobs[a]
             shapes = {"bins": (n, d), "rewards": (n,), "weights": (B, n)}
-            rows.append({key: _unpack_uint8(model[key][a], f"state['model'][{key!r}][{a}]",
-                                            shapes[key]) for key, _, _ in cls.ROWS})
+            rows.append({key: _unpack_array(model[key][a], f"state['model'][{key!r}][{a}]",
+                                            shapes[key], ("uint8", "float64") if
+                                            key == "rewards" else ("uint8",))
+                         for key, _, _ in cls.ROWS})
         cap = 256
         while cap < max(nobs) + 1:
             cap *= 2
@@ -4195,12 +4257,16 @@ class _TreeModel(_RewardModel):
             raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
         if tree["stream"] is not None:
             self._restore_stream(tree["stream"], tree["edges"], rows, nobs)
+        if any(rows[a]["rewards"].dtype == np.float64 for a in range(self.A)):
+            self._sums = _reward_sums(True)
+            self._node_s = self._node_s.astype(np.float64)
+            self._max_bins = 0                # histograms of the new dtype
         self._install_edges(tree["edges"])
         self._alloc_rows(tree["cap"])
         for a in range(self.A):
             if np.any(rows[a]["bins"] >= self._n_bins[None, :]):
                 raise ValueError(f"state['model']['bins'][{a}] has a bin beyond the edges")
-            if np.any(rows[a]["rewards"] > 1):
+            if not np.all((rows[a]["rewards"] >= 0) & (rows[a]["rewards"] <= 1)):
                 raise ValueError(f"state['model']['rewards'][{a}]: {REWARD_RULE}")
         for a in range(self.A):
             for key, attr, axis in self.ROWS:
@@ -4507,7 +4573,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
                              f"{X.shape[0]}, got {batch_size}")
     caps = tuple(None if c is None else float(c) for c in capacities)
     rule = _Rule(alpha, constrained, eta, batch_size or 0, bool(_EARLY_EXIT))
-    return X, R.astype(np.uint8), runs, seed, _Simulation(policy, caps, rule, settings, engine)
+    return X, _reward_array(R), runs, seed, _Simulation(policy, caps, rule, settings, engine)
 
 
 def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
@@ -4526,7 +4592,11 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     X : array, shape (T, d)
         Contexts, finite.  The logistic models prepend an intercept.
     R : array, shape (T, A)
-        Reward (correctness) of every agent on every task, in {0, 1}.
+        Reward of every agent on every task, in [0, 1] (:data:`REWARD_RULE`):
+        correctness, 0 or 1, as in the paper, or a graded reward (e.g. the
+        probability the agent gave the true class).  With graded rewards the
+        ``errors`` are 1 minus the mean reward; rewards of 0 and 1 alone run
+        exactly the paper's integer code.
     capacities : sequence of length A
         alpha_a in [0, 1] per agent, or ``None`` for a free agent (App. H.4);
         the constrained entries sum to 1, or to at most 1 with a free agent,
@@ -4623,7 +4693,7 @@ def _run_policy(X, R, orders, policy_seeds, sim, traces):
                                                 sim.engine, sim.settings)
         queues = None
     elif sim.engine == "reference":
-        rewards = np.zeros(runs, dtype=np.int64)
+        rewards = np.zeros(runs)
         counts = np.zeros((runs, A), dtype=np.int64)
         assign = np.zeros((runs, T), dtype=np.int32)
         queues = np.zeros((runs, T, A))
@@ -4953,22 +5023,22 @@ def _record_nb(R, i, a, t, Q, Nb, out):
 
 
 @_njit(cache=True)
-def _new_forests_nb(A, T, d, cfg):
+def _new_forests_nb(A, T, d, cfg, sums):
     """Empty online forests (:data:`_Forests`) of A agents for up to T rows of
-    d binned features."""
+    d binned features, their reward sums of the dtypes of ``sums`` (:data:`_Sums`)."""
     B, max_bins, max_depth = cfg.n_trees, cfg.max_bins, cfg.max_depth
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
     return _Forests(np.empty((A, B, T), dtype=np.uint8),
                     np.zeros((A, n_int, d * max_bins, B), dtype=np.int32),
-                    np.zeros((A, n_int, d * max_bins, B), dtype=np.int32),
+                    np.zeros((A, n_int, d * max_bins, B), dtype=sums.hist.dtype),
                     np.zeros((A, n_nodes, B), dtype=np.int64),
-                    np.zeros((A, n_nodes, B), dtype=np.int64),
+                    np.zeros((A, n_nodes, B), dtype=sums.node.dtype),
                     np.full((A, B, n_nodes), -1, dtype=np.int32),
                     np.zeros((A, B, n_nodes), dtype=np.int32), np.zeros((A, B, n_nodes)),
                     np.full((A, d, max_bins), -1, dtype=np.int32),
                     np.empty((A, d, T), dtype=np.int32),
-                    np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=np.uint8),
+                    np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=sums.y.dtype),
                     np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
 
 
@@ -5029,7 +5099,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
     if trees is not None:
         cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
                           trees.min_leaf, trees.refit_every)
-        F = _new_forests_nb(A, T, trees.Xb.shape[1], cfg)
+        F = _new_forests_nb(A, T, trees.Xb.shape[1], cfg, trees.sums)
         scratch = _new_refit_nb(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
     dead = _initial_dead_nb(alpha, constrained, batch, random is not None)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
@@ -5098,7 +5168,7 @@ def _runs_nb(R, orders, rule, random, marginal, logistic, trees, states, assign,
     :func:`_over_runs`); returns the total rewards and the tasks per agent of
     every run (one compiled kernel per reward model, as :func:`_run_nb`)."""
     runs = orders.shape[0]
-    rewards = np.zeros(runs, dtype=np.int64)
+    rewards = np.zeros(runs)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
     for k in range(runs):
         rewards[k] = _run_nb(R, orders[k], rule, random, marginal, logistic, trees, states[k],
@@ -5120,8 +5190,9 @@ def _fast_runs(X, R, orders, states, sim, traces):
     A = R.shape[1]
     assign = np.zeros((runs, T if traces else 0), dtype=np.int32)
     queues = np.zeros((runs, T if traces else 0, A))
-    R = np.ascontiguousarray(R, dtype=np.uint8)
     models = _run_models(X, sim.policy, sim.settings)
+    if models[3] is not None and R.dtype != np.uint8:      # graded rewards: float sums
+        models = models[:3] + (models[3]._replace(sums=_reward_sums(True)),)
     stats = np.zeros((runs, 3 * sim.settings.max_depth), dtype=np.int64)
     absent = tuple(m is None for m in models)
     started = _first_use(f"{sim.policy.split('-')[0]} simulation", ("_runs_nb",),
@@ -5171,7 +5242,8 @@ def _logistic_map(Z, y, gamma, *, tol=1e-10, max_iter=100):
 
 
 @_njit(cache=True, nogil=True)
-def _offline_tree_runs_nb(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states):
+def _offline_tree_runs_nb(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states,
+                          sums):
     """Fast ``offline-tree``: per run (a block of :func:`_over_runs`) and
     agent, one forest on all T tasks."""
     runs = states.shape[0]
@@ -5182,7 +5254,7 @@ def _offline_tree_runs_nb(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf,
         for a in range(A):
             W = _bootstrap_weights_nb(n_trees, T, states[k])
             feat, thr, val = _fit_forest_nb(Xb, R[:, a].copy(), W, n_bins, max_bins, max_depth,
-                                            min_leaf)
+                                            min_leaf, sums)
             for i in range(T):
                 acc = 0.0
                 for b in range(n_trees):
@@ -5236,10 +5308,10 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
         # resolution shows directly in its error: bin as finely as uint8 allows.
         Xb, n_bins, _ = _bin_contexts(X, OFFLINE_MAX_BINS)
         max_bins = int(n_bins.max()) if len(n_bins) else 1
-        R8, states = np.ascontiguousarray(R, dtype=np.uint8), _rng_states(policy_seeds)
+        states, sums = _rng_states(policy_seeds), _reward_sums(R.dtype != np.uint8)
         return np.concatenate(_over_runs(runs, lambda k0, k1: _offline_tree_runs_nb(
-            Xb, n_bins, max_bins, R8, settings.n_trees, settings.max_depth,
-            settings.min_samples_leaf, states[k0:k1])))
+            Xb, n_bins, max_bins, R, settings.n_trees, settings.max_depth,
+            settings.min_samples_leaf, states[k0:k1], sums)))
     choice = np.zeros((runs, T), dtype=np.int32)
     for k in range(runs):
         rng = np.random.default_rng(policy_seeds[k])
@@ -5253,7 +5325,7 @@ def _offline_runs(X, R, orders, policy, policy_seeds, engine, settings):
     """Rewards, agent counts and per-step assignments of the offline benchmark."""
     T, A = R.shape
     choice = _offline_choices(X, R, policy, policy_seeds, engine, settings)
-    rewards = R[np.arange(T)[None, :], choice].sum(axis=1).astype(np.int64)
+    rewards = R[np.arange(T)[None, :], choice].sum(axis=1, dtype=np.float64)
     counts = np.stack([np.bincount(c, minlength=A) for c in choice]).astype(np.int64)
     assign = np.take_along_axis(choice, orders, axis=1)
     return rewards, counts, assign
@@ -5904,8 +5976,9 @@ class Router:
         ``agent`` must then be the agent it was assigned to, or ``None`` - or
         a context vector: an observation of ``agent`` that did not come from
         this router's assignments (e.g. historical data), which teaches the
-        model and leaves the queues alone.  ``reward`` is 0 or 1 for every
-        policy (:data:`REWARD_RULE`; the same rule as :func:`simulate`).
+        model and leaves the queues alone.  ``reward`` is a number in [0, 1]
+        for every policy (:data:`REWARD_RULE`; the same rule as
+        :func:`simulate`): 0 or 1 for right or wrong, or a graded reward.
         Updating a task that is not pending - never assigned, or already
         updated - is an error.
         """
