@@ -3829,6 +3829,34 @@ class _RewardModel:
     def _check_values(self, vals, seen):
         """Refuse saved arrays of the right shapes but impossible values."""
 
+    #: Attributes with one entry per agent on their first axis.
+    PER_AGENT = ()
+
+    def regroup(self, keep, fresh, alpha, constrained, Q):
+        """Agents leave or join (:meth:`Router.add_agent`, :meth:`Router.remove_agent`).
+
+        Keeps the agents ``keep`` (indices, in order), then appends those of
+        ``fresh``, a new model of the joining agents (or ``None``); their
+        learnt state is untouched.  ``alpha``, ``constrained`` and ``Q`` are
+        the router's new capacities and queues.
+        """
+        if fresh is not None:
+            self._match(fresh)
+        for attr in self.PER_AGENT:
+            arr = getattr(self, attr)[keep]
+            if fresh is not None:
+                arr = np.concatenate([arr, getattr(fresh, attr)])
+            setattr(self, attr, np.ascontiguousarray(arr))
+        self.A = len(keep) + (0 if fresh is None else fresh.A)
+        self._Q, self._alpha, self._constrained = Q, alpha, constrained
+        self._regrouped(keep, fresh)
+
+    def _match(self, fresh):
+        """Make the arrays of a new model fit this one's (bins, rows, dtypes)."""
+
+    def _regrouped(self, keep, fresh):
+        """Refresh what depends on the set of agents after :meth:`regroup`."""
+
 
 class _MarginalModel(_RewardModel):
     """``random`` and ``marginal`` (App. D.5): each agent's count and sum of rewards.
@@ -3841,6 +3869,7 @@ class _MarginalModel(_RewardModel):
     group = "router noncontextual"
     kernels = ("_router_noncontextual_mu_nb",)
     ARRAYS = (("n", "_n"), ("s", "_s"))
+    PER_AGENT = ("_n", "_s")
 
     def __init__(self, config, rng, Q):
         super().__init__(config, rng, Q)
@@ -3863,6 +3892,9 @@ class _MarginalModel(_RewardModel):
         self._n[a] += 1.0
         self._s[a] += r
 
+    def _regrouped(self, keep, fresh):
+        self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
+
     def _check_values(self, vals, seen):
         for key, v in vals.items():
             if np.any(v < 0):
@@ -3882,6 +3914,7 @@ class _LogisticModel(_RewardModel):
     group = "router logistic"
     kernels = ("_router_logistic_mu_nb", "_router_logistic_update_nb")
     ARRAYS = (("theta", "_theta"), ("Sigma", "_Sigma"), ("gauss", "_gauss"))
+    PER_AGENT = ("_theta", "_Sigma")
 
     def __init__(self, config, rng, Q):
         super().__init__(config, rng, Q)
@@ -3917,6 +3950,9 @@ class _LogisticModel(_RewardModel):
     def learn(self, a, x, r):
         _router_logistic_update_nb(a, x, r, self._xd, self._L, self._w_min, self._w_max,
                                    self._Sx)
+
+    def _regrouped(self, keep, fresh):
+        self._L = (self._theta, self._Sigma, self._gauss)
 
     @classmethod
     def check_state(cls, model, A, kw, version):
@@ -4008,6 +4044,8 @@ class _TreeModel(_RewardModel):
     kernels = ("_router_tree_mu_nb", "_router_tree_update_nb")
     #: The stored rows: state key -> (attribute, row axis of an agent's array).
     ROWS = (("bins", "_Xa", 0), ("rewards", "_ya", 0), ("weights", "_W", 1))
+    PER_AGENT = ("_feat", "_thr", "_val", "_fitted", "_nobs", "_node_c", "_node_s", "_H",
+                 "_HS", "_head", "_Xa", "_ya", "_W", "_nxt")
 
     def __init__(self, config, rng, Q):
         super().__init__(config, rng, Q)
@@ -4135,6 +4173,17 @@ class _TreeModel(_RewardModel):
         self._ya = self._ya.astype(np.float64)
         self._HS = self._HS.astype(np.float64)
         self._node_s = self._node_s.astype(np.float64)
+        self._tree_args = None
+
+    def _match(self, fresh):
+        if self._sums.y.dtype != fresh._sums.y.dtype:
+            fresh._to_graded()
+        fresh._install_edges(self._edges_list)
+        fresh._alloc_rows(self._cap)
+
+    def _regrouped(self, keep, fresh):
+        if self._raw is not None:
+            self._raw = [self._raw[k] for k in keep] + [[] for _ in range(self.A - len(keep))]
         self._tree_args = None
 
     def _replay(self, a, every_refit=True):
@@ -5485,7 +5534,7 @@ def _benchmark_grid(T, d, runs, seed, out):
 #: this version and refuses newer ones.
 ROUTER_SCHEMA = "capassign.router"
 #: The current version of the saved router state (older versions still load).
-ROUTER_SCHEMA_VERSION = 2
+ROUTER_SCHEMA_VERSION = 3
 
 #: The checked configuration of a :class:`Router` (:func:`_router_config`):
 #: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
@@ -5739,7 +5788,187 @@ class _TaskLedger:
             self._order = deque((e[2], tid) for tid, e in entries.items())
 
 
-class Router:
+class _Team:
+    """Agents joining and leaving a running :class:`Router` (its base class).
+
+    The rules, stated once (the methods' docstrings repeat them briefly):
+
+    - *Capacities.*  ``rebalance="scale"`` keeps the other agents' capacities
+      in proportion: a joining agent with capacity c takes its share from
+      them (each alpha_a becomes alpha_a (1 - c)), a leaving agent's alpha_r
+      is given back to them (each alpha_a becomes alpha_a / (1 - alpha_r)),
+      so capacities that summed to one still do.  Free agents stay free.
+      Otherwise ``rebalance`` lists the other agents' new capacities (in the
+      order of :attr:`Router.agents`, without the joining or leaving agent)
+      and the whole vector must pass the usual check.
+    - *Queues.*  Eq. 1 moves the queues of constrained agents by
+      1{a_t = a} - alpha_a, which sums to 0 over the agents when the
+      capacities sum to one: apart from the clipping at 0, the queues' sum is
+      conserved and their mean is where the agents stand relative to their
+      targets.  A joining constrained agent starts at that mean (of the
+      constrained agents' queues), so its penalty eta Q in Eq. 2 is the
+      typical agent's: a queue of 0 among queues at Q would give it a bonus of
+      eta Q over them (flooded until its queue caught up), a queue above them
+      a handicap (starved).  The other queues are not changed; a free agent
+      has no queue.
+    - *Pending tasks of a leaving agent.*  ``pending="accept"`` (default):
+      their rewards are still accepted by :meth:`Router.update` and dropped
+      (the agent's model is gone); ``pending="cancel"``: they are cancelled
+      at once (:meth:`Router.cancel`), so their update is refused.
+    - *Saved state.*  Every change is recorded in :attr:`changes` and saved;
+      a restored router holds the agents as they are now and decides exactly
+      as the live one.
+
+    Only a router with named agents changes its team (numbered agents would
+    be renumbered), and a router keeps at least two agents.
+    """
+
+    def add_agent(self, name, capacity=None, *, rebalance="scale"):
+        """Add agent ``name`` with ``capacity`` (``None``: a free agent), untrained.
+
+        Its queue starts at the mean of the constrained agents' queues; the
+        others' capacities are scaled by 1 - capacity, or set by
+        ``rebalance`` (see the class notes of :class:`_Team`).
+        """
+        self._team_check("add_agent")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a name (str), got {name!r}")
+        if name in self._index:
+            raise ValueError(f"name {name!r} is already an agent of this router")
+        if capacity is not None:
+            capacity = _validate_share(capacity, "capacity")
+        keep = list(range(self._A))
+        caps = self._rebalanced(keep, rebalance, 1.0 - (capacity or 0.0)) + [capacity]
+        alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
+        c = self._constrained
+        q = float(self._Q[c].mean()) if capacity is not None else 0.0
+        self._regroup(keep, self._names + [name], alpha, constrained, q)
+        self._changes.append({"op": "add", "agent": name, "at": self.n_assigned,
+                              "capacities": list(self.capacities), "Q": q})
+
+    def remove_agent(self, name, *, rebalance="scale", pending="accept"):
+        """Remove agent ``name``: it gets no more tasks and its model is dropped.
+
+        The others' capacities are scaled by 1 / (1 - alpha_name), or set by
+        ``rebalance``; its pending tasks are accepted (their rewards dropped)
+        or cancelled (``pending="cancel"``); see :class:`_Team`.
+        """
+        self._team_check("remove_agent")
+        r = self._agent_index(name, "name")
+        _validate_choice(pending, ("accept", "cancel"), "pending")
+        if self._A <= 2:
+            raise ValueError(f"name: cannot remove {name!r}; a router needs at least two "
+                             f"agents")
+        keep = [a for a in range(self._A) if a != r]
+        share = float(self._alpha[r]) if self._constrained[r] else 0.0
+        if rebalance == "scale" and share >= 1.0 - CAPACITY_TOL:
+            raise ValueError(f"rebalance: {name!r} has capacity 1, so the others' cannot be "
+                             f"scaled; give their new capacities")
+        caps = self._rebalanced(keep, rebalance, 1.0 / (1.0 - share) if share < 1 else 1.0)
+        alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
+        gone = [t for t, e in self._pending.items() if e[0] == r]
+        for t in gone:
+            if pending == "cancel":
+                self._tasks.cancel(t)
+            else:
+                self._departed[t] = name
+                del self._pending[t]
+        change = {"op": "remove", "agent": name, "at": self.n_assigned,
+                  "assigned": int(self._counts[r]), "rewards": int(self._n_rewards[r])}
+        self._regroup(keep, [self._names[a] for a in keep], alpha, constrained, None)
+        self._changes.append({**change, "capacities": list(self.capacities)})
+
+    changes = property(lambda self: [dict(c) for c in self._changes], doc=(
+        "The agents that joined and left, in order: dicts with ``op`` ('add' or "
+        "'remove'), ``agent``, ``at`` (tasks assigned before the change) and the "
+        "``capacities`` after it."))
+
+    def _team_check(self, method):
+        if self._names is None:
+            raise TypeError(f"{method} needs a router with named agents, e.g. "
+                            f"Router(['model', 'human'], ...)")
+
+    def _rebalanced(self, keep, rebalance, factor):
+        """The capacities of the agents ``keep`` after a change (class notes)."""
+        if isinstance(rebalance, str) and rebalance == "scale":
+            return [None if not self._constrained[a] else float(self._alpha[a]) * factor
+                    for a in keep]
+        try:
+            caps = list(rebalance)
+        except TypeError:
+            raise TypeError(f"rebalance must be 'scale' or a sequence of capacities, got "
+                            f"{rebalance!r}") from None
+        if len(caps) != len(keep):
+            raise ValueError(f"rebalance has {len(caps)} entries but {len(keep)} agents keep "
+                             f"a capacity; give one per remaining agent")
+        return caps
+
+    def _regroup(self, keep, names, alpha, constrained, q):
+        """Install the new team: agents ``keep`` then the joining one (queue ``q``)."""
+        new = len(names) - len(keep)
+        fresh = None
+        if new:
+            one = self._config._replace(A=1, names=None, alpha=np.ones(1),
+                                        constrained=np.ones(1, dtype=bool), caps=(1.0,))
+            fresh = type(self._model)(one, self._rng, np.zeros(1))
+        self._Q = np.concatenate([self._Q[keep], np.full(new, q if new else 0.0)])
+        self._counts = np.concatenate([self._counts[keep], np.zeros(new, dtype=np.int64)])
+        self._n_rewards = np.concatenate([self._n_rewards[keep],
+                                          np.zeros(new, dtype=np.int64)])
+        self._alpha, self._constrained, self._A = alpha, constrained, len(names)
+        self.capacities = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
+        self._names, self._index = names, {n: i for i, n in enumerate(names)}
+        self._mu1 = np.empty((1, self._A))
+        self._model.regroup(keep, fresh, alpha, constrained, self._Q)
+        where = {old: i for i, old in enumerate(keep)}
+        for t, (a, x, seq) in list(self._pending.items()):
+            self._pending[t] = (where[a], x, seq)
+
+    def _departed_reward(self, tid, reward):
+        """The reward of a task whose agent has left (accepted, then dropped)."""
+        if tid not in self._departed:
+            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
+                             f"router, or its reward was already recorded, or it was "
+                             f"cancelled or expired")
+        _validate_reward(reward)
+        del self._departed[tid]
+
+    def _team_state(self):
+        """The team's part of :meth:`Router.state_dict` (schema 3)."""
+        return {"changes": self.changes,
+                "departed": [[t, n] for t, n in self._departed.items()]}
+
+    def _restore_team(self, st, version):
+        """Install the saved changes and departed tasks (none before schema 3)."""
+        if version < 3:
+            return
+        changes, departed = st["changes"], st["departed"]
+        if not isinstance(changes, list) or not all(
+                isinstance(c, dict) and c.get("op") in ("add", "remove")
+                and isinstance(c.get("agent"), str) for c in changes):
+            raise ValueError("state['changes'] must be a list of objects with 'op' ('add' or "
+                             "'remove') and 'agent'")
+        if not isinstance(departed, list) or not all(
+                isinstance(e, list) and len(e) == 2 and isinstance(e[1], str) for e in departed):
+            raise ValueError("state['departed'] must be a list of [task id, agent name]")
+        self._changes = [dict(c) for c in changes]
+        for t, n in departed:
+            tid = _validate_task_id(t, "state['departed'][i][0]")
+            if tid in self._pending:
+                raise ValueError(f"state['departed']: task {tid!r} is also pending")
+            self._departed[tid] = n
+
+    @staticmethod
+    def _assigned_elsewhere(st):
+        """Tasks assigned to agents that have left, by a saved state's changes."""
+        if not isinstance(st.get("changes"), list):       # none before schema 3
+            return 0
+        return sum(_state_int(c.get("assigned", 0), "state['changes'][i]['assigned']", 0,
+                              ROUTER_STATE_LIMITS["count"])
+                   for c in st["changes"] if isinstance(c, dict) and c.get("op") == "remove")
+
+
+class Router(_Team):
     """Route a live stream of prediction tasks to agents under capacities (Algorithm 1).
 
     The online policies of :func:`simulate` for live use: :meth:`assign`
@@ -5817,19 +6046,19 @@ class Router:
     (give ``n_features``) keeps every context it is given (by :meth:`assign`,
     :meth:`assign_batch`, or :meth:`update` with a context) and, when their
     number reaches 64, 128, ..., 16384 (:data:`ROUTER_STREAM_CUTS`), cuts the
-    edges again with :func:`_bin_contexts` from the first that many contexts.
-    Each agent's stored rows are then binned again from their raw contexts
-    and its forest is rebuilt by replaying them with their Poisson weights
-    and refits at the usual counts, so every later refit is exactly the fit
-    on the current bins.  Before the first cut every feature is a single bin
-    (the trees predict the agent's mean reward).  After the last cut the
-    edges are fixed and the raw contexts are dropped.  Everything is a
-    function of the contexts seen and the seed, and it is saved and restored
-    exactly.  Cost against a given ``X_reference``: see :func:`benchmark_router`.
+    edges again with :func:`_bin_contexts` from the first that many contexts;
+    each agent's rows are binned again and its forest rebuilt by replaying
+    them (Poisson weights, refits at the usual counts).  Before the first cut
+    every feature is one bin (the trees predict the agent's mean reward);
+    after the last the edges are fixed and the raw contexts dropped.  It is
+    all saved and restored exactly; its cost: :func:`benchmark_router`.
+
+    *Graded rewards and changing teams.*  Rewards may be graded, in [0, 1]
+    (:data:`REWARD_RULE`).  Agents join and leave with :meth:`add_agent` and
+    :meth:`remove_agent` (rules in :class:`_Team`).
 
     Fed with immediate rewards in the task order of a :func:`simulate` run,
-    with ``X_reference`` the whole stream, a router takes exactly that run's
-    decisions (given the run's random state).
+    with ``X_reference`` the whole stream, a router takes that run's decisions.
 
     Examples
     --------
@@ -5839,22 +6068,18 @@ class Router:
     >>> router.update(0, agent, R[0, router.agents.index(agent)])
     """
 
-
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
                  max_age=None):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
                            settings, max_pending, max_age)
         self.policy, self.eta, self.seed, self.settings = c.policy, c.eta, c.seed, c.settings
-        self.n_features = c.d
-        self.capacities = c.caps
-        self._names = c.names
+        self.n_features, self.capacities, self._names = c.d, c.caps, c.names
         self._index = {n: i for i, n in enumerate(c.names)} if c.names else None
         self._alpha, self._constrained, self._A = c.alpha, c.constrained, c.A
         self._Q = np.zeros(c.A)
         self._rng = _rng_states([np.random.SeedSequence(c.seed)])[0]
-        self._counts = np.zeros(c.A, dtype=np.int64)
-        self._n_rewards = np.zeros(c.A, dtype=np.int64)
+        self._counts, self._n_rewards = np.zeros(c.A, np.int64), np.zeros(c.A, np.int64)
         self._mu1 = np.empty((1, c.A))
         self._tasks = _TaskLedger(c.max_pending, c.max_age)
         self._pending = self._tasks.pending   # read and deleted from on the per-task path
@@ -5862,6 +6087,7 @@ class Router:
         self._score = self._model.score
         # extra per-task steps: expiry, or a model keeping the contexts it sees
         self._extra = self._tasks.expiry or self._model.sees
+        self._config, self._changes, self._departed = c, [], {}   # agents joining, leaving
 
     # --- properties -------------------------------------------------------------
 
@@ -5989,9 +6215,7 @@ class Router:
                 int(task) if isinstance(task, (int, np.integer)) else str(task))
             entry = self._pending.get(tid)
             if entry is None:
-                raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
-                                 f"router, or its reward was already recorded, or it was "
-                                 f"cancelled or expired")
+                return self._departed_reward(tid, reward)
             a, x, _ = entry
             if agent is not None and agent != a and self._agent_index(agent) != a:
                 raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
@@ -6021,13 +6245,15 @@ class Router:
         """The router's whole state as a plain JSON-serialisable dict.
 
         ``json.dumps`` works on it directly (no pickle).  It holds the schema
-        tag (``"schema": "capassign.router/2"``), the configuration, the
+        tag (``"schema": "capassign.router/3"``), the configuration, the
         random state, the queues, the pending tasks with their contexts, and
         the models: running sums (``marginal``), theta and Sigma
         (``logistic-*``), or each agent's binned rows, rewards and Poisson
         weights (``tree-*``; the forests are rebuilt from them) and, while a
         tree router without ``X_reference`` still cuts its bin edges, the
-        contexts it has seen.  Cancelled and expired tasks are not kept.
+        contexts it has seen; the agents that joined and left
+        (:attr:`changes`) and the tasks of departed agents whose rewards are
+        still accepted.  Cancelled and expired tasks are not kept.
         :meth:`from_state` restores a router that takes exactly the decisions
         this one would have taken.
         """
@@ -6053,6 +6279,7 @@ class Router:
             "last_task_id": tasks.last_task_id,
             "pending": tasks.saved_pending(),
             "model": self._model.state(),
+            **self._team_state(),
         }
 
     @classmethod
@@ -6111,6 +6338,7 @@ class Router:
         last_id = get("last_task_id", None)
         router._tasks.restore(entries, counters, None if last_id is None else _validate_task_id(
             last_id, "state['last_task_id']"))
+        router._restore_team(st, version)
         return router
 
     def _state_counters(self, st, get):
@@ -6124,9 +6352,10 @@ class Router:
         n_assigned = _state_int(st["n_assigned"], "state['n_assigned']", 0, lim["count"])
         counts = _state_counts(st["assigned_counts"], "state['assigned_counts']", A)
         seen = _state_counts(st["rewards_seen"], "state['rewards_seen']", A)
-        if sum(counts) != n_assigned:
-            raise ValueError(f"state['assigned_counts'] sum to {sum(counts)}, but "
-                             f"state['n_assigned'] is {n_assigned}")
+        if sum(counts) + self._assigned_elsewhere(st) != n_assigned:
+            raise ValueError(f"state['assigned_counts'] sum to {sum(counts)} (and agents "
+                             f"that left, state['changes']), but state['n_assigned'] is "
+                             f"{n_assigned}")
         Q = _validate_matrix(st["Q"], "state['Q']", ndim=1)
         if Q.shape != (A,) or np.any(Q < 0):
             raise ValueError(f"state['Q'] must be {A} non-negative numbers")
