@@ -71,7 +71,7 @@ import time
 import warnings
 import zipfile
 from collections import deque, namedtuple
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -2542,6 +2542,11 @@ class ModelSettings:
         per agent), which 32 bins keep small enough to stay in cache at the
         paper's d <= 12; 64 bins cost about 1.5x the time per decision.  Not a
         parameter of the paper.
+    discount : float
+        Forgetting, for expertise that drifts (the paper's conclusion): each
+        agent's reward seen k rewards ago (of that agent) weighs discount^k,
+        in (0, 1]; 1 (the default) forgets nothing and gives the paper's
+        numbers bit for bit.  Not a parameter of the paper; see Forgetting.
 
     Notes
     -----
@@ -2556,6 +2561,25 @@ class ModelSettings:
     that successive refits of a tree share their weights instead of being
     resampled independently.  The two engines agree in distribution within
     the tolerance of the equivalence tests (tests/test_engine.py).
+
+    Forgetting: a discount factor rather than a sliding window, because one
+    number works the same way in every model and keeps their memory O(1) per
+    agent - a window would need the last W rewards of each agent kept and
+    un-learnt, which the online Laplace step cannot do exactly.  With
+    gamma = ``discount``: ``marginal`` keeps discounted sums (n <- gamma n + 1,
+    s <- gamma s + r); the Laplace-logistic model first discounts its
+    precision towards the prior's, Sigma^-1 <- gamma Sigma^-1 + (1 - gamma)
+    gamma_prior I (the mean stays), then takes the usual step; the trees
+    thin each row's bootstrap weight at every refit, keeping each unit of
+    weight with probability gamma per reward of the agent since its last
+    thinning, so a row seen k rewards ago has weight Poisson(gamma^k) - the
+    bootstrap of the discounted likelihood (the reference engine draws
+    these Poisson(gamma^k) weights directly).  The cost is variance: the
+    estimates rest on an effective sample of about (1 + gamma) / (1 - gamma)
+    rewards at most (the mean of rewards weighted gamma^k has variance
+    sigma^2 (1 - gamma) / (1 + gamma), not sigma^2 / n), e.g. 199 rewards at
+    gamma = 0.99, however long the stream: forgetting trades the bias of
+    stale evidence for a noise floor that never shrinks.
 
     Examples
     --------
@@ -2574,6 +2598,7 @@ class ModelSettings:
     min_samples_leaf: int = 10
     refit_every: int = 20
     max_bins: int = 32
+    discount: float = 1.0
 
     def __post_init__(self):
         for name in ("gamma", "kappa", "w_max"):
@@ -2584,6 +2609,13 @@ class ModelSettings:
                              ("min_samples_leaf", 1, 10**9), ("refit_every", 1, 10**9),
                              ("max_bins", 2, 255)):
             _validate_int(getattr(self, name), f"settings.{name}", lo, hi)
+        _validate_real(self.discount, "settings.discount", 0.0, 1.0, lo_open=True)
+
+    def fields(self):
+        """The settings as a plain dict, as saved states and sweeps store them;
+        ``discount`` only when it forgets (so that earlier records still match)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__
+                if k != "discount" or self.discount != 1.0}
 
 
 #: The paper's hyper-parameters (App. E).
@@ -2682,6 +2714,11 @@ class LaplaceLogistic:
         (the cross-entropy), whatever r in [0, 1], and the weight p (1 - p) its
         curvature, which does not involve r."""
         s = self.settings
+        if s.discount < 1.0:                  # forgetting (ModelSettings, Forgetting)
+            P = s.discount * np.linalg.inv(self.Sigma) + (1.0 - s.discount) * s.gamma * np.eye(
+                self.theta.size)
+            Sigma = np.linalg.inv(P)
+            self.Sigma = 0.5 * (Sigma + Sigma.T)
         z = self._design(x)
         p = _sigmoid(float(self.theta @ z))
         w = min(max(p * (1.0 - p), s.w_min), s.w_max)
@@ -2786,7 +2823,12 @@ class BootstrapTrees:
         trees = []
         with sklearn.config_context(skip_parameter_validation=True):
             for _ in range(s.n_trees):
-                rows = rng.integers(0, n, size=n)
+                if s.discount < 1.0:    # forgetting: Poisson(discount^age) weights
+                    rows = np.repeat(np.arange(n), rng.poisson(
+                        s.discount ** np.arange(n - 1, -1, -1.0)))
+                    rows = rows if len(rows) else np.array([n - 1])
+                else:
+                    rows = rng.integers(0, n, size=n)
                 tree = DecisionTreeRegressor(max_depth=s.max_depth,
                                              min_samples_leaf=s.min_samples_leaf,
                                              random_state=int(rng.integers(2**31 - 1)))
@@ -2844,9 +2886,10 @@ class MarginalAccuracy:
     0.6667
     """
 
-    def __init__(self):
+    def __init__(self, discount=1.0):
         self.n = 0
         self.successes = 0.0
+        self.discount = discount
 
     def predict(self, x=None):
         return self.successes / self.n if self.n else 0.5
@@ -2855,8 +2898,9 @@ class MarginalAccuracy:
         return self.predict(x)
 
     def update(self, x, r):
-        self.n += 1
-        self.successes += float(r)
+        """Absorb reward r; the earlier ones are discounted (:class:`ModelSettings`)."""
+        self.n = self.discount * self.n + 1
+        self.successes = self.discount * self.successes + float(r)
         return self
 
 
@@ -2983,6 +3027,53 @@ def _reward_sums(graded):
     return _Sums(np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.int64))
 
 
+@_njit(cache=True)
+def _spd_inverse_nb(M, W):
+    """Inverse of the symmetric positive definite ``M`` into ``W[2]`` (``W``:
+    3 x p x p scratch), through its Cholesky factor, in plain loops (no BLAS,
+    so the same bits on every machine)."""
+    p = M.shape[0]
+    L, Li, out = W[0], W[1], W[2]
+    for j in range(p):
+        acc = M[j, j]
+        for k in range(j):
+            acc -= L[j, k] * L[j, k]
+        L[j, j] = math.sqrt(acc)
+        for i in range(j + 1, p):
+            acc = M[i, j]
+            for k in range(j):
+                acc -= L[i, k] * L[j, k]
+            L[i, j] = acc / L[j, j]
+    for c in range(p):                  # Li = L^-1, column by column
+        for i in range(p):
+            acc = 1.0 if i == c else 0.0
+            for k in range(c, i):
+                acc -= L[i, k] * Li[k, c]
+            Li[i, c] = acc / L[i, i] if i >= c else 0.0
+    for i in range(p):                  # M^-1 = Li^T Li
+        for j in range(i, p):
+            acc = 0.0
+            for k in range(j, p):
+                acc += Li[k, i] * Li[k, j]
+            out[i, j] = acc
+            out[j, i] = acc
+
+
+@_njit(cache=True)
+def _discount_precision_nb(Sigma, discount, gamma, W):
+    """Forgetting of a Laplace-logistic model (:class:`ModelSettings`):
+    Sigma^-1 <- discount Sigma^-1 + (1 - discount) gamma I, in place."""
+    p = Sigma.shape[0]
+    _spd_inverse_nb(Sigma, W)
+    for i in range(p):
+        for j in range(p):
+            Sigma[i, j] = discount * W[2, i, j] + ((1.0 - discount) * gamma if i == j else 0.0)
+    _spd_inverse_nb(Sigma, W)
+    for i in range(p):
+        for j in range(p):
+            Sigma[i, j] = W[2, i, j]
+
+
 def _bin_contexts(X, max_bins):
     """Quantile-bin every context feature into at most ``max_bins`` bins.
 
@@ -3046,7 +3137,7 @@ _Sums = namedtuple("_Sums", "y hist node")
 #: Settings of the tree models as the kernels read them (:class:`ModelSettings`
 #: and the bins of :func:`_bin_contexts`).
 _TreeConfig = namedtuple("_TreeConfig",
-                         "n_bins max_bins n_trees max_depth min_leaf refit_every")
+                         "n_bins max_bins n_trees max_depth min_leaf refit_every discount")
 
 
 @_njit(cache=True)
@@ -3495,6 +3586,41 @@ def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
 
 
 @_njit(cache=True)
+def _thin_forest_nb(F, a, cfg, rng):
+    """Forgetting of agent a's forest, before a refit (:class:`ModelSettings`).
+
+    Each unit of the bootstrap weight ``W[b, k]`` of row k survives with
+    probability discount^e, e the agent's rewards since the row was last
+    thinned (the previous refit) or arrived; so a row seen j rewards ago
+    keeps a Poisson(discount^j) weight.  The weight removed leaves the root
+    totals and the histograms on the row's path through the current trees,
+    which therefore stay exact for the refit that follows.
+    """
+    n = F.nobs[a]
+    prev = n - cfg.refit_every
+    fa = _agent_forest_nb(F, a)
+    n_int = 2 ** cfg.max_depth - 1
+    for k in range(n - 1):
+        e = n - max(k + 1, prev)
+        q = cfg.discount ** e
+        xb, y = F.Xa[a, k], F.ya[a, k]
+        for b in range(fa.W.shape[0]):
+            w = np.int64(fa.W[b, k])
+            keep = np.int64(0)
+            for _ in range(w):
+                if _uniform_nb(rng) < q:
+                    keep += 1
+            dw = w - keep
+            if dw > 0:
+                fa.W[b, k] = keep
+                fa.node_c[0, b] -= dw
+                if y:
+                    fa.node_s[0, b] -= dw * y
+                _path_add_nb(xb, y, -dw, b, 0, n_int, cfg.max_bins, fa.H, fa.HS, fa.feat,
+                             fa.thr)
+
+
+@_njit(cache=True)
 def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     """Agent a observed reward y for the binned context ``xb`` (App. E.2).
 
@@ -3512,6 +3638,8 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     _online_observe_nb(xb, y, k, cfg.max_depth, cfg.max_bins, rng, fa)
     F.nobs[a] = k + 1
     if F.nobs[a] % cfg.refit_every == 0:
+        if cfg.discount < 1.0:
+            _thin_forest_nb(F, a, cfg, rng)
         _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
                          cfg.min_leaf, fa, r)
         F.fitted[a] = True
@@ -3566,7 +3694,7 @@ def _random_agent_nb(rng, share, cum):
 #: the fields of the forests' :data:`_TreeConfig` (App. E.2) and the
 #: :data:`_Sums` of the rewards.  The ``random``
 #: policy and the ``marginal`` model read nothing: their argument is ``True``.
-_LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max")
+_LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max discount")
 _TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields + ("sums",))
 
 
@@ -3685,12 +3813,15 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
 
 
 @_njit(cache=True)
-def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
-    """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
+def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx, discount, gamma, Wd):
+    """Agent a observed reward y for context x: one Laplace step (App. E.1),
+    after the forgetting of :class:`ModelSettings` when ``discount`` < 1."""
     xd[0] = 1.0
     for j in range(x.shape[0]):
         xd[j + 1] = x[j]
     theta, Sigma, _ = L
+    if discount < 1.0:
+        _discount_precision_nb(Sigma[a], discount, gamma, Wd)
     _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
 
 
@@ -3881,7 +4012,8 @@ class _MarginalModel(_RewardModel):
     @classmethod
     def run_args(cls, policy, X, settings):
         """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
-        return (True, None, None, None) if policy == "random" else (None, True, None, None)
+        return ((True, None, None, None) if policy == "random"
+                else (None, float(settings.discount), None, None))
 
     def score(self, X, mu, step):
         return _router_noncontextual_mu_nb(X, self._learned, self._n, self._s, self._cum,
@@ -3889,8 +4021,9 @@ class _MarginalModel(_RewardModel):
                                            self._constrained, self._eta)
 
     def learn(self, a, x, r):
-        self._n[a] += 1.0
-        self._s[a] += r
+        g = self.settings.discount
+        self._n[a] = g * self._n[a] + 1.0
+        self._s[a] = g * self._s[a] + r
 
     def _regrouped(self, keep, fresh):
         self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
@@ -3900,8 +4033,10 @@ class _MarginalModel(_RewardModel):
             if np.any(v < 0):
                 raise ValueError(f"state['model'][{key!r}] must be {self.A} non-negative "
                                  f"numbers")
-        if np.any(vals["n"] != seen):
-            raise ValueError("state['model']['n'] must equal state['rewards_seen']")
+        if np.any(vals["n"] != seen) and (self.settings.discount == 1.0
+                                          or np.any(vals["n"] > seen)):
+            raise ValueError("state['model']['n'] must equal state['rewards_seen'] "
+                             "(at most, with forgetting)")
         if np.any(vals["s"] > vals["n"]):
             raise ValueError("state['model']['s'] must be sums of rewards, at most "
                              "state['model']['n'] per agent (rewards are at most 1)")
@@ -3929,6 +4064,8 @@ class _LogisticModel(_RewardModel):
         self._kappa = float(settings.kappa)
         self._w_min = float(settings.w_min)
         self._w_max = float(settings.w_max)
+        self._discount, self._gamma = float(settings.discount), float(settings.gamma)
+        self._Wd = np.empty((3, p, p))
         # the arrays go to the kernels as a plain tuple of the fields of
         # _Logistic (numba types a plain tuple of arrays at C speed, a named
         # one in Python: microseconds per call); the kernels name them again
@@ -3940,7 +4077,8 @@ class _LogisticModel(_RewardModel):
         s = settings
         Xd = np.ascontiguousarray(np.column_stack([np.ones(X.shape[0]), X]))
         return None, None, _LogisticRun(Xd, policy.endswith("-ts"), float(s.gamma),
-                                        float(s.kappa), float(s.w_min), float(s.w_max)), None
+                                        float(s.kappa), float(s.w_min), float(s.w_max),
+                                        float(s.discount)), None
 
     def score(self, X, mu, step):
         return _router_logistic_mu_nb(X, self._xd, self._L, self._thompson, self._kappa,
@@ -3949,7 +4087,7 @@ class _LogisticModel(_RewardModel):
 
     def learn(self, a, x, r):
         _router_logistic_update_nb(a, x, r, self._xd, self._L, self._w_min, self._w_max,
-                                   self._Sx)
+                                   self._Sx, self._discount, self._gamma, self._Wd)
 
     def _regrouped(self, keep, fresh):
         self._L = (self._theta, self._Sigma, self._gauss)
@@ -4085,7 +4223,7 @@ class _TreeModel(_RewardModel):
         return None, None, None, _TreeRun(Xb, policy.endswith("-ts"), n_bins,
                                     int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
                                     s.max_depth, s.min_samples_leaf, s.refit_every,
-                                    _reward_sums(False))
+                                    float(s.discount), _reward_sums(False))
 
     @staticmethod
     def nbytes(A, B, depth, d, max_bins, rows):
@@ -4143,7 +4281,7 @@ class _TreeModel(_RewardModel):
             s = self.settings
             self._tree_args = (
                 (self._n_bins, self._max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
-                 s.refit_every),
+                 s.refit_every, float(s.discount)),
                 (self._W, self._H, self._HS, self._node_c, self._node_s, self._feat, self._thr,
                  self._val, self._head, self._nxt, self._Xa, self._ya, self._nobs,
                  self._fitted), tuple(self._refit),
@@ -4825,7 +4963,7 @@ def _reference_run(X, R, order, sim, rng):
 def _make_models(X, A, policy, settings):
     """One reward model per agent for ``policy`` (``None`` for random)."""
     if policy == "marginal":
-        return [MarginalAccuracy() for _ in range(A)]
+        return [MarginalAccuracy(settings.discount) for _ in range(A)]
     if policy.startswith("logistic"):
         return [LaplaceLogistic(X.shape[1], settings) for _ in range(A)]
     if policy.startswith("tree"):
@@ -5145,9 +5283,10 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
         theta, Sigma = _logistic_prior_nb(A, logistic.Xd.shape[1], logistic.gamma)
         has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
         Sx = np.empty(logistic.Xd.shape[1])
+        Wd = np.empty((3, logistic.Xd.shape[1], logistic.Xd.shape[1]))  # forgetting's scratch
     if trees is not None:
         cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
-                          trees.min_leaf, trees.refit_every)
+                          trees.min_leaf, trees.refit_every, trees.discount)
         F = _new_forests_nb(A, T, trees.Xb.shape[1], cfg, trees.sums)
         scratch = _new_refit_nb(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
     dead = _initial_dead_nb(alpha, constrained, batch, random is not None)
@@ -5186,10 +5325,12 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
             a = agent[jj]
             r = _record_nb(R, i, a, t + jj, Q, Nb, out)
             total += r
-            if marginal is not None:
-                n[a] += 1.0
-                s[a] += r
+            if marginal is not None:               # marginal: the discount (1: none)
+                n[a] = marginal * n[a] + 1.0
+                s[a] = marginal * s[a] + r
             if logistic is not None:
+                if logistic.discount < 1.0:
+                    _discount_precision_nb(Sigma[a], logistic.discount, logistic.gamma, Wd)
                 _laplace_update_nb(theta[a], Sigma[a], logistic.Xd[i], float(r), logistic.w_min,
                                    logistic.w_max, Sx)
             if trees is not None:
@@ -5591,7 +5732,7 @@ def _saved_config(st, get):
     lim = ROUTER_STATE_LIMITS
     settings_d = st["settings"]
     fields = set(ModelSettings.__dataclass_fields__)
-    if not isinstance(settings_d, dict) or set(settings_d) != fields:
+    if not isinstance(settings_d, dict) or set(settings_d) | {"discount"} != fields:
         raise ValueError("state['settings'] must hold every field of ModelSettings")
     try:
         settings = ModelSettings(**settings_d)
@@ -6266,7 +6407,7 @@ class Router(_Team):
             "eta": self.eta,
             "seed": self.seed,
             "n_features": self.n_features,
-            "settings": {k: getattr(s, k) for k in ModelSettings.__dataclass_fields__},
+            "settings": s.fields(),
             "max_pending": tasks.max_pending,
             "max_age": tasks.max_age,
             "rng": [int(v) for v in self._rng],
@@ -9797,7 +9938,7 @@ def _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power,
     return {"policies": policies, "alphas": alphas, "prefix": prefix, "pilot": pilot,
             "max_runs": max_runs, "diff": diff, "power": power, "level": level,
             "eta": _validate_eta(eta), "seed": _validate_int(seed, "seed", lo=0),
-            "model_settings": asdict(PAPER_SETTINGS)}
+            "model_settings": PAPER_SETTINGS.fields()}
 
 
 def _validation_stored(path, part, name, head, collect, say):
@@ -10396,7 +10537,7 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_s
         hashes[name] = _task_digest(np.asarray(X, dtype=float), np.asarray(R, dtype=float))
         for caps in cap_list:
             _validate_capacities(caps, shapes[name][1])
-    model_settings = {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}
+    model_settings = settings.fields()
     manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
                 "task_data": "arrays" if from_arrays else "load_task",
                 "task_shapes": {n: list(s) for n, s in shapes.items()},
