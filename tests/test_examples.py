@@ -2,7 +2,8 @@
 
 * each ``python`` code block of README.md is executed exactly as it stands,
   in a fresh namespace, from a scratch working directory;
-* the docstring examples of ``capassign`` run as doctests.
+* the docstring examples of ``capassign`` and of the book module ``capbook``
+  run as doctests.
 
 Both are kept fast (seconds, once the compiled kernels are cached).
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import capassign as ca
+import capbook as cb
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -81,11 +83,33 @@ def test_docstring_examples_on_the_data():
     _run_docstring_examples(with_data=True)
 
 
-def _public_callables():
+def test_book_module_docstring_examples():
+    """The examples of capbook, module by module (a package's re-exported names are
+    not searched by doctest)."""
+    import importlib
+    import pkgutil
+
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = []
+    for info in pkgutil.iter_modules(cb.__path__):
+        if info.name == "__main__":
+            continue
+        module = importlib.import_module(f"capbook.{info.name}")
+        tests += [t for t in finder.find(module, module.__name__, globs=vars(module).copy())
+                  if t.examples]
+    assert len(tests) >= 15, [t.name for t in tests]
+    for t in tests:
+        runner.run(t)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} docstring examples failed"
+
+
+def _public_callables(module=ca):
     import inspect
 
-    return [n for n in ca.__all__
-            if inspect.isfunction(getattr(ca, n)) or inspect.isclass(getattr(ca, n))]
+    return [n for n in module.__all__
+            if inspect.isfunction(getattr(module, n)) or inspect.isclass(getattr(module, n))]
 
 
 def _has(section, obj):
@@ -101,10 +125,11 @@ def _missing_sections(obj):
     return [section for section in need if not _has(section, obj)]
 
 
-def test_every_public_name_is_documented():
+@pytest.mark.parametrize("module", [ca, cb], ids=["capassign", "capbook"])
+def test_every_public_name_is_documented(module):
     """numpydoc ``Parameters`` (when it takes any), ``Returns`` and ``Examples`` on every
     public function, ``Examples`` on every public class."""
-    missing = {n: _missing_sections(getattr(ca, n)) for n in _public_callables()}
+    missing = {n: _missing_sections(getattr(module, n)) for n in _public_callables(module)}
     undocumented = {n: m for n, m in missing.items() if m}
     assert not undocumented, f"missing numpydoc sections: {undocumented}"
 

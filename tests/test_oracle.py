@@ -9,6 +9,7 @@ replicated agent columns.  Count bounds are recomputed with exact fractions.
 
 import itertools
 import math
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -578,5 +579,108 @@ def test_huge_rewards_are_rescaled_and_overflow_is_refused():
 
 def test_oracle_benchmark_prints_times(capsys):
     ca.benchmark_oracle(sizes=(1000, 4000), agents=(2, 3), seed=0)
-    out = capsys.readouterr().out
-    assert "n = 1,000" in out and "n = 4,000" in out and "A = 3" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6 and all(" s (" in line for line in lines)
+    assert "n = 1,000" in lines[0] and "n = 4,000" in lines[1] and "A = 3" in lines[2]
+    # the tied instances at the largest n and A: 0/1 rewards (at most 2^3
+    # distinct rows) and a 10-level grid, each through the whole programme
+    assert lines[4].startswith("optimal_assignment, A = 3, n = 4,000, binary mu (8 distinct "
+                               "rows): ") and "HiGHS, whole programme" in lines[4]
+    assert lines[5].startswith("optimal_assignment, A = 3, n = 4,000, 10-level mu (")
+    assert all(float(line.rsplit("= ", 1)[1]) < 1e-9 for line in lines)   # capacities met
+    ca.benchmark_oracle(sizes=(100,), agents=(2,), tied=False)
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+# --- the oracle on ties and on tiny weights ----------------------------------------------
+
+def _programme_sizes(monkeypatch):
+    """Record the number of rows of every programme handed to HiGHS."""
+    sizes = []
+    orig = ca._assignment_lp
+    monkeypatch.setattr(ca, "_assignment_lp",
+                        lambda mu, *a, **k: sizes.append(mu.shape[0]) or orig(mu, *a, **k))
+    return sizes
+
+
+@pytest.mark.parametrize("caps", [[0.1, 0.2, 0.3, 0.15, 0.25], [0.1, None, 0.3, None, 0.2]])
+def test_equal_rows_enter_the_programme_once(monkeypatch, caps):
+    # 0/1 rewards of five agents have at most 32 distinct rows: however many
+    # contexts, HiGHS sees 32 rows (before, the dual method handed it thousands)
+    rng = np.random.default_rng(1)
+    n = 20_000
+    mu = rng.integers(0, 2, size=(n, 5)).astype(float)
+    w = rng.dirichlet(np.ones(n))
+    sizes = _programme_sizes(monkeypatch)
+    res = ca.optimal_assignment(mu, caps, w)
+    assert sizes == [32]
+    check_solution(res, mu, caps, w)
+    # the same optimum as the programme on the distinct rows with summed weights
+    rows, inverse = np.unique(mu, axis=0, return_inverse=True)
+    small = ca.optimal_assignment(rows, caps, np.bincount(inverse.ravel(), weights=w))
+    assert math.isclose(res.value, small.value, abs_tol=1e-12)
+    np.testing.assert_allclose(res.shadow_prices, small.shadow_prices, atol=1e-12)
+
+
+@pytest.mark.parametrize("caps", [[0.2] * 5, [0.1, None, 0.3, None, 0.2]])
+def test_ties_of_reward_differences_keep_the_dual_method_small(monkeypatch, caps):
+    # rewards on a 10-level grid: more distinct rows than the whole programme
+    # takes, and exact ties of their differences at the optimal prices for
+    # thousands of them; contexts equal near the prices are merged, so HiGHS
+    # only ever sees small programmes (before: the candidate set doubled to
+    # 2,048 contexts)
+    rng = np.random.default_rng(2)
+    mu = rng.integers(0, 10, size=(12_000, 5)) / 9
+    assert np.unique(mu, axis=0).shape[0] > ca.ORACLE_LP_MAX_CONTEXTS
+    sizes = _programme_sizes(monkeypatch)
+    res = ca.optimal_assignment(mu, caps)
+    assert max(sizes) <= ca._DUAL_FIRST_CANDIDATES + 5, sizes
+    check_solution(res, mu, caps, np.full(12_000, 1 / 12_000))
+
+
+def test_tied_contexts_share_their_group_in_context_order():
+    # two groups of four equal rows, interleaved; agent 0 takes all of the
+    # first group (mass 0.5) and 0.1 of the second: the second group's first
+    # context (index 1) gives it 0.8 of its weight 0.125, the later ones none
+    mu = np.array([[0.9, 0.1], [0.2, 0.8]] * 4)
+    res = ca.optimal_assignment(mu, [0.6, 0.4])
+    expected = np.array([[1.0, 0.0], [0.8, 0.2]] + [[1.0, 0.0], [0.0, 1.0]] * 3)
+    np.testing.assert_allclose(res.assignment, expected, atol=1e-12)
+
+
+@FAST
+@given(inst=st.one_of(instances(n_max=10), instances(n_max=10, free=True, a_min=3)),
+       copies=st.lists(st.integers(0, 9), min_size=1, max_size=30))
+def test_repeated_rows_are_split_in_context_order(inst, copies):
+    # rows repeated in a shuffled order: the optimum is that of the distinct
+    # rows (certificate), and within each group of equal rows the agents are
+    # met in increasing order along the contexts, with at most A - 1 split rows
+    mu0, caps, w0 = inst
+    pick = np.array([c % mu0.shape[0] for c in copies])
+    mu = mu0[pick]
+    w = w0[pick] + 1.0 / len(pick)
+    w /= w.sum()
+    res = ca.optimal_assignment(mu, caps, w)
+    check_solution(res, mu, caps, w)
+    P = res.assignment
+    for row in np.unique(mu, axis=0):
+        members = np.flatnonzero((mu == row).all(axis=1))
+        lowest = np.argmax(P[members] > 1e-12, axis=1)
+        highest = mu.shape[1] - 1 - np.argmax(P[members][:, ::-1] > 1e-12, axis=1)
+        assert np.all(lowest[1:] >= highest[:-1])
+        assert np.sum(highest > lowest) <= mu.shape[1] - 1
+
+
+@pytest.mark.parametrize("tiny", [5e-16, 1e-300, 5e-324])
+def test_tiny_weights_give_a_finite_optimum(tiny):
+    # HiGHS cannot resolve a mass below its tolerance and may return none at
+    # all for such a context: its row used to become 0/0 = NaN (with a
+    # RuntimeWarning); it now follows the rule of Thm 1 like a weight-zero one
+    mu = np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]])
+    w = [1 - 2 * tiny, tiny, tiny]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = ca.optimal_assignment(mu, [0.5, 0.5], weights=w)
+    assert np.isfinite(res.assignment).all() and np.isfinite(res.value)
+    check_solution(res, mu, [0.5, 0.5], res.weights)
+    np.testing.assert_allclose(res.loads, [0.5, 0.5], atol=1e-12)

@@ -1,6 +1,8 @@
 """The distribution works as well as the source tree: a wheel, installed in a
 fresh environment, finds the data registry it ships and loads a task from
-``CAPASSIGN_DATA``.
+``CAPASSIGN_DATA``; the book's module ``capbook`` travels beside ``capassign``
+(which does not import it), and the README's set-up installs it from the
+checkout's ``book/capbook``.
 
 The wheel is built from a copy of the files the build reads (so the working
 tree gets no ``build/`` or ``*.egg-info``), without build isolation and without
@@ -30,10 +32,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-# the files the build reads: the module, its metadata and the data files the
-# distribution ships (read from pyproject.toml, so a file added there is built too)
+# the files the build reads: the module, its metadata, the data files the
+# distribution ships and the book module's files (read from pyproject.toml, so a
+# file added there is built too)
+_SETUPTOOLS = _PYPROJECT["tool"]["setuptools"]
+BOOK_MODULE = _SETUPTOOLS["package-dir"]["capbook"]
 BUILD_FILES = ("pyproject.toml", "capassign.py", "README.md", "LICENSE") + tuple(
-    f"data/{name}" for name in _PYPROJECT["tool"]["setuptools"]["package-data"]["capassign_data"])
+    f"data/{name}" for name in _SETUPTOOLS["package-data"]["capassign_data"]) + tuple(
+    p.relative_to(ROOT).as_posix() for p in sorted((ROOT / BOOK_MODULE).glob("*.py")))
 
 
 def _setuptools_version():
@@ -134,3 +140,35 @@ def test_wheel_command_line(installed):
     missing = _run(py, [str(script), "data", "verify"], tmp, CAPASSIGN_DATA=str(tmp / "absent"))
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
+
+
+def test_wheel_ships_the_book_module_apart_from_the_library(installed):
+    py, env_dir, tmp = installed
+    code = ("import sys, capassign; before = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('capbook', 'jupytext', 'nbformat', 'papermill', 'myst_nb')); import capbook; "
+            "print(before); print(capbook.__file__); print(capbook.show_table.__module__)")
+    got = _run(py, code, tmp)
+    assert got.returncode == 0, got.stderr
+    before, module, home = got.stdout.splitlines()
+    assert before == "[]"                     # the library loads nothing of the book
+    assert Path(module).resolve().is_relative_to(env_dir.resolve())
+    assert home == "capbook.present"
+    # the chapter tools need a checkout: one line that says so, not an empty list
+    listed = _run(py, [str(py), "-m", "capbook", "reproduce", "--list"], tmp)
+    assert listed.returncode == 2 and listed.stdout == ""
+    assert listed.stderr.count("\n") == 1 and "checkout" in listed.stderr, listed.stderr
+
+
+def test_readme_setup_installs_the_book_module(tmp_path):
+    """The README's set-up (``pip install -e``) installs capbook from book/capbook:
+    importable from any folder, without PYTHONPATH, as this checkout's files."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = readme.split("\n## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert quick.count('pip install -e ".[') >= 2       # the book build and the test command
+    assert "capbook" in _SETUPTOOLS["packages"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    got = subprocess.run([sys.executable, "-c", "import capbook; print(capbook.__file__)"],
+                         cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert Path(got.stdout.strip()) == ROOT / BOOK_MODULE / "__init__.py"

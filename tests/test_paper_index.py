@@ -15,6 +15,7 @@ import inspect
 import pytest
 
 import capassign as ca
+import capbook as cb
 
 # Parts of the paper that must each appear in the index.
 REQUIRED = ["Sec. 2.3", "Thm 1", "App. A", "Prop. 1", "Prop. 2", "App. B.4", "App. C",
@@ -24,7 +25,7 @@ REQUIRED = ["Sec. 2.3", "Thm 1", "App. A", "Prop. 1", "Prop. 2", "App. B.4", "Ap
 
 @pytest.fixture(scope="module")
 def index():
-    return ca.glued_values("paper_index")["pi_index"]
+    return cb.glued_values("paper_index")["pi_index"]
 
 
 def _resolve(name):
@@ -48,4 +49,4 @@ def test_the_page_shows_the_modules_code(index):
     stale = [name for _, name, _, digest in index
              if hashlib.sha256(inspect.getsource(_resolve(name)).encode()).hexdigest() != digest]
     assert not stale, (f"the code of {stale} changed since the paper_index chapter was "
-                       "executed: python -m capassign reproduce paper_index")
+                       "executed: python -m capbook reproduce paper_index")

@@ -1,7 +1,8 @@
 """Numbers in a chapter's findings are bound to its computation.
 
-The "What we find" section of every chapter states results; re-running the
-chapter with other parameters (``python -m capassign reproduce NAME -p ...``)
+The "What we find" section of every chapter states results, and so does the
+"In brief" block an experiment chapter opens with; re-running the
+chapter with other parameters (``python -m capbook reproduce NAME -p ...``)
 must change them with it. So every number there is inserted by myst-nb's
 ``{glue:text}`` (or lives in math, inline code or a reference such as "Fig. 3"
 or "App. H.5"); a bare number typed into the prose fails this test.
@@ -14,7 +15,7 @@ import re
 
 import pytest
 
-import capassign as ca
+import capbook as cb
 
 PENDING = set()
 
@@ -57,6 +58,12 @@ def findings(text):
     return "\n".join(out)
 
 
+def briefs(text):
+    """The text of a chapter's "In brief" block(s) (``:::{admonition} In brief`` ... ``:::``)."""
+    return "\n".join(re.findall(r"^:::\{admonition\} In brief\n(.*?)^:::$", text,
+                                flags=re.S | re.M))
+
+
 def bare_numbers(text):
     """Numbers typed into prose: what is left after markup, references and names."""
     for pattern in _MARKUP:
@@ -75,14 +82,42 @@ def test_the_check_finds_typed_numbers_and_spares_markup():
     assert bare_numbers(findings(code)) == []
 
 
-@pytest.mark.parametrize("name", ca.chapter_names())
+@pytest.mark.parametrize("name", cb.chapter_names())
 def test_findings_hold_no_typed_numbers(name):
     if name in PENDING:
         pytest.skip(f"{name}: prose not converted to glue yet")
     if name in NO_FINDINGS:
         pytest.skip(f"{name}: a reference page, no findings")
-    text = (ca.CHAPTER_DIR / f"{name}.md").read_text(encoding="utf-8")
+    text = (cb.CHAPTER_DIR / f"{name}.md").read_text(encoding="utf-8")
     section = findings(text)
     assert section.strip(), f"{name}: no 'What we find' section"
     typed = bare_numbers(section)
     assert not typed, f"{name}: numbers typed into 'What we find' (glue them): {typed}"
+
+
+def test_the_brief_check_reads_the_block():
+    text = ("# T\n\n:::{admonition} In brief\n:class: ca-brief\n- It is 0.31, "
+            "{glue:text}`x:.2f` on ImageNet-16H.\n:::\n\nAfter 0.5.\n")
+    assert bare_numbers(briefs(text)) == ["0.31"]
+
+
+@pytest.mark.parametrize("name", cb.chapter_names())
+def test_briefs_hold_no_typed_numbers(name):
+    text = (cb.CHAPTER_DIR / f"{name}.md").read_text(encoding="utf-8")
+    typed = bare_numbers(briefs(text))
+    assert not typed, f"{name}: numbers typed into 'In brief' (glue them): {typed}"
+
+
+# The chapters that report an experiment (as in tests/test_browser.py).
+EXPERIMENT = re.compile(r"^(exp_|ext_|beyond_)|^(data_agents|fast_engine|router_live)$")
+
+
+@pytest.mark.parametrize("name", [n for n in cb.chapter_names() if EXPERIMENT.search(n)])
+def test_experiment_chapters_open_with_a_brief(name):
+    """The first block after the title is the "In brief" finding, with glued numbers."""
+    text = (cb.CHAPTER_DIR / f"{name}.md").read_text(encoding="utf-8")
+    body = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)
+    after_title = re.split(r"^# .*$", body, maxsplit=1, flags=re.M)[-1].lstrip()
+    assert after_title.startswith(":::{admonition} In brief"), \
+        f"{name}: the title is not followed by an 'In brief' block"
+    assert "{glue:text}`" in briefs(text), f"{name}: 'In brief' quotes no glued number"

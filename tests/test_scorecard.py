@@ -20,10 +20,11 @@ import pytest
 import yaml
 
 import capassign as ca
+import capbook as cb
 
-ITEMS_PATH = ca.ROOT / "book" / "scorecard.yml"
+ITEMS_PATH = cb.ROOT / "book" / "scorecard.yml"
 VERDICTS = ("reproduced", "differs", "not re-run", "pending")
-KINDS = (*ca.SCORECARD_TOL, "claim")
+KINDS = (*cb.SCORECARD_TOL, "claim")
 TASK_LABELS = {"bank": "Bank", "credit": "Credit", "coupon": "Coupon", "cardio": "Cardio",
                "mmlu": "MMLU", "imagenet16h": "ImageNet-16H"}
 
@@ -33,8 +34,8 @@ def load_items(path=ITEMS_PATH):
 
 
 def current_verdicts(items):
-    values = {ch: ca.glued_values(ch) for ch in {it["chapter"] for it in items}}
-    return {it["id"]: ca.scorecard_verdict(it, values[it["chapter"]]) for it in items}
+    values = {ch: cb.glued_values(ch) for ch in {it["chapter"] for it in items}}
+    return {it["id"]: cb.scorecard_verdict(it, values[it["chapter"]]) for it in items}
 
 
 ITEMS = load_items()
@@ -43,7 +44,7 @@ ITEMS = load_items()
 def test_items_are_well_formed():
     ids = [it["id"] for it in ITEMS]
     assert len(ids) == len(set(ids)), "duplicate ids"
-    chapters = set(ca.chapter_names())
+    chapters = set(cb.chapter_names())
     for it in ITEMS:
         assert {"id", "section", "where", "paper", "kind", "chapter", "expect"} <= set(it), it
         assert it["kind"] in KINDS, it
@@ -61,11 +62,11 @@ def test_items_are_well_formed():
 
 
 def test_the_page_is_run_after_the_chapters_it_reads():
-    """``python -m capassign reproduce`` runs a chapter after those named in its front
+    """``python -m capbook reproduce`` runs a chapter after those named in its front
     matter ``reads``: the scorecard must name every chapter its items read."""
     import jupytext
 
-    meta = jupytext.read(ca.CHAPTER_DIR / "scorecard.md").metadata["capassign"]
+    meta = jupytext.read(cb.CHAPTER_DIR / "scorecard.md").metadata["capassign"]
     assert sorted(meta["reads"]) == sorted({it["chapter"] for it in ITEMS})
     assert meta["needs_data"] == []
 
@@ -73,7 +74,7 @@ def test_the_page_is_run_after_the_chapters_it_reads():
 def test_every_glue_name_marked_ours_exists():
     """``ours:`` names must be stored by their chapter; missing ones belong under ``needs:``."""
     for ch in {it["chapter"] for it in ITEMS}:
-        stored = ca.glued_values(ch)
+        stored = cb.glued_values(ch)
         missing = [it["id"] for it in ITEMS if it["chapter"] == ch and "ours" in it
                    and it["ours"] not in stored]
         assert not missing, f"{ch} does not store the values of {missing}"
@@ -83,7 +84,7 @@ def test_needs_that_are_now_stored_are_reported():
     """A ``needs:`` name the chapter now stores should be switched to ``ours:``."""
     stale = []
     for ch in {it["chapter"] for it in ITEMS}:
-        stored = ca.glued_values(ch)
+        stored = cb.glued_values(ch)
         stale += [it["id"] for it in ITEMS if it["chapter"] == ch and it.get("needs") in stored]
     assert not stale, f"switch needs: to ours: for {stale}"
 
@@ -103,7 +104,7 @@ def test_every_difference_has_a_reason():
 
 def test_the_page_is_current():
     """The executed scorecard page shows the verdicts computed now."""
-    stored = ca.glued_values("scorecard")
+    stored = cb.glued_values("scorecard")
     got = [v for v, _ in current_verdicts(ITEMS).values()]
     assert stored["sc_items"] == len(ITEMS)
     for v in VERDICTS:
@@ -141,50 +142,50 @@ def test_paper_values_agree_with_the_module_constants():
 def test_the_check_can_fail():
     """A changed value flips a verdict, for numbers and for claims."""
     num = {"kind": "error", "paper": 0.171, "ours": "x"}
-    assert ca.scorecard_verdict(num, {"x": 0.171 + 0.0099})[0] == "reproduced"
-    assert ca.scorecard_verdict(num, {"x": 0.171 + 0.0101})[0] == "differs"
-    assert ca.scorecard_verdict(num, {"x": 0.171 - 0.02})[0] == "differs"
+    assert cb.scorecard_verdict(num, {"x": 0.171 + 0.0099})[0] == "reproduced"
+    assert cb.scorecard_verdict(num, {"x": 0.171 + 0.0101})[0] == "differs"
+    assert cb.scorecard_verdict(num, {"x": 0.171 - 0.02})[0] == "differs"
     count = {"kind": "count", "paper": 12357, "ours": "T"}
-    assert ca.scorecard_verdict(count, {"T": 12357})[0] == "reproduced"
-    assert ca.scorecard_verdict(count, {"T": 12358})[0] == "differs"
+    assert cb.scorecard_verdict(count, {"T": 12357})[0] == "reproduced"
+    assert cb.scorecard_verdict(count, {"T": 12358})[0] == "differs"
     claim = {"kind": "claim", "paper": "all", "holds": "all of n", "ours": "k"}
-    assert ca.scorecard_verdict(claim, {"k": 20, "n": 20})[0] == "reproduced"
-    assert ca.scorecard_verdict(claim, {"k": 19, "n": 20})[0] == "differs"
-    assert ca.scorecard_verdict(claim, {"k": 19})[0] == "pending"
+    assert cb.scorecard_verdict(claim, {"k": 20, "n": 20})[0] == "reproduced"
+    assert cb.scorecard_verdict(claim, {"k": 19, "n": 20})[0] == "differs"
+    assert cb.scorecard_verdict(claim, {"k": 19})[0] == "pending"
     most = {"kind": "claim", "paper": "most", "holds": "most of n", "ours": "k"}
-    assert ca.scorecard_verdict(most, {"k": 11, "n": 20})[0] == "reproduced"
-    assert ca.scorecard_verdict(most, {"k": 10, "n": 20})[0] == "differs"
+    assert cb.scorecard_verdict(most, {"k": 11, "n": 20})[0] == "reproduced"
+    assert cb.scorecard_verdict(most, {"k": 10, "n": 20})[0] == "differs"
     le = {"kind": "claim", "paper": "similar", "holds": "<= 0.01", "ours": "g"}
-    assert ca.scorecard_verdict(le, {"g": 0.004})[0] == "reproduced"
-    assert ca.scorecard_verdict(le, {"g": 0.015})[0] == "differs"
+    assert cb.scorecard_verdict(le, {"g": 0.004})[0] == "reproduced"
+    assert cb.scorecard_verdict(le, {"g": 0.015})[0] == "differs"
     lt = {"kind": "claim", "paper": "U", "holds": "< b1", "ours": "bmin"}
-    assert ca.scorecard_verdict(lt, {"bmin": 0.12, "b1": 0.28})[0] == "reproduced"
-    assert ca.scorecard_verdict(lt, {"bmin": 0.28, "b1": 0.28})[0] == "differs"
-    assert ca.scorecard_verdict({"kind": "error", "paper": 0.1, "needs": "x"}, {"x": 0.1})[0] \
+    assert cb.scorecard_verdict(lt, {"bmin": 0.12, "b1": 0.28})[0] == "reproduced"
+    assert cb.scorecard_verdict(lt, {"bmin": 0.28, "b1": 0.28})[0] == "differs"
+    assert cb.scorecard_verdict({"kind": "error", "paper": 0.1, "needs": "x"}, {"x": 0.1})[0] \
         == "pending"
-    assert ca.scorecard_verdict({"kind": "error", "paper": 0.1, "not_rerun": "no data"},
+    assert cb.scorecard_verdict({"kind": "error", "paper": 0.1, "not_rerun": "no data"},
                                 {})[0] == "not re-run"
 
 
 def test_a_changed_stored_value_flips_a_committed_verdict():
     """On the real items: perturbing one chapter's stored value changes the verdict list."""
     item = next(it for it in ITEMS if it["expect"] == "reproduced" and it["kind"] == "accuracy")
-    values = dict(ca.glued_values(item["chapter"]))
-    assert ca.scorecard_verdict(item, values)[0] == "reproduced"
+    values = dict(cb.glued_values(item["chapter"]))
+    assert cb.scorecard_verdict(item, values)[0] == "reproduced"
     values[item["ours"]] = float(values[item["ours"]]) + 0.05
-    assert ca.scorecard_verdict(item, values)[0] == "differs"
+    assert cb.scorecard_verdict(item, values)[0] == "differs"
     claim = next(it for it in ITEMS if it["expect"] == "reproduced"
                  and str(it.get("holds", "")).startswith("all of"))
-    values = dict(ca.glued_values(claim["chapter"]))
+    values = dict(cb.glued_values(claim["chapter"]))
     values[claim["ours"]] -= 1
-    assert ca.scorecard_verdict(claim, values)[0] == "differs"
+    assert cb.scorecard_verdict(claim, values)[0] == "differs"
 
 
 def test_bad_kind_is_a_clear_error():
     with pytest.raises(ValueError, match="kind.. must be one of"):
-        ca.scorecard_verdict({"kind": "percent", "paper": 1, "ours": "x"}, {"x": 1})
+        cb.scorecard_verdict({"kind": "percent", "paper": 1, "ours": "x"}, {"x": 1})
     with pytest.raises(ValueError, match="holds.. must be one of"):
-        ca.scorecard_verdict({"kind": "claim", "holds": "=< 0", "ours": "x"}, {"x": 1})
+        cb.scorecard_verdict({"kind": "claim", "holds": "=< 0", "ours": "x"}, {"x": 1})
 
 
 def test_update_switches_stored_needs_and_rewrites_expect(tmp_path, monkeypatch):
@@ -209,7 +210,7 @@ def test_update_switches_stored_needs_and_rewrites_expect(tmp_path, monkeypatch)
 """
     path = tmp_path / "items.yml"
     path.write_text(text)
-    monkeypatch.setattr(ca, "glued_values", lambda ch: {"sd_new": 0.25, "k": 3, "n": 4})
+    monkeypatch.setattr(cb, "glued_values", lambda ch: {"sd_new": 0.25, "k": 3, "n": 4})
     update(path)
     items = load_items(path)
     assert items[0]["ours"] == "sd_new" and "needs" not in items[0]
@@ -222,7 +223,7 @@ def update(path=ITEMS_PATH):
     stores becomes ``ours:``, and every ``expect:`` line gets the verdict computed now."""
     items = load_items(path)
     lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
-    stored = {ch: ca.glued_values(ch) for ch in {it["chapter"] for it in items}}
+    stored = {ch: cb.glued_values(ch) for ch in {it["chapter"] for it in items}}
     chapter = None
     for i, line in enumerate(lines):
         m = re.match(r"  chapter: (\S+)", line)

@@ -25,30 +25,10 @@ SOURCE = ROOT / "capassign.py"
 BOOK_TOOLS = {"jupytext", "nbformat", "papermill", "myst_nb"}
 
 #: Known exceptions, each (the code that refers, the name it refers to) with
-#: the reason.  Every entry is code that leaves capassign.py with the book's
-#: module (the chapter read-outs, the engine validation and the chapter
-#: tooling) or code under rework elsewhere; empty this list once they are
-#: gone or moved (a stale entry fails test_known_exceptions_are_still_needed).
-KNOWN_EXCEPTIONS = {
-    # chapter read-outs (section 9) drawing with the figure style of section 11
-    ("ExperimentAnalysis", "POLICY_STYLE"), ("ExperimentAnalysis", "book_figure"),
-    ("ExperimentAnalysis", "legend_outside"), ("ExperimentAnalysis", "plot_error_vs_capacity"),
-    # the engine validation (section 9) writing its file with the sweep's helpers (section 10)
-    ("_validation_stored", "_canonical_json"), ("_validation_stored", "_read_json_file"),
-    ("validate_engines", "_json_digest"), ("validate_engines", "_task_digest"),
-    ("validate_engines", "_write_json_atomic"), ("read_engine_validation", "_json_digest"),
-    ("read_engine_validation", "_read_json_file"), ("read_engine_validation", "_task_digest"),
-    # glued numbers of the book (section 11) read from the executed chapters (section 12)
-    ("glued_values", "EXECUTED_DIR"),
-    # load_task (section 8) takes each tabular task's agent seed from the seed
-    # search of section 9, under rework: the search moves before load_task
-    ("load_task", "paper_agent_seed"),
-    # imports of book tools, by code that moves to the book's module
-    ("glue", "myst_nb"), ("_chapter_reads", "jupytext"), ("_execute_chapter", "jupytext"),
-    ("_execute_chapter", "nbformat"), ("_execute_chapter", "papermill"),
-    ("chapter_drift", "jupytext"), ("chapter_drift", "nbformat"), ("sync_text", "jupytext"),
-    ("sync_text", "nbformat"),
-}
+#: the reason.  None now: the book's code left with its module capbook and the
+#: seed search that load_task reads sits in section 8.  An entry added here
+#: must say why; a stale one fails test_known_exceptions_are_still_needed.
+KNOWN_EXCEPTIONS = set()
 
 
 def _sections(lines):

@@ -128,17 +128,21 @@ def test_sweep_rejects_bad_input(small, tmp_path):
 
 # --- command line -------------------------------------------------------------------
 
-SUBCOMMANDS = (["reproduce"], ["sync-text"], ["data"], ["data", "list"], ["data", "verify"],
-               ["data", "fetch"], ["bench"], ["simulate"], ["sweep"])
+# the library's command line and the book's (python -m capbook)
+SUBCOMMANDS = [("capassign", w) for w in (["data"], ["data", "list"], ["data", "verify"],
+                                         ["data", "fetch"], ["bench"], ["simulate"], ["sweep"])]
+SUBCOMMANDS += [("capbook", w) for w in (["reproduce"], ["sync-text"], ["validate-engines"])]
 
 
-@pytest.mark.parametrize("words", SUBCOMMANDS, ids=" ".join)
-def test_every_subcommand_has_help(words, capsys):
+@pytest.mark.parametrize("prog, words", SUBCOMMANDS, ids=lambda v: " ".join(v))
+def test_every_subcommand_has_help(prog, words, capsys):
+    import capbook
+
     with pytest.raises(SystemExit) as exc:
-        ca.main(words + ["--help"])
+        (ca if prog == "capassign" else capbook).main(words + ["--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    assert text.startswith(f"usage: capassign {' '.join(words)}")
+    assert text.startswith(f"usage: {prog} {' '.join(words)}")
     assert len(text.splitlines()) > 3
 
 
@@ -290,3 +294,139 @@ def test_bad_task_names_are_refused_before_any_work(tmp_path, name):
     with pytest.raises((ValueError, TypeError), match="task name"):
         _tiny_sweep(tmp_path, {name: _tiny(0)})
     assert not tmp_path.joinpath("cells").exists()
+
+
+# --- what a sweep refuses before any work ----------------------------------------
+
+def _no_plan(monkeypatch):
+    def work(*args, **kwargs):
+        raise AssertionError("the sweep started its work")
+    monkeypatch.setattr(ca, "_sweep_plan", work)
+
+
+def test_a_sweep_too_large_for_memory_is_refused_before_any_work(tmp_path, monkeypatch):
+    # 10^9 cells of one run: the plan alone would take terabytes (and minutes
+    # to build before the MemoryError); refused from the arguments alone
+    _no_plan(monkeypatch)
+    with pytest.raises(ValueError, match=r"^runs=1000000000, block=1 needs about [\d.]+ TiB "
+                                         r"for the plan and table of 1,000,000,000 cells"):
+        _tiny_sweep(tmp_path / "s", runs=10**9, block=1)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_cell_too_large_for_memory_is_refused_before_any_work(tmp_path, monkeypatch):
+    # the table of 10^5 rows fits in 128 MiB (about 98 MiB), a cell of 10^5
+    # runs of 100 tasks in a worker does not (about 174 MiB)
+    monkeypatch.setenv("CAPASSIGN_MEMORY_LIMIT", "128M")
+    cell = ca._sweep_cell
+    monkeypatch.setattr(ca, "_sweep_cell", lambda *a: 1 / 0)   # no cell may start
+    with pytest.raises(ValueError, match=r"^block=100000 needs about 174\.0 MiB for a cell of "
+                                         r"100,000 runs of task 't' \(random\) in each worker, "
+                                         r"over the limit of 128\.0 MiB"):
+        _tiny_sweep(tmp_path / "s", runs=100_000, block=100_000)
+    assert not (tmp_path / "s").exists()
+    monkeypatch.setattr(ca, "_sweep_cell", cell)
+    assert _tiny_sweep(tmp_path / "s").attrs["computed"] == 3    # small ones still run
+
+
+def test_repeated_policies_and_capacities_are_refused(tmp_path):
+    # they used to give every row twice (the same cells, listed twice)
+    X, R = _tiny(0)
+    with pytest.raises(ValueError, match="policies must not repeat a name"):
+        ca.sweep({"t": (X, R)}, ["random", "random"], [0.5], tmp_path / "a", runs=2,
+                 backend="sequential")
+    with pytest.raises(ValueError, match=r"capacities must not repeat a vector.*\(0\.5, 0\.5\)"):
+        ca.sweep({"t": (X, R)}, ["random"], [0.5, [0.5, 0.5]], tmp_path / "a", runs=2,
+                 backend="sequential")
+    assert not (tmp_path / "a").exists()
+
+
+def test_an_empty_out_dir_is_refused(tmp_path, monkeypatch):
+    # Path("") is the current folder: the sweep used to write its cells there
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="out_dir must name a results folder"):
+        _tiny_sweep("")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("address", ["tcp://host:abc", "tcp://host:99999", "http://host:8786",
+                                     "tcp://", "garbage address", "tcp://:8786", "host:",
+                                     "tcp://a:1:2"])
+def test_a_malformed_scheduler_address_is_refused_at_once(tmp_path, address):
+    # it used to wait for the client's connection timeout, then print a traceback
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="scheduler must be a Dask scheduler address"):
+        _tiny_sweep(tmp_path / "s", backend="dask", scheduler=address)
+    assert time.perf_counter() - start < 5 and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("address", ["tcp://10.0.0.1:8786", "10.0.0.1:8786", "localhost",
+                                     "tls://scheduler-1.example.org:8786", "tcp://[::1]:8786",
+                                     "ws://h:1", "ucx://h:65535", "inproc://10.0.0.1/123/1"])
+def test_well_formed_scheduler_addresses_pass_the_check(address):
+    assert ca._validate_scheduler(address) == address
+
+
+# --- links planted in a results folder are not followed ---------------------------------
+
+def test_a_planted_lock_link_is_refused(tmp_path):
+    out, target = tmp_path / "s", tmp_path / "elsewhere" / "victim"
+    out.mkdir()
+    target.parent.mkdir()
+    (out / ".lock").symlink_to(target)      # dangling: opening it would create the victim
+    with pytest.raises(ValueError, match=r"\.lock .* is a symbolic link"):
+        _tiny_sweep(out)
+    assert not target.exists() and not (out / "sweep.json").exists()
+
+
+def test_a_planted_cells_link_is_refused(tmp_path):
+    out, target = tmp_path / "s", tmp_path / "elsewhere"
+    out.mkdir()
+    target.mkdir()
+    (out / "cells").symlink_to(target, target_is_directory=True)
+    with pytest.raises(ValueError, match=r"cells .* is a symbolic link"):
+        _tiny_sweep(out)
+    assert list(target.iterdir()) == []
+
+
+def test_a_planted_temporary_table_link_is_not_followed(tmp_path):
+    # the table was written to the fixed name .results.csv.tmp, through any
+    # link planted there, and renamed: the link's target was overwritten
+    out, victim = tmp_path / "s", tmp_path / "victim.txt"
+    out.mkdir()
+    victim.write_text("precious\n")
+    (out / ".results.csv.tmp").symlink_to(victim)
+    df = _tiny_sweep(out)
+    assert victim.read_text() == "precious\n"
+    assert (out / "results.csv").read_text() == df.to_csv(index=False)
+    assert not (out / "results.csv").is_symlink()
+
+
+def test_cells_of_another_eta_are_recomputed(tmp_path):
+    # a cell's key holds a hash of every setting that changes its numbers:
+    # cells computed at eta = 0.5, copied into a sweep at eta = 0.25, must be
+    # refused and recomputed (the stale-cell class of bug, for a setting)
+    X, R = _tiny(0)
+    kw = dict(runs=3, block=1, backend="sequential")
+    ca.sweep({"t": (X, R)}, ["marginal"], [0.3], tmp_path / "a", eta=0.5, **kw)
+    (tmp_path / "b").mkdir()
+    for p in _cell_paths(tmp_path / "a"):
+        (tmp_path / "b" / "cells").mkdir(exist_ok=True)
+        (tmp_path / "b" / "cells" / p.name).write_bytes(p.read_bytes())
+    with pytest.warns(RuntimeWarning, match="computed again"):
+        df = ca.sweep({"t": (X, R)}, ["marginal"], [0.3], tmp_path / "b", eta=0.25, **kw)
+    assert df.attrs["computed"] == 3 and df.attrs["reused"] == 0
+    fresh = ca.sweep({"t": (X, R)}, ["marginal"], [0.3], tmp_path / "c", eta=0.25, **kw)
+    assert df.equals(fresh)
+    stale = ca.sweep({"t": (X, R)}, ["marginal"], [0.3], tmp_path / "a", eta=0.5, **kw)
+    assert not np.array_equal(stale.error, fresh.error)    # eta changes these numbers
+
+
+def test_progress_bar_only_on_a_terminal_or_when_asked(tmp_path, capsys):
+    # progress=None: a bar only when stderr is a terminal (under pytest it is not)
+    _tiny_sweep(tmp_path / "a")
+    assert "sweep cells" not in capsys.readouterr().err
+    _tiny_sweep(tmp_path / "b", progress=True)
+    assert "sweep cells" in capsys.readouterr().err
+    _tiny_sweep(tmp_path / "c", progress=False)
+    assert capsys.readouterr().err == ""

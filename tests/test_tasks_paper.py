@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import capassign as ca
@@ -23,39 +24,63 @@ def test_search_file_covers_every_tabular_task_and_the_stated_range():
     assert range(*obj["seeds"]) == ca.AGENT_SEED_SEARCH
     assert set(obj["tasks"]) == set(ca.TABULAR_TASKS)
     for name in ca.TABULAR_TASKS:
-        df = ca.tabular_agent_search(name)
-        assert list(df.seed) == list(ca.AGENT_SEED_SEARCH)
-        assert ((df[["ordinal", "onehot", "xgboost"]] > 0) & (df[["ordinal", "onehot",
-                                                                  "xgboost"]] < 1)).all().all()
+        assert set(obj["tasks"][name]) == {"n_stream", *ca.AGENT_SUBSET_READINGS}
+        for subset in ca.AGENT_SUBSET_READINGS:
+            assert set(obj["tasks"][name][subset]) == {"ordinal/z", "onehot/z", "ordinal/normal",
+                                                       "onehot/normal", "xgboost"}
+            for scaling in ca.AGENT_SCALINGS:
+                df = ca.tabular_agent_search(name, subset=subset, scaling=scaling)
+                assert list(df.seed) == list(ca.AGENT_SEED_SEARCH)
+                acc = df[["ordinal", "onehot", "xgboost"]]
+                assert ((acc > 0) & (acc < 1)).all().all()
+        # the default readings are the chosen ones
+        pd.testing.assert_frame_equal(
+            ca.tabular_agent_search(name),
+            ca.tabular_agent_search(name, subset=ca.TABULAR_SUBSET, scaling=ca.TABULAR_SCALING))
 
 
 def test_paper_agent_seed_applies_the_stated_rule():
     for name in ca.TABULAR_TASKS:
-        df = ca.tabular_agent_search(name)
-        p1, p2 = ca.paper_accuracies(name)
-        enc = ca.TABULAR_ENCODING[name]
-        dist = [max(abs(a - p1), abs(b - p2)) for a, b in zip(df[enc], df.xgboost)]
-        best = min(range(len(dist)), key=lambda i: (dist[i], i))   # ties to the smaller seed
-        assert ca.paper_agent_seed(name) == int(df.seed[best])
-        assert dist[best] <= 0.02
+        for enc, subset, scaling in ((None, None, None), ("ordinal", "upto", "normal")):
+            r = ca._agent_readings(name, enc, subset, scaling)
+            df = ca.tabular_agent_search(name, subset=r["subset"], scaling=r["scaling"])
+            p1, p2 = ca.paper_accuracies(name)
+            dist = [max(abs(a - p1), abs(b - p2)) for a, b in zip(df[r["encoding"]], df.xgboost)]
+            best = min(range(len(dist)), key=lambda i: (dist[i], i))   # ties to the smaller seed
+            assert ca.paper_agent_seed(name, encoding=enc, subset=subset,
+                                       scaling=scaling) == int(df.seed[best])
+        assert min(dist) <= 0.03
+
+
+def _search_file(path, seeds, counts):
+    """A schema-2 search file with the same ``counts[name]`` (dict agent -> list) under
+    every reading."""
+    tasks = {name: {"n_stream": n, **{s: dict(c) for s in ca.AGENT_SUBSET_READINGS}}
+             for name, (n, c) in counts.items()}
+    path.write_text(json.dumps({"schema": ca.TABULAR_AGENTS_SCHEMA, "seeds": list(seeds),
+                                "tasks": tasks}))
+    return path
 
 
 def test_paper_agent_seed_ties_go_to_the_smaller_seed(tmp_path):
     n = 1000
-    tasks = {}
+    counts = {}
     for name in ca.TABULAR_TASKS:
         p1, p2 = ca.paper_accuracies(name)
-        enc = ca.TABULAR_ENCODING[name]
         hit1, hit2 = round(p1 * n), round(p2 * n)
         logi = [hit1 - 100, hit1, hit1 - 100, hit1]   # seeds 11 and 13 tie exactly
-        tasks[name] = {"n_stream": n, "ordinal": logi, "onehot": logi,
-                       "xgboost": [hit2] * 4}
-        tasks[name][enc] = logi
-    path = tmp_path / "search.json"
-    path.write_text(json.dumps({"schema": ca.TABULAR_AGENTS_SCHEMA, "seeds": [10, 14],
-                                "tasks": tasks}))
+        counts[name] = (n, {**{a: logi for a in ca._SEARCH_LOGISTIC}, "xgboost": [hit2] * 4})
+    path = _search_file(tmp_path / "search.json", [10, 14], counts)
     for name in ca.TABULAR_TASKS:
         assert ca.paper_agent_seed(name, path) == 11
+
+
+def test_old_search_file_is_refused(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schema": "capassign.tabular_agents/1", "seeds": [0, 1],
+                                "tasks": {}}))
+    with pytest.raises(ValueError, match="tabular_agents/2"):
+        ca.tabular_agent_search("bank", path)
 
 
 def test_encoding_choice_is_the_evidence():
@@ -70,6 +95,49 @@ def test_encoding_choice_is_the_evidence():
         assert rows.mean_within[chosen] >= rows.mean_within[other]
 
 
+def test_agent_readings_are_the_evidence():
+    ev = ca.agent_evidence()
+    assert len(ev) == 4 * len(ca.TABULAR_TASKS)
+    chosen = ev[ev.chosen]
+    assert len(chosen) == len(ca.TABULAR_TASKS)
+    assert set(chosen.subset) == {ca.TABULAR_SUBSET} and set(chosen.scaling) == {ca.TABULAR_SCALING}
+    assert chosen.set_index("task").encoding.to_dict() == ca.TABULAR_ENCODING
+    for (subset, scaling), g in ev.groupby(["subset", "scaling"]):
+        # the score is the mean share over the 20 (data set, Table 4 row) targets, each data
+        # set with the coding its own evidence prefers under these readings
+        shares = g[[f"within_s{s}" for s in range(5)]].to_numpy()
+        assert g.score.iloc[0] == pytest.approx(shares.mean(), abs=1e-12)
+        enc = ca.encoding_evidence(subset=subset, scaling=scaling)
+        assert enc[enc.chosen].set_index("task").encoding.to_dict() == \
+            g.set_index("task").encoding.to_dict()
+        assert g.score.iloc[0] <= chosen.score.iloc[0] + 1e-12
+
+
+def test_agent_evidence_tie_keeps_the_readings_used_until_then(tmp_path):
+    counts = {}
+    for name in ca.TABULAR_TASKS:
+        logi = [int(round(t * 1000)) for t in ca.paper_logistic_targets(name)]
+        counts[name] = (1000, {**{a: logi for a in ca._SEARCH_LOGISTIC}, "xgboost": [900] * 5})
+    path = _search_file(tmp_path / "tie.json", [0, 5], counts)
+    ev = ca.agent_evidence(path)
+    assert ev.score.nunique() == 1
+    chosen = ev[ev.chosen]
+    assert set(chosen.subset) == {"exact"} and set(chosen.scaling) == {"z"}
+    # under the exact reading no coupon seed matches: upto wins, under both scalings
+    # equally, and of those two the one keeping the z-scores is taken
+    worse = json.loads(path.read_text())
+    exact = worse["tasks"]["coupon"]["exact"]
+    for a in ca._SEARCH_LOGISTIC:
+        exact[a] = [v - 500 for v in exact[a]]
+    path2 = tmp_path / "worse.json"
+    path2.write_text(json.dumps(worse))
+    ev2 = ca.agent_evidence(path2)
+    top = ev2[ev2.subset == "upto"].score
+    assert top.nunique() == 1 and (ev2[ev2.subset == "exact"].score < top.iloc[0]).all()
+    chosen = ev2[ev2.chosen]
+    assert set(chosen.subset) == {"upto"} and set(chosen.scaling) == {"z"}
+
+
 def test_paper_logistic_targets_follow_table4():
     # credit: 2 (1 - 0.195) - 0.82 = 0.79 for seed 0; seed 2's row is Table 3's agents
     t = ca.paper_logistic_targets("credit")
@@ -82,14 +150,21 @@ def test_paper_logistic_targets_follow_table4():
 
 @pytest.mark.parametrize("name", ca.TABULAR_TASKS)
 def test_search_file_agrees_with_a_fresh_construction(name):
-    # two seeds per task, drawn with a fixed generator: the matched one and one other
+    # the matched seed under every reading, and one other seed (fixed generator) under the
+    # chosen readings
     k = ca.paper_agent_seed(name)
     other = int(np.random.default_rng([7, ca.TABULAR_TASKS.index(name)]).integers(100))
-    fresh = _or_skip(ca.tabular_agent_accuracies, name, [k, other])
-    stored = ca.tabular_agent_search(name).set_index("seed")
-    for r in fresh.itertuples():
-        for a in ("ordinal", "onehot", "xgboost"):
-            assert getattr(r, a) / r.n_stream == stored.loc[r.seed, a], (name, r.seed, a)
+    for subset in ca.AGENT_SUBSET_READINGS:
+        for scaling in ca.AGENT_SCALINGS:
+            chosen = (subset, scaling) == (ca.TABULAR_SUBSET, ca.TABULAR_SCALING)
+            fresh = _or_skip(ca.tabular_agent_accuracies, name, [k, other] if chosen else [k],
+                             subset=subset, scaling=scaling)
+            stored = ca.tabular_agent_search(name, subset=subset, scaling=scaling)
+            stored = stored.set_index("seed")
+            for r in fresh.itertuples():
+                for a in ("ordinal", "onehot", "xgboost"):
+                    assert getattr(r, a) / r.n_stream == stored.loc[r.seed, a], \
+                        (name, subset, scaling, r.seed, a)
 
 
 @pytest.mark.parametrize("name", ca.TABULAR_TASKS)
@@ -97,6 +172,9 @@ def test_load_task_default_gives_the_paper_agents(name):
     task = _or_skip(ca.load_task, name)
     assert task.meta["seed"] == ca.paper_agent_seed(name)
     assert task.meta["logistic_encoding"] == ca.TABULAR_ENCODING[name]
+    assert task.meta["agent_subset"] == ca.TABULAR_SUBSET
+    assert task.meta["logistic_scaling"] == ca.TABULAR_SCALING
+    assert task.meta["context_coding"] == "typed"
     p1, p2 = ca.paper_accuracies(name)
     assert abs(task.accuracies[0] - p1) <= 0.02
     assert abs(task.accuracies[1] - p2) <= 0.02
@@ -104,8 +182,11 @@ def test_load_task_default_gives_the_paper_agents(name):
     row = ca.tabular_agent_search(name).set_index("seed").loc[task.meta["seed"]]
     assert task.accuracies[0] == row[ca.TABULAR_ENCODING[name]]
     assert task.accuracies[1] == row["xgboost"]
-    # an explicit seed is still that seed
+    # an explicit seed is still that seed; the old coding has the same agents
     assert _or_skip(ca.load_task, name, 3).meta["seed"] == 3
+    old = _or_skip(ca.load_task, name, coding="codes")
+    np.testing.assert_array_equal(old.R, task.R)
+    assert old.X.shape == (task.T, ca.PAPER_TABLE3[name]["features"])
 
 
 def test_tabular_agent_accuracies_rejects_bad_input():

@@ -11,13 +11,15 @@ import ast
 import inspect
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import capassign as ca
+import capbook as cb
 
-ROOT = ca.ROOT
+ROOT = Path(__file__).resolve().parents[1]
 
 X, R, _ = ca.synthetic_stream(20, 2, 2, seed=0)
 MU = np.tile([0.2, 0.8], (20, 1))
@@ -409,8 +411,9 @@ def test_validate_names():
     (["validate-engines", "--pilot", "1", "--out", "unused"], "--pilot must be an integer >= 2, got 1"),
 ])
 def test_command_line_uses_the_same_wording(capsys, argv, message):
+    main = cb.main if argv[0] == "validate-engines" else ca.main   # the book's command
     with pytest.raises(SystemExit) as exc:
-        ca.main(argv)
+        main(argv)
     assert exc.value.code == 2
     assert capsys.readouterr().err.rstrip("\n").endswith(message)
 
@@ -418,25 +421,53 @@ def test_command_line_uses_the_same_wording(capsys, argv, message):
 # --- the declared public API -----------------------------------------------------
 
 
-def test_all_names_exist_once_and_are_documented():
-    assert len(ca.__all__) == len(set(ca.__all__))
-    lines = inspect.getsource(ca).splitlines()
+def _assignments(module):
+    """Name -> (source lines, line number) of every top-level assignment of ``module``."""
+    lines = inspect.getsource(module).splitlines()
     assigned = {}
-    for node in ast.parse(inspect.getsource(ca)).body:
+    for node in ast.parse(inspect.getsource(module)).body:
         target = (node.targets[0] if isinstance(node, ast.Assign) else
                   node.target if isinstance(node, ast.AnnAssign) else None)
         if isinstance(target, ast.Name):
-            assigned[target.id] = node.lineno
-    for name in ca.__all__:
-        assert hasattr(ca, name), name
-        obj = getattr(ca, name)
+            assigned[target.id] = (lines, node.lineno)
+    return assigned
+
+
+def _book_modules():
+    import importlib
+    import pkgutil
+
+    return [importlib.import_module(f"capbook.{m.name}") for m in pkgutil.iter_modules(cb.__path__)
+            if m.name != "__main__"]
+
+
+@pytest.mark.parametrize("package", ["capassign", "capbook"])
+def test_all_names_exist_once_and_are_documented(package):
+    module = ca if package == "capassign" else cb
+    home = [ca] if package == "capassign" else _book_modules()
+    assert len(module.__all__) == len(set(module.__all__))
+    assigned = {k: v for m in home for k, v in _assignments(m).items()}
+    for name in module.__all__:
+        assert hasattr(module, name), name
+        obj = getattr(module, name)
         if inspect.isclass(obj) or inspect.isfunction(obj):
-            assert getattr(obj, "__module__", None) == "capassign", name
+            assert getattr(obj, "__module__", "").split(".")[0] == package, name
             own = vars(obj).get("__doc__") if inspect.isclass(obj) else obj.__doc__
             assert (own or "").strip(), f"{name} has no docstring"
         else:                    # data: a ``#:`` comment right above its assignment
             assert name in assigned, name
-            assert lines[assigned[name] - 2].startswith("#:"), f"{name} is not documented"
+            lines, lineno = assigned[name]
+            assert lines[lineno - 2].startswith("#:"), f"{name} is not documented"
+
+
+def test_the_library_knows_nothing_of_the_book():
+    """capassign imports none of the book's tool chain (nor the book module), names no
+    path inside the book and exports none of the book's names."""
+    src = inspect.getsource(ca)
+    for word in ("jupytext", "nbformat", "papermill", "myst_nb", "book/", "import capbook",
+                 "from capbook"):
+        assert word not in src, word
+    assert set(ca.__all__) & set(cb.__all__) == {"main"}   # each its own command line
 
 
 def _references(paths, pattern):
@@ -460,7 +491,92 @@ def test_every_name_the_book_readme_and_tests_use_is_public():
     assert not missing, f"used but not in capassign.__all__: {missing}"
 
 
-def test_star_import_gives_all():
+def test_every_name_the_book_and_tests_use_of_the_book_module_is_public():
+    docs = sorted((ROOT / "book" / "chapters").glob("*.md")) + [ROOT / "README.md"]
+    used = _references(docs, r"(?<![\w\"'/])(?:cb|capbook)\.([A-Za-z]\w*)")
+    used.update(_references(sorted((ROOT / "tests").glob("test_*.py")), r"\bcb\.([A-Za-z]\w*)"))
+    assert len(used) > 15
+    missing = {n: where for n, where in used.items() if n not in cb.__all__}
+    assert not missing, f"used but not in capbook.__all__: {missing}"
+
+
+@pytest.mark.parametrize("package", ["capassign", "capbook"])
+def test_star_import_gives_all(package):
     namespace = {}
-    exec("from capassign import *", namespace)  # noqa: S102
-    assert set(namespace) - {"__builtins__"} == set(ca.__all__)
+    exec(f"from {package} import *", namespace)  # noqa: S102
+    assert set(namespace) - {"__builtins__"} == set((ca if package == "capassign" else cb).__all__)
+
+
+# --- memory: what cannot fit is refused before any work ---------------------------------
+
+@pytest.mark.parametrize("text, limit", [("64M", 64 * 2**20), ("1.5G", 1.5 * 2**30),
+                                         ("512MiB", 512 * 2**20), ("2gb", 2 * 2**30),
+                                         ("1000", 1000.0), ("none", None), (" None ", None)])
+def test_memory_limit_from_the_environment(monkeypatch, text, limit):
+    monkeypatch.setenv(ca.MEMORY_ENV, text)
+    assert ca._memory_limit()[0] == limit
+
+
+@pytest.mark.parametrize("text", ["lots", "0", "-1G", "G", "1X", "nan", "inf"])
+def test_memory_limit_bad_values_name_the_variable(monkeypatch, text):
+    monkeypatch.setenv(ca.MEMORY_ENV, text)
+    with pytest.raises(ValueError, match=f"^{ca.MEMORY_ENV}="):
+        ca._memory_limit()
+
+
+def test_default_memory_limit_is_a_fraction_of_physical_memory(monkeypatch):
+    import os
+
+    monkeypatch.delenv(ca.MEMORY_ENV, raising=False)
+    limit, source = ca._memory_limit()
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 0 < limit <= ca.MEMORY_FRACTION * physical
+    assert ca.MEMORY_ENV in source
+
+
+def test_simulate_refuses_what_memory_cannot_hold(no_work, monkeypatch):
+    # runs x T task orders and 1 KiB of seeds per run: 10^5 runs of 20
+    # tasks need about 113 MiB; 10^9 runs (default limit) about a TiB
+    monkeypatch.setenv("CAPASSIGN_MEMORY_LIMIT", "64M")
+    with pytest.raises(ValueError, match=r"^runs=100000 needs about 112\.9 MiB for 100,000 runs "
+                                         r"of 20 tasks, over the limit of 64\.0 MiB "
+                                         r"\(CAPASSIGN_MEMORY_LIMIT=64M\)$"):
+        ca.simulate(X, R, [0.5, 0.5], "random", runs=100_000)
+    monkeypatch.delenv("CAPASSIGN_MEMORY_LIMIT")
+    with pytest.raises(ValueError, match=r"^runs=1000000000 needs about [\d.]+ TiB"):
+        ca.simulate(X, R, [0.5, 0.5], "random", runs=10**9)
+
+
+def test_memory_estimate_counts_traces_engines_and_forests():
+    s = ca.PAPER_SETTINGS
+    base = ca._simulation_memory(10, 1000, 4, 2, "random", "fast", False, s)
+    assert base == 10 * (ca._RUN_BYTES + 8 * 1000)
+    assert ca._simulation_memory(10, 1000, 4, 2, "random", "fast", True, s) == base + 10 * 1000 * 20
+    assert ca._simulation_memory(10, 1000, 4, 2, "random", "reference", False, s) == \
+        base + 10 * 1000 * 40
+    tree = ca._simulation_memory(10, 1000, 4, 2, "tree-ts", "fast", False, s)
+    workers = min(10, __import__("os").cpu_count() or 1)
+    assert tree == base + 1000 * 4 + workers * 2 * 1000 * (s.n_trees + 21)
+
+
+def test_benchmarks_refuse_what_memory_cannot_hold(monkeypatch):
+    def work(*a, **k):
+        raise AssertionError("the benchmark started its work")
+
+    monkeypatch.setattr(ca, "synthetic_stream", work)
+    with pytest.raises(ValueError, match=r"^T=10000000000 needs about [\d.]+ TiB for the "
+                                         r"benchmark's stream of 10,000,000,000 tasks"):
+        ca.benchmark_engines(T=10**10, grid=False)
+    with pytest.raises(ValueError, match=r"^grid_runs=1000000000 needs about"):
+        ca.benchmark_engines(T=100, grid={"runs": 10**9})
+    with pytest.raises(ValueError, match=r"^T=10000000000 needs about [\d.]+ TiB"):
+        ca.benchmark_router(T=10**10)
+
+
+@pytest.mark.parametrize("kw, message", [(dict(reference_T=-5), "reference_T must be an integer >= 1"),
+                                         (dict(T=0), "T must be an integer >= 1"),
+                                         (dict(fast_runs=2.5), "fast_runs must be an integer")])
+def test_benchmark_arguments_are_checked(monkeypatch, kw, message):
+    monkeypatch.setattr(ca, "synthetic_stream", lambda *a, **k: 1 / 0)
+    with pytest.raises((ValueError, TypeError), match=message):
+        ca.benchmark_engines(grid=False, **kw)

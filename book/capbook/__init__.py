@@ -1,0 +1,74 @@
+"""capbook: the companion book's own code, beside the library ``capassign``.
+
+The rule that splits the two: what a practitioner could call on their own
+data lives in ``capassign.py`` (the oracle, the policies, the engines, the
+router, tasks, sweeps, the statistics and the paper-style plots); what reads
+a notebook, formats a page or exists for one chapter lives here.  A chapter
+imports both::
+
+    import capassign as ca     # the method
+    import capbook as cb       # the page: tables, glue, figures, read-outs
+
+The dependency points one way: capbook imports capassign, never the reverse.
+The package lives in the book's folder of the repository (``book/capbook``)
+and is installed by the README's set-up (``pip install -e .``) beside
+``capassign``, as the data registry is.  Importing it loads nothing of the
+book's tool chain (jupytext, nbformat, papermill, myst-nb); the functions
+that need one import it when called.
+
+Modules, in the order a chapter meets them:
+
+``present``
+    the page: one figure style, tables with the paper's values beside ours,
+    numbers glued into the prose;
+``sources``
+    the library's code shown on a page, folded, its docstring rendered;
+``readouts``
+    the chapters' read-outs: the paper's claims, one analysis of an
+    error-vs-capacity experiment, the reproduction scorecard's verdicts;
+``engines``
+    the stored comparison of the fast and reference engines on the tabular
+    tasks (``book/results/engine_validation.json``);
+``pipeline``
+    the chapter tools of a checkout: papermill re-execution, the
+    source/notebook drift check, prose sync, a chapter's glued values;
+``cli``
+    ``python -m capbook reproduce | sync-text | validate-engines``.
+
+The public API is ``__all__``; every name in it is available here.
+"""
+
+from __future__ import annotations
+
+from .engines import (ENGINE_VALIDATION_PATH, engine_validation, read_engine_validation,
+                      validate_engines)
+from .pipeline import (BOOK_DIR, CHAPTER_DIR, EXECUTED_DIR, ROOT, chapter_drift, chapter_names,
+                       glued_values, reproduce, sync_text)
+from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECORD_KEY,
+                      SYMBOL_NAMES, Fold, Table, adherence_table, book_figure, error_table,
+                      figure_png, fold_text, glue, legend_outside, paired_table, show_table,
+                      smallest_font)
+from .sources import Source, show_source
+from .readouts import (OFFLINE_FIGURE_STYLE, SCORECARD_TOL, SIMILAR_TOL, ExperimentAnalysis,
+                       analyse_experiment, paper_claims, scorecard_verdict)
+from .cli import main
+
+__all__ = [
+    # the page (present)
+    "COLUMN_PX", "BOOK_DPI", "COLUMN_INCHES", "BOOK_STYLE", "book_figure", "legend_outside",
+    "smallest_font", "FONT_RECORD_KEY", "figure_png", "SYMBOL_NAMES", "Table", "show_table", "Fold", "fold_text",
+    "error_table", "paired_table", "adherence_table", "glue",
+    # the library's code on a page (sources)
+    "Source", "show_source",
+    # the chapters' read-outs (readouts)
+    "SIMILAR_TOL", "paper_claims", "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis",
+    "analyse_experiment", "SCORECARD_TOL", "scorecard_verdict",
+    # the engine validation (engines)
+    "ENGINE_VALIDATION_PATH", "validate_engines", "read_engine_validation",
+    "engine_validation",
+    # the notebook pipeline of a checkout (pipeline)
+    "BOOK_DIR", "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce",
+    "chapter_drift", "sync_text", "glued_values",
+    # the command line (cli)
+    "main",
+]

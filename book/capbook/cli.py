@@ -1,0 +1,126 @@
+"""The book's command line: ``python -m capbook COMMAND``.
+
+``reproduce`` re-executes chapters through papermill, ``sync-text`` copies
+prose-only edits into the executed notebooks, ``validate-engines`` computes
+the stored comparison of the two engines.  The library's own commands
+(``simulate``, ``sweep``, ``bench``, ``data``) are ``python -m capassign``;
+both command lines report an expected failure the same way, in one line on
+stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from capassign import (TABULAR_TASKS, _add_commands, _int_opt, _opt, _run_command,
+                       _split_names, _validate_int, _validate_names)
+
+from . import engines, pipeline
+
+
+def _cmd_reproduce(args):
+    if args.list:
+        print("\n".join(pipeline.chapter_names()))
+        return
+    params = {}
+    for k, v in args.parameter:
+        try:
+            params[k] = json.loads(v)
+        except json.JSONDecodeError:
+            params[k] = v
+        except RecursionError:
+            raise ValueError(f"-p {k}: the value is JSON nested too deeply to read") from None
+    pipeline._check_parameters(args.chapters, params, "-p")
+    pipeline.reproduce(args.chapters, parameters=params)
+
+
+def _cmd_validate(args):
+    tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
+    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
+    for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
+                        ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
+        _validate_int(v, name, lo=lo)
+    if args.out is not None:
+        engines._check_results_path(args.out, tasks, "--out")
+    path = engines.validate_engines(args.out, tasks=tasks, prefix=args.prefix,
+                                    pilot=args.pilot, max_runs=args.max_runs, seed=args.seed,
+                                    collect=args.collect, out=print)
+    if path is not None:
+        print(f"wrote {path}")
+
+
+_CHAPTERS_ARG = _opt("chapters", nargs="*", metavar="CHAPTER",
+                     help="chapter names (stems of book/chapters/*.md); default: all")
+
+#: The sub-commands, as in ``capassign``'s table of commands:
+#: ``(name, help, description, function, options)``.
+_COMMANDS = [
+    ("reproduce", "re-execute book chapters through papermill",
+     "Re-execute chapters (all by default) through papermill at the paper's settings and "
+     "write book/executed/*.ipynb.", _cmd_reproduce, [
+         _CHAPTERS_ARG,
+         _opt("--list", action="store_true", help="list the chapters and exit"),
+         _opt("-p", "--parameter", nargs=2, action="append", default=[],
+              metavar=("NAME", "VALUE"),
+              help="override a parameter of the chapters' parameters cell (VALUE is read "
+                   "as JSON, else as a string)")]),
+    ("sync-text", "copy edited prose into executed notebooks",
+     "Copy markdown edits from chapter sources into the executed notebooks when no code "
+     "cell changed.", lambda a: pipeline.sync_text(a.chapters), [_CHAPTERS_ARG]),
+    ("validate-engines",
+     "compare the fast and reference engines on the tabular tasks -> a checksummed results "
+     "file",
+     "Paired runs of every online policy on Bank, Credit, Coupon and Cardio at three "
+     "capacities on both engines (about an hour on one core); writes the file the "
+     "fast_engine chapter reads.  Interrupted runs resume; --tasks computes some tasks only "
+     "(e.g. in parallel), a final call without it writes the file.", _cmd_validate, [
+         _opt("--out", default=None,
+              help="results file (default book/results/engine_validation.json)"),
+         _opt("--tasks", default=None,
+              help=f"comma-separated subset of {','.join(TABULAR_TASKS)} (default: all)"),
+         _int_opt("--prefix", 2000, "tasks per run"),
+         _int_opt("--pilot", 10, "paired runs before the sample-size rule"),
+         _int_opt("--max-runs", 60, "cap of paired runs per cell"),
+         _int_opt("--seed", 0, "seed of the rows and runs"),
+         _opt("--collect", action="store_true",
+              help="compute nothing: write the file from the cells stored so far, listing "
+                   "the missing ones (a later call completes it)")]),
+]
+
+
+def _build_parser():
+    parser = argparse.ArgumentParser(
+        prog="capbook",
+        description="The companion book's own commands: re-execute chapters, sync their "
+                    "prose, validate the fast engine; the library's commands are "
+                    "python -m capassign.")
+    _add_commands(parser.add_subparsers(dest="command", metavar="COMMAND"), _COMMANDS)
+    return parser
+
+
+def main(argv=None):
+    """Run the book's command line on ``argv`` (``python -m capbook`` runs it on its own).
+
+    What the user can fix (a bad argument, a missing package, no checkout to
+    work in) ends the command with one line on stderr and exit status 2.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The words after ``capbook``; default those of the process.
+
+    Returns
+    -------
+    int
+        0 once the command has run.
+
+    Examples
+    --------
+    >>> main(["reproduce", "--list"])
+    beyond_capacity
+    ...
+    theory_unconstrained
+    0
+    """
+    return _run_command(_build_parser(), argv)

@@ -1,0 +1,378 @@
+"""The chapters' read-outs: the paper's claims, one analysis of an experiment, the scorecard.
+
+The experiment chapters read their error-vs-capacity tables the same way
+(:func:`analyse_experiment`: the errors, the agents' end points beside the
+paper's Table 3, the paper's three claims of Sec. 4.1 (:func:`paper_claims`),
+the distance to the hindsight floor and paired tests against random
+assignment); the reproduction scorecard gives every number and claim of the
+paper a verdict (:func:`scorecard_verdict`).  The statistics themselves are
+those of :mod:`capassign`; what is decided here is what a chapter shows.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from capassign import (CONTEXTUAL_POLICIES, OFFLINE_POLICIES, PAPER_TABLE3, POLICY_STYLE,
+                       _check_frame, _validate_bool, _validate_choice, _validate_int,
+                       hindsight_gaps, paired_tests, paper_accuracies, plot_error_vs_capacity)
+
+from .present import book_figure, error_table, legend_outside
+
+
+# --- the paper's qualitative claims (Sec. 4.1) --------------------------------------
+
+
+#: Largest gap in mean error (absolute) that still counts as "greedy and
+#: Thompson sampling perform similarly" when the paper's claims are checked.
+SIMILAR_TOL = 0.01
+
+
+def paper_claims(df):
+    """Check the paper's three qualitative claims on one error-vs-capacity table.
+
+    The claims of Sec. 4.1 are: (1) every contextual policy beats the
+    non-contextual baseline at every interior capacity, (2) tree models are at
+    least as good as logistic ones, (3) greedy and Thompson sampling perform
+    alike.  Each is judged on the mean errors of ``df`` (a table from
+    :func:`capassign.error_vs_capacity`) at the interior capacities 0 < alpha_1 < 1, and
+    returned as rows ``claim``, ``holds`` (bool) and ``detail`` (the numbers
+    behind the verdict).  Claim (3) holds when the largest greedy-vs-TS gap is
+    at most :data:`SIMILAR_TOL`.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A table from :func:`capassign.error_vs_capacity` (``policy``, ``alpha1``,
+        ``error``) of one task.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per claim that ``df`` has the policies to judge.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> err = {"random": 0.30, "logistic-greedy": 0.22, "logistic-ts": 0.225,
+    ...        "tree-greedy": 0.20, "tree-ts": 0.205}
+    >>> df = pd.DataFrame({"policy": list(err), "alpha1": 0.5, "error": list(err.values())})
+    >>> paper_claims(df).holds.tolist()
+    [True, True, True]
+    """
+    import pandas as pd
+
+    inner = df[(df.alpha1 > 0) & (df.alpha1 < 1)]
+    err = inner.pivot_table(index="alpha1", columns="policy", values="error")
+    rows = []
+    ctx = [p for p in CONTEXTUAL_POLICIES if p in err]
+    if "random" in err and ctx:
+        wins = (err[ctx].lt(err["random"], axis=0))
+        rows.append({"claim": "contextual < random at every interior alpha",
+                     "holds": bool(wins.values.all()),
+                     "detail": f"{int(wins.values.sum())}/{wins.size} (policy, alpha) pairs"})
+    pairs = [("tree-greedy", "logistic-greedy"), ("tree-ts", "logistic-ts")]
+    pairs = [(t, l) for t, l in pairs if t in err and l in err]
+    if pairs:
+        diffs = [float((err[t] - err[l]).mean()) for t, l in pairs]
+        rows.append({"claim": "tree <= logistic (mean error over interior alpha)",
+                     "holds": all(d <= 0 for d in diffs),
+                     "detail": ", ".join(f"{t} - {l}: {d:+.4f}"
+                                         for (t, l), d in zip(pairs, diffs))})
+    pairs = [("logistic-greedy", "logistic-ts"), ("tree-greedy", "tree-ts")]
+    pairs = [(g, t) for g, t in pairs if g in err and t in err]
+    if pairs:
+        gaps = [float((err[g] - err[t]).abs().max()) for g, t in pairs]
+        rows.append({"claim": f"greedy ~ TS (max gap <= {SIMILAR_TOL})",
+                     "holds": all(g <= SIMILAR_TOL for g in gaps),
+                     "detail": ", ".join(f"{g.split('-')[0]}: {v:.4f}"
+                                         for (g, _), v in zip(pairs, gaps))})
+    return pd.DataFrame(rows)
+
+
+# --- one analysis of an error-vs-capacity experiment ------------------------------
+#
+# The experiment chapters (Sec. 4.1, Fig. 3) all read their results the same
+# way: the mean error of every policy at every capacity, the end points beside
+# the paper's Table 3, the paper's three qualitative claims, the distance to
+# the hindsight floor and paired tests against random assignment.
+# analyse_experiment does it once, from the functions above.
+
+#: Line styles of the offline benchmarks in :meth:`ExperimentAnalysis.figure`:
+#: markers and dash patterns of their own, so the two stay visible where they
+#: coincide (on ImageNet-16H both send nearly every task to the same agent).
+OFFLINE_FIGURE_STYLE = {
+    "offline-logistic": dict(marker="o", mfc="none", ms=6, ls=(0, (5, 2))),
+    "offline-tree": dict(marker="x", ms=5, ls=(0, (1, 2))),
+}
+
+
+@dataclass(frozen=True)
+class ExperimentAnalysis:
+    """The read-out of an error-vs-capacity experiment (Sec. 4.1, Fig. 3).
+
+    Made by :func:`analyse_experiment`; every attribute is a dict keyed by task
+    name (in the order of the input) unless said otherwise.
+
+    Attributes
+    ----------
+    results : dict of pandas.DataFrame
+        The tables of :func:`capassign.error_vs_capacity` it was made from.
+    errors : dict of pandas.DataFrame
+        Mean error rate, policies (rows) x alpha_1 (columns), numbers.
+    endpoints : pandas.DataFrame
+        One row per task: ``agent 1`` and ``agent 2``, the error of random
+        assignment at alpha_1 = 1 and 0, i.e. each agent's marginal error.
+    paper_endpoints : pandas.DataFrame
+        The same cells from the paper's Table 3 (1 - accuracy; NaN where the
+        paper has no value), aligned with ``endpoints``.
+    claims : dict of pandas.DataFrame
+        :func:`paper_claims` of every task.
+    gaps : dict of pandas.DataFrame
+        :func:`capassign.hindsight_gaps` of every task (only with hindsight rows).
+    paired : dict of pandas.DataFrame
+        :func:`capassign.paired_tests` of the contextual policies against random
+        assignment, per task.
+
+    Examples
+    --------
+    >>> import capassign as ca
+    >>> X, R, _ = ca.synthetic_stream(T=200, d=2, seed=1)
+    >>> df = ca.error_vs_capacity(X, R, ["random", "marginal"], (0.0, 0.5, 1.0), runs=3)
+    >>> out = analyse_experiment({"toy": df})
+    >>> isinstance(out, ExperimentAnalysis), list(out.errors)
+    (True, ['toy'])
+    """
+
+    results: dict
+    errors: dict
+    endpoints: Any
+    paper_endpoints: Any
+    claims: dict
+    gaps: dict
+    paired: dict
+
+    def claims_table(self):
+        """The paper's claims for every task in one frame, indexed by (task, claim).
+
+        The claim is named by its first words (e.g. ``contextual < random``);
+        ``holds`` reads ``yes`` or ``no`` and ``detail`` gives the numbers
+        behind the verdict (see :func:`paper_claims`).
+        """
+        import pandas as pd
+
+        rows = [{"task": name, "claim": r.claim.split(" (")[0].split(" at ")[0],
+                 "holds": "yes" if r.holds else "no", "detail": r.detail}
+                for name, c in self.claims.items() for r in c.itertuples()]
+        return pd.DataFrame(rows, columns=["task", "claim", "holds", "detail"]).set_index(
+            ["task", "claim"])
+
+    def figure(self, *, titles=None, split=True, ncols=None):
+        """Error rate against alpha_1, per task, one legend below the panels.
+
+        By default each task gets two panels side by side (small multiples,
+        one row per task): the online policies against random assignment and
+        the hindsight optimum, and the offline benchmarks against the same two
+        references, so that no panel carries more than six lines.  With
+        ``split=False`` every policy of a task shares one panel.
+
+        Parameters
+        ----------
+        titles : dict, optional
+            Task name -> panel title (default: the task name).
+        split : bool
+            Two panels per task (default) or one.
+        ncols : int, optional
+            Panels per row when ``split=False`` (default: all in one row up
+            to two, else two).
+
+        Returns
+        -------
+        fig, axes
+            The figure (:func:`book_figure` style, legend by
+            :func:`legend_outside`) and a flat list of its panels.
+
+        Examples
+        --------
+        >>> import capassign as ca, matplotlib.pyplot as plt
+        >>> X, R, _ = ca.synthetic_stream(T=200, d=2, seed=1)
+        >>> df = ca.error_vs_capacity(X, R, ["random", "tree-greedy", "offline-tree"],
+        ...                           (0.0, 0.5, 1.0), runs=3, label="toy", hindsight=True)
+        >>> fig, axes = analyse_experiment({"toy": df}).figure()
+        >>> [len(ax.get_lines()) for ax in axes]
+        [3, 3]
+        >>> plt.close(fig)
+        """
+        names = list(self.results)
+        titles = titles or {}
+        if _validate_bool(split, "split"):
+            fig, axes = book_figure(2, len(names), height=2.6 * len(names) + 0.9,
+                                    sharey="row")
+            axes = list(np.atleast_2d(axes).flat)
+            refs = ["random", "hindsight"]
+            groups = [("online policies", [*refs, *CONTEXTUAL_POLICIES]),
+                      ("offline benchmarks", [*refs, *OFFLINE_POLICIES])]
+            panels = [(name, f"{titles.get(name, name)}: {what}", keep)
+                      for name in names for what, keep in groups]
+        else:
+            ncols = ncols if ncols is not None else min(2, len(names))
+            ncols = _validate_int(ncols, "ncols", 1)
+            nrows = -(-len(names) // ncols)
+            fig, axes = book_figure(ncols, nrows, height=3.0 * nrows + 0.9)
+            axes = list(np.atleast_1d(axes).flat)
+            panels = [(name, titles.get(name, name), None) for name in names]
+        labels = {POLICY_STYLE[p]["label"]: p for p in OFFLINE_FIGURE_STYLE}
+        for ax, (name, title, keep) in zip(axes, panels):
+            df = self.results[name]
+            plot_error_vs_capacity(df if keep is None else df[df.policy.isin(keep)], ax=ax,
+                                   legend=False, title=title)
+            for line in ax.get_lines():
+                style = OFFLINE_FIGURE_STYLE.get(labels.get(line.get_label()))
+                if style:
+                    line.set(**style)
+        for ax in axes[len(panels):]:
+            ax.set_visible(False)
+        if split:   # axis titles once: y on the left column, x on the bottom row
+            for k, ax in enumerate(axes[:len(panels)]):
+                if k % 2:
+                    ax.set_ylabel("")
+                if k < len(panels) - 2:
+                    ax.set_xlabel("")
+        legend_outside(fig, "all", ncol=3)
+        return fig, axes
+
+
+def analyse_experiment(results):
+    """Read out an error-vs-capacity experiment the way the paper's Sec. 4.1 does.
+
+    For every task: the mean error table (:func:`error_table`), the agents'
+    marginal errors beside the paper's Table 3, the paper's three claims
+    (:func:`paper_claims`), the distance to the hindsight floor
+    (:func:`capassign.hindsight_gaps`, when the tables have hindsight rows) and paired
+    tests of every contextual policy against random assignment
+    (:func:`capassign.paired_tests`).  The figure is drawn on demand by
+    :meth:`ExperimentAnalysis.figure`.
+
+    Parameters
+    ----------
+    results : dict
+        Task name -> table of :func:`capassign.error_vs_capacity` (a name the paper's
+        Table 3 knows gets the paper's end points beside ours).
+
+    Returns
+    -------
+    ExperimentAnalysis
+        The error tables, claims, gaps and tests of every task, keyed by task
+        name; ``.figure()`` draws the error curves.
+
+    Examples
+    --------
+    >>> import capassign as ca
+    >>> X, R, _ = ca.synthetic_stream(T=200, d=2, seed=1)
+    >>> df = ca.error_vs_capacity(X, R, ["random", "logistic-greedy"], (0.0, 0.5, 1.0),
+    ...                           runs=4, label="toy", hindsight=True)
+    >>> out = analyse_experiment({"toy": df})
+    >>> out.errors["toy"].index.tolist()
+    ['random', 'logistic-greedy', 'hindsight']
+    >>> out.endpoints.columns.tolist()
+    ['agent 1', 'agent 2']
+    >>> out.paired["toy"].policy.unique().tolist()
+    ['logistic-greedy']
+    >>> out.claims_table().index.tolist()
+    [('toy', 'contextual < random')]
+    """
+    import pandas as pd
+
+    if not isinstance(results, dict) or not results:
+        raise TypeError(f"results must be a non-empty dict of task name -> DataFrame, "
+                        f"got {type(results).__name__}"
+                        + (" (empty)" if isinstance(results, dict) else ""))
+    for name, df in results.items():
+        _check_frame(df, ("task", "policy", "alpha1", "error", "ci_low", "ci_high", "errors"),
+                     name=f"results[{name!r}]")
+    errors, claims, gaps, paired, ends, paper = {}, {}, {}, {}, [], []
+    for name, df in results.items():
+        errors[name] = error_table(df, text=False)
+        claims[name] = paper_claims(df)
+        if (df.policy == "hindsight").any():
+            gaps[name] = hindsight_gaps(df)
+        keep, is_random = df.policy.isin(["random", *CONTEXTUAL_POLICIES]), df.policy == "random"
+        if is_random.any() and keep.sum() > is_random.sum():
+            paired[name] = paired_tests(df[keep])
+        rnd = df[is_random].set_index("alpha1")["error"]
+        ends.append({"agent 1": float(rnd.get(1.0, np.nan)),
+                     "agent 2": float(rnd.get(0.0, np.nan))})
+        acc = paper_accuracies(name) if name in PAPER_TABLE3 else (np.nan, np.nan)
+        paper.append({"agent 1": 1 - acc[0], "agent 2": 1 - acc[1]})
+    index = pd.Index(list(results), name="task")
+    return ExperimentAnalysis(results=dict(results), errors=errors,
+                              endpoints=pd.DataFrame(ends, index=index),
+                              paper_endpoints=pd.DataFrame(paper, index=index),
+                              claims=claims, gaps=gaps, paired=paired)
+
+
+# --- the reproduction scorecard -------------------------------------------------
+
+
+#: Largest |ours - paper| of a reproduced number, by kind (the reproduction scorecard).
+SCORECARD_TOL = {"accuracy": 0.02, "error": 0.01, "rough": 0.01, "count": 0}
+
+
+def scorecard_verdict(item, values):
+    """Verdict of one item of the reproduction scorecard (the paper's Sec. 4 and App. H).
+
+    A number is reproduced when ``|ours - paper| <= tol`` (``tol`` by kind,
+    :data:`SCORECARD_TOL`); a claim when our value satisfies its rule.
+
+    Parameters
+    ----------
+    item : dict
+        ``kind`` (a key of :data:`SCORECARD_TOL`, or ``"claim"``); for a number
+        ``paper`` (and optionally ``tol``), for a claim ``holds``: ``"all of NAME"``
+        (ours equals NAME), ``"most of NAME"`` (more than half), ``"OP X"`` with OP
+        in ``< <= > >= ==`` and X a number or glue name, or ``"true"``; and one of
+        ``ours`` (a glue name), ``needs`` (one not stored yet), ``not_rerun`` (why).
+    values : dict
+        The chapter's values, from :func:`~capbook.pipeline.glued_values`.
+
+    Returns
+    -------
+    tuple
+        ``(verdict, ours)``: "reproduced", "differs", "not re-run" or "pending"
+        (a glue name is not stored yet), and our value (None if there is none).
+
+    Examples
+    --------
+    >>> scorecard_verdict({"kind": "error", "paper": 0.171, "ours": "e"}, {"e": 0.1834})
+    ('differs', 0.1834)
+    >>> scorecard_verdict({"kind": "claim", "holds": "all of n", "ours": "k"}, {"k": 20, "n": 20})
+    ('reproduced', 20)
+    """
+    kind = _validate_choice(item.get("kind"), (*SCORECARD_TOL, "claim"), "item['kind']")
+    if "not_rerun" in item:
+        return "not re-run", None
+    if "ours" not in item or item["ours"] not in values:
+        return "pending", None
+    v = values[item["ours"]]
+    if kind != "claim":
+        tol = float(item.get("tol", SCORECARD_TOL[kind]))
+        return ("reproduced" if abs(float(v) - float(item["paper"])) <= tol + 1e-9
+                else "differs"), v
+    ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+           "==": operator.eq, "all": operator.eq,
+           "most": lambda a, b: 2 * a > b, "true": lambda a, _: bool(a)}
+    rel, _, rhs = str(item.get("holds")).partition(" ")
+    _validate_choice(rel, ops, "the first word of item['holds']")
+    rhs = rhs[3:] if rel in ("all", "most") and rhs.startswith("of ") else rhs
+    if rhs in values:
+        x = values[rhs]
+    else:
+        try:
+            x = float(rhs or 0)
+        except ValueError:
+            return "pending", v          # the rule names a value not stored yet
+    return ("reproduced" if ops[rel](v, x) else "differs"), v
