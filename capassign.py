@@ -3363,6 +3363,16 @@ def _discount_precision_nb(Sigma, discount, gamma, W):
             Sigma[i, j] = W[2, i, j]
 
 
+@_njit(cache=True, inline="always")
+def _logistic_learn_nb(theta, Sigma, x, r, w_min, w_max, Sx, discount, gamma, Wd):
+    """One agent's Laplace-logistic model learns reward r at design vector x:
+    the forgetting of :class:`ModelSettings` when ``discount`` < 1, then the
+    step of :func:`_laplace_update_nb`."""
+    if discount < 1.0:
+        _discount_precision_nb(Sigma, discount, gamma, Wd)
+    _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx)
+
+
 def _bin_contexts(X, max_bins):
     """Quantile-bin every context feature into at most ``max_bins`` bins.
 
@@ -4109,9 +4119,7 @@ def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx, discount, gamma
     for j in range(x.shape[0]):
         xd[j + 1] = x[j]
     theta, Sigma, _ = L
-    if discount < 1.0:
-        _discount_precision_nb(Sigma[a], discount, gamma, Wd)
-    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
+    _logistic_learn_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx, discount, gamma, Wd)
 
 
 @_njit(cache=True)
@@ -5102,11 +5110,7 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     X : array, shape (T, d)
         Contexts, finite.  The logistic models prepend an intercept.
     R : array, shape (T, A)
-        Reward of every agent on every task, in [0, 1] (:data:`REWARD_RULE`):
-        correctness, 0 or 1, as in the paper, or a graded reward (e.g. the
-        probability the agent gave the true class).  With graded rewards the
-        ``errors`` are 1 minus the mean reward; rewards of 0 and 1 alone run
-        exactly the paper's integer code.
+        Reward of every agent on every task, in [0, 1] (:data:`REWARD_RULE`).
     capacities : sequence of length A
         alpha_a in [0, 1] per agent, or ``None`` for a free agent (App. H.4);
         the constrained entries sum to 1, or to at most 1 with a free agent
@@ -5557,13 +5561,14 @@ def _new_forests_nb(A, T, d, cfg, sums):
 @_njit(cache=True)
 def _logistic_prior_nb(A, p, gamma):
     """theta = 0 and Sigma = I / gamma of A Laplace-logistic models in p
-    dimensions, before any reward (App. E.1)."""
+    dimensions, before any reward (App. E.1), with the scratch of a learning
+    step (``Sx``: p; ``Wd``, of forgetting: 3 x p x p)."""
     theta = np.zeros((A, p))
     Sigma = np.zeros((A, p, p))
     for a in range(A):
         for j in range(p):
             Sigma[a, j, j] = 1.0 / gamma
-    return theta, Sigma
+    return theta, Sigma, np.empty(p), np.empty((3, p, p))
 
 
 @_njit(cache=True)
@@ -5605,10 +5610,8 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
         n = np.zeros(A)  # each agent's tasks and reward sum
         s = np.zeros(A)
     if logistic is not None:
-        theta, Sigma = _logistic_prior_nb(A, logistic.Xd.shape[1], logistic.gamma)
+        theta, Sigma, Sx, Wd = _logistic_prior_nb(A, logistic.Xd.shape[1], logistic.gamma)
         has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
-        Sx = np.empty(logistic.Xd.shape[1])
-        Wd = np.empty((3, logistic.Xd.shape[1], logistic.Xd.shape[1]))  # forgetting's scratch
     if trees is not None:
         cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
                           trees.min_leaf, trees.refit_every, trees.discount)
@@ -5654,10 +5657,8 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
                 n[a] = marginal * n[a] + 1.0
                 s[a] = marginal * s[a] + r
             if logistic is not None:
-                if logistic.discount < 1.0:
-                    _discount_precision_nb(Sigma[a], logistic.discount, logistic.gamma, Wd)
-                _laplace_update_nb(theta[a], Sigma[a], logistic.Xd[i], float(r), logistic.w_min,
-                                   logistic.w_max, Sx)
+                _logistic_learn_nb(theta[a], Sigma[a], logistic.Xd[i], float(r), logistic.w_min,
+                                   logistic.w_max, Sx, logistic.discount, logistic.gamma, Wd)
             if trees is not None:
                 _tree_learn_nb(F, a, trees.Xb[i], r, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
