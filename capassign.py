@@ -3431,7 +3431,11 @@ _Logistic = namedtuple("_Logistic", "theta Sigma gauss")
 #: graded rewards (:func:`_reward_sums`).  The histogram of rewards of a
 #: tree is then a histogram of reward sums: a graded reward r of a row of
 #: weight w adds w r, and the squared-error split score and the leaf means
-#: (S / C) are unchanged in form.
+#: (S / C) are unchanged in form.  The sums of squares need no histogram: a
+#: node's squared error is SS - S^2 / C, and SS is the same for every
+#: candidate split of the node, so S and C alone rank the splits.  The test
+#: "mixed rewards" (0 < S < C) is kept as it is; a node whose graded rewards
+#: are all equal may therefore split at no gain, which changes no prediction.
 _Sums = namedtuple("_Sums", "y hist node")
 #: Settings of the tree models as the kernels read them (:class:`ModelSettings`
 #: and the bins of :func:`_bin_contexts`).
