@@ -4156,7 +4156,9 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
-    _tree_learn_nb(_Forests(*F), a, xb, y, _TreeConfig(*cfg), rng, _Refit(*r))
+    F = _Forests(*F)
+    F.ya[a, F.nobs[a]] = y      # the reward in the forest's dtype: uint8, or float64 if graded
+    _tree_learn_nb(F, a, xb, F.ya[a, F.nobs[a]], _TreeConfig(*cfg), rng, _Refit(*r))
 
 
 @_njit(cache=True)
@@ -4506,7 +4508,7 @@ class _TreeModel(_RewardModel):
         self._val = np.zeros((A, B, n_nodes))
         self._fitted = np.zeros(A, dtype=np.bool_)
         self._nobs = np.zeros(A, dtype=np.int64)
-        self._sums = _reward_sums(False)
+        self._sums, self._graded = _reward_sums(False), False
         self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
         self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
         self._max_bins = 0
@@ -4599,16 +4601,16 @@ class _TreeModel(_RewardModel):
             self._alloc_rows(2 * self._cap)
         if self._raw is not None:
             self._raw[a].append(x)
-        if r != 0.0 and r != 1.0 and self._sums.y.dtype == np.uint8:
+        if not self._graded and r != 0.0 and r != 1.0:
             self._to_graded()
         cfg, F, scratch = self._tree_state()[:3]
-        _router_tree_update_nb(a, x, self._sums.y.dtype.type(r), self._edges, self._n_edges,
+        _router_tree_update_nb(a, x, r if self._graded else int(r), self._edges, self._n_edges,
                                cfg, self._rng, F, scratch)
 
     def _to_graded(self):
         """Hold rewards and their sums as floats from now on (the integer sums
         so far are converted exactly)."""
-        self._sums = _reward_sums(True)
+        self._sums, self._graded = _reward_sums(True), True
         self._ya = self._ya.astype(np.float64)
         self._HS = self._HS.astype(np.float64)
         self._node_s = self._node_s.astype(np.float64)
@@ -4746,7 +4748,7 @@ class _TreeModel(_RewardModel):
         if tree["stream"] is not None:
             self._restore_stream(tree["stream"], tree["edges"], rows, nobs)
         if any(rows[a]["rewards"].dtype == np.float64 for a in range(self.A)):
-            self._sums = _reward_sums(True)
+            self._sums, self._graded = _reward_sums(True), True
             self._node_s = self._node_s.astype(np.float64)
             self._max_bins = 0                # histograms of the new dtype
         self._install_edges(tree["edges"])
