@@ -4246,9 +4246,10 @@ class _RewardModel:
         checked keyword arguments); return what :meth:`restore` installs."""
         return model
 
-    def restore(self, model, seen):
+    def restore(self, model, counters):
         """Check the saved arrays against this model's and install them
-        (``seen``: the rewards each agent's model has been fed)."""
+        (``counters``: the router's checked counters, :meth:`Router._state_counters`;
+        ``counters['rewards_seen']``: the rewards each agent's model has been fed)."""
         vals = {}
         for key, attr in self.ARRAYS:
             want = getattr(self, attr).shape
@@ -4256,7 +4257,7 @@ class _RewardModel:
             if v.shape != want:
                 raise ValueError(f"state['model'][{key!r}] must have shape {want}")
             vals[key] = v
-        self._check_values(vals, seen)
+        self._check_values(vals, counters["rewards_seen"])
         for key, attr in self.ARRAYS:
             getattr(self, attr)[:] = vals[key]
 
@@ -4412,17 +4413,45 @@ class _LogisticModel(_RewardModel):
             raise ValueError(f"state['model']['Sigma'] must be {A} matrices {p} x {p}")
         return model
 
+    #: Relative tolerance of the checks of a saved Sigma: the square root of
+    #: the float64 machine epsilon, far above the rounding of a rank-1 downdate.
+    SIGMA_RTOL = float(np.sqrt(np.finfo(float).eps))
+
     def _check_values(self, vals, seen):
+        """Sigma starts at I / gamma and each Laplace step subtracts a positive
+        semi-definite rank-1 term (App. E.1), so in exact arithmetic a saved
+        Sigma is symmetric with eigenvalues in [0, 1 / gamma].  In floating
+        point the downdate along a large context (timestamps, amounts) leaves
+        an eigenvalue near 0 that rounds below it, and inflates the largest a
+        little; the kernels clamp x' Sigma x at 0, so the live router runs on.
+        A saved Sigma is therefore accepted when it is symmetric and positive
+        semi-definite within SIGMA_RTOL of its largest eigenvalue (a tolerance
+        scaled to its magnitude) and its eigenvalues are at most
+        1 / (gamma SIGMA_RTOL), 6.7e7 times the prior's: the rounding of the
+        downdates inflates them by a factor of 2 or so at worst (measured with
+        contexts of 1e9 and gamma = 1e-16), so a Sigma beyond is hand-made.  Within the
+        tolerance Sigma is re-symmetrised, which leaves the exactly symmetric
+        Sigma a router saves unchanged (the downdate writes one triangle and
+        mirrors it), so the restored router decides as the saved one did."""
         if vals["gauss"][0] not in (0.0, 1.0):
             raise ValueError("state['model']['gauss'][0] must be 0 or 1 (has a spare draw)")
-        for a, S in enumerate(vals["Sigma"]):
-            if not np.array_equal(S, S.T):
+        top = 1.0 / (self.settings.gamma * self.SIGMA_RTOL)
+        Sigma = vals["Sigma"]
+        for a, S in enumerate(Sigma):
+            if not np.all(np.abs(S) <= top):       # |S_jk| <= the largest |eigenvalue|
+                raise ValueError(f"state['model']['Sigma'][{a}] has an entry beyond "
+                                 f"{top:.3g}, 1 / SIGMA_RTOL times the prior variance 1 / gamma "
+                                 f"(App. E.1)")
+            if not np.all(np.abs(S - S.T) <= self.SIGMA_RTOL * np.abs(S).max()):
                 raise ValueError(f"state['model']['Sigma'][{a}] is not symmetric")
-            try:
-                np.linalg.cholesky(S)
-            except np.linalg.LinAlgError:
-                raise ValueError(f"state['model']['Sigma'][{a}] is not positive "
-                                 f"definite") from None
+            S = Sigma[a] = (S + S.T) / 2
+            eig = np.linalg.eigvalsh(S)
+            scale = max(abs(eig[0]), abs(eig[-1]))
+            if eig[0] < -self.SIGMA_RTOL * scale or scale > top:
+                raise ValueError(f"state['model']['Sigma'][{a}] has eigenvalues in "
+                                 f"[{eig[0]:.3g}, {eig[-1]:.3g}]; a Laplace posterior "
+                                 f"covariance has them in [0, 1 / gamma = "
+                                 f"{1 / self.settings.gamma:.3g}] up to rounding")
 
 
 def _bin_with_edges(X, edges):
@@ -4495,7 +4524,9 @@ class _TreeModel(_RewardModel):
         self._stream = self.sees = config.X_reference is None
         if not self._stream:
             edges = [e.tolist() for e in _bin_contexts(config.X_reference, settings.max_bins)[2]]
+            self.check_size(A, settings, d, max(len(e) for e in edges) + 1, "settings")
         else:                                 # edges from the stream: one bin until the first cut
+            self.check_size(A, settings, d, settings.max_bins, "settings")  # the cuts' largest
             edges = [[] for _ in range(d)]
             self._seen = []                   # contexts seen, until the last cut
             self._raw = [[] for _ in range(A)]    # each agent's raw rows, idem
@@ -4535,6 +4566,19 @@ class _TreeModel(_RewardModel):
         return (2 * 4 * A * n_int * d * max_bins * B + 32 * A * B * n_nodes
                 + A * rows * (5 * d + 1 + B))
 
+    @classmethod
+    def check_size(cls, A, settings, d, max_bins, name):
+        """Refuse forests (without their stored rows) larger than a saved state
+        may hold (``ROUTER_STATE_LIMITS['bytes']``): checked when a router is
+        built, so every live router can be saved, and when a state is read."""
+        B, depth, lim = settings.n_trees, settings.max_depth, ROUTER_STATE_LIMITS["bytes"]
+        need = cls.nbytes(A, B, depth, d, max_bins, 0)
+        if need > lim:
+            raise ValueError(f"{name} (n_trees={B}, max_depth={depth}) with {A} agents, "
+                             f"n_features={d} and {max_bins} bins would need "
+                             f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
+                             f"{lim / 2 ** 20:.0f} MiB of ROUTER_STATE_LIMITS['bytes']")
+
     def _alloc_rows(self, cap):
         """(Re)allocate the per-agent row stores of the forest for ``cap`` rows."""
         A, B, d = self.A, self.settings.n_trees, self.d
@@ -4552,9 +4596,9 @@ class _TreeModel(_RewardModel):
         self._cap = cap
         self._tree_args = None
 
-    def _install_edges(self, edges):
+    def _install_edges(self, edges, fresh=False):
         """Install the bin edges (before any row is stored), with histograms
-        and bin lists for their number of bins."""
+        and bin lists for their number of bins (new ones with ``fresh``)."""
         d = self.d
         self._edges_list = [list(map(float, e)) for e in edges]
         self._n_edges = np.array([len(e) for e in edges], dtype=np.int64)
@@ -4564,7 +4608,7 @@ class _TreeModel(_RewardModel):
         for j, e in enumerate(edges):
             self._edges[j, :len(e)] = e
         self._n_bins = n_bins
-        if max_bins != self._max_bins:
+        if fresh or max_bins != self._max_bins:
             A, B = self.A, self.settings.n_trees
             n_int = 2 ** self.settings.max_depth - 1
             self._max_bins = max_bins
@@ -4638,7 +4682,7 @@ class _TreeModel(_RewardModel):
         :data:`ROUTER_STREAM_CUTS` reached."""
         if self._seen is None:
             return
-        n0 = self._n_seen
+        n0, next0 = self._n_seen, self._next_cut
         self._seen.extend(np.array(X, dtype=float) if copy else X)
         self._n_seen = n0 + X.shape[0]
         if self._n_seen < self._next_cut:
@@ -4650,30 +4694,55 @@ class _TreeModel(_RewardModel):
         self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > self._n_seen],
                              default=2 ** 63)
         if cut:
-            self._recut(_bin_contexts(np.array(self._seen[:cut]), self.settings.max_bins)[2])
+            try:
+                self._recut(_bin_contexts(np.array(self._seen[:cut]),
+                                          self.settings.max_bins)[2])
+            except BaseException:             # e.g. MemoryError: as if X was never seen
+                del self._seen[n0:]
+                self._n_seen, self._next_cut = n0, next0
+                raise
             if cut == ROUTER_STREAM_CUTS[-1]:
                 self._seen = None
                 self._raw = None
 
+    #: What a re-cut replaces (:meth:`_recut`): the edges and every forest array.
+    RECUT = ("_edges_list", "_n_edges", "_n_bins", "_max_bins", "_edges", "_H", "_HS", "_head",
+             "_feat", "_thr", "_val", "_node_c", "_node_s", "_nxt", "_fitted", "_Xa", "_refit",
+             "_tree_args")
+
     def _recut(self, edges):
-        """New bin edges: bin every stored row again and rebuild every forest."""
-        self._install_edges(edges)
-        for arr, v in ((self._feat, -1), (self._thr, 0), (self._val, 0.0), (self._H, 0),
-                       (self._HS, 0), (self._node_c, 0), (self._node_s, 0), (self._head, -1),
-                       (self._nxt, 0), (self._fitted, False), (self._refit.stale, False),
-                       (self._refit.stats, 0)):
-            arr.fill(v)
-        for a in range(self.A):
-            n = int(self._nobs[a])
-            if n:
-                self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
-                self._replay(a, every_refit=False)
+        """New bin edges: bin every stored row again and rebuild every forest.
+
+        All or nothing: the forests are rebuilt in new arrays, which replace
+        the old ones only once every agent's is done; on an error (e.g.
+        MemoryError) the router keeps its old edges and forests.  The sizes
+        are within those checked when the router was built (:meth:`check_size`).
+        """
+        old = {name: getattr(self, name) for name in self.RECUT}
+        try:
+            self._install_edges(edges, fresh=True)
+            for name, v in (("_feat", -1), ("_thr", 0), ("_val", 0.0), ("_node_c", 0),
+                            ("_node_s", 0), ("_nxt", 0), ("_fitted", False)):
+                setattr(self, name, np.full_like(old[name], v))
+            self._Xa = old["_Xa"].copy()      # rebinned below (rewards, weights: read only)
+            self._refit = _Refit(*(f.copy() for f in old["_refit"]))
+            self._refit.stale.fill(False)
+            self._refit.stats.fill(0)
+            for a in range(self.A):
+                n = int(self._nobs[a])
+                if n:
+                    self._Xa[a, :n] = _bin_with_edges(np.array(self._raw[a]), self._edges_list)
+                    self._replay(a, every_refit=False)
+        except BaseException:
+            for name, v in old.items():
+                setattr(self, name, v)
+            raise
 
     # --- saved state -----------------------------------------------------------------
 
     def state(self):
         n = [int(v) for v in self._nobs]
-        model = {"edges": self._edges_list, "nobs": n}
+        model = {"edges": [list(e) for e in self._edges_list], "nobs": n}
         for key, attr, axis in self.ROWS:
             dtype = "float64" if getattr(self, attr).dtype == np.float64 else "uint8"
             model[key] = [_pack_array(getattr(self, attr)[a][(slice(None),) * axis
@@ -4710,7 +4779,7 @@ class _TreeModel(_RewardModel):
         if any(np.any(np.diff(e) <= 0) for e in e_arr):
             raise ValueError("state['model']['edges'] must be increasing")
         max_bins = max(len(e) for e in e_arr) + 1
-        B, depth = settings.n_trees, settings.max_depth
+        B = settings.n_trees
         nobs = model["nobs"]
         if not isinstance(nobs, list) or len(nobs) != A:
             raise ValueError(f"state['model']['nobs'] must be {A} non-negative integers")
@@ -4729,24 +4798,20 @@ class _TreeModel(_RewardModel):
         cap = 256
         while cap < max(nobs) + 1:
             cap *= 2
-        need = cls.nbytes(A, B, depth, d, max_bins, cap)
-        if need > lim["bytes"]:
-            raise ValueError(f"state['settings'] (n_trees={B}, max_depth={depth}) with "
-                             f"{A} agents, n_features={d} and {max_bins} bins would need "
-                             f"{need / 2 ** 20:.0f} MiB of forest arrays, more than the "
-                             f"{lim['bytes'] / 2 ** 20:.0f} MiB a saved state may ask for")
+        cls.check_size(A, settings, d, max_bins, "state['settings']")
         stream = model.get("stream") if version >= 2 else None
         if stream is None:
             kw["X_reference"] = np.zeros((1, d))
         return {"edges": e_arr, "nobs": nobs, "rows": rows, "cap": cap, "stream": stream}
 
-    def restore(self, tree, seen):
+    def restore(self, tree, counters):
         """Install the checked rows of a saved tree state and rebuild the forests."""
-        nobs, rows = tree["nobs"], tree["rows"]
+        nobs, rows, seen = tree["nobs"], tree["rows"], counters["rewards_seen"]
         if any(nobs[a] != seen[a] for a in range(self.A)):
             raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
         if tree["stream"] is not None:
-            self._restore_stream(tree["stream"], tree["edges"], rows, nobs)
+            self._restore_stream(tree["stream"], tree["edges"], rows, nobs,
+                                 counters["n_assigned"])
         if any(rows[a]["rewards"].dtype == np.float64 for a in range(self.A)):
             self._sums, self._graded = _reward_sums(True), True
             self._node_s = self._node_s.astype(np.float64)
@@ -4765,7 +4830,7 @@ class _TreeModel(_RewardModel):
             self._nobs[a] = nobs[a]
             self._replay(a)
 
-    def _restore_stream(self, stream, edges, rows, nobs):
+    def _restore_stream(self, stream, edges, rows, nobs, n_assigned):
         """Check and install the stream-bin buffers of a saved state."""
         if not isinstance(stream, dict) or set(stream) != {"n_seen", "seen", "raw"}:
             raise ValueError("state['model']['stream'] must be an object with keys 'n_seen', "
@@ -4774,6 +4839,10 @@ class _TreeModel(_RewardModel):
                             ROUTER_STATE_LIMITS["count"])
         last = ROUTER_STREAM_CUTS[-1]
         d = self.d
+        if n_seen < last and (n_seen < n_assigned or n_seen < sum(nobs)):
+            raise ValueError(f"state['model']['stream']['n_seen'] = {n_seen} is fewer than the "
+                             f"contexts the router was given: every task assigned and every "
+                             f"stored row was seen")
         if n_seen >= last:
             if stream["seen"] is not None or stream["raw"] is not None:
                 raise ValueError(f"state['model']['stream']: after {last} contexts the edges "
@@ -6052,19 +6121,22 @@ _RouterConfig = namedtuple("_RouterConfig", "names A alpha constrained caps poli
 def _router_config(agents, capacities, policy, eta, seed, X_reference, n_features, settings,
                    max_pending, max_age):
     """Check the arguments of :class:`Router` once; return a :data:`_RouterConfig`."""
+    lim = ROUTER_STATE_LIMITS                 # what a saved state may hold (from_state)
     if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
         names = None
-        n_agents = _validate_int(agents, "agents", lo=2)
+        n_agents = _validate_int(agents, "agents", lo=2, hi=lim["agents"])
     else:
         names = _validate_names(agents, None, "agents", min_count=2, unique=True)
         n_agents = len(names)
+        if n_agents > lim["agents"]:
+            raise ValueError(f"agents must name at most {lim['agents']} agents, got {n_agents}")
     alpha, constrained = _validate_capacities(capacities, n_agents)
     _validate_choice(policy, ONLINE_POLICIES, "policy")
     eta = _validate_eta(eta)
     seed = _validate_int(seed, "seed")
     _validate_settings(settings)
     if n_features is not None:
-        n_features = _validate_int(n_features, "n_features", lo=1)
+        n_features = _validate_int(n_features, "n_features", lo=1, hi=lim["n_features"])
     if X_reference is not None:
         X_reference = _validate_matrix(X_reference, "X_reference")
         if X_reference.shape[0] < 1 or X_reference.shape[1] < 1:
@@ -6073,14 +6145,15 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
         if n_features is not None and n_features != X_reference.shape[1]:
             raise ValueError(f"n_features = {n_features} but X_reference has "
                              f"{X_reference.shape[1]} columns")
-        n_features = X_reference.shape[1]
+        n_features = _validate_int(X_reference.shape[1], "X_reference's column count", lo=1,
+                                   hi=lim["n_features"])
     if policy != "random" and policy != "marginal" and n_features is None:
         raise ValueError(f"policy {policy!r} needs the context dimension: give "
                          f"n_features or X_reference")
     if max_pending is not None:
-        max_pending = _validate_int(max_pending, "max_pending", lo=1)
+        max_pending = _validate_int(max_pending, "max_pending", lo=1, hi=lim["count"])
     if max_age is not None:
-        max_age = _validate_int(max_age, "max_age", lo=0)
+        max_age = _validate_int(max_age, "max_age", lo=0, hi=lim["count"])
     caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
     return _RouterConfig(names, n_agents, alpha, constrained, caps, policy, eta, seed,
                          n_features, settings, max_pending, max_age, X_reference)
@@ -6253,13 +6326,16 @@ class _TaskLedger:
         check of an agent, ``d`` its context dimension.
         """
         n_assigned, counts = counters["n_assigned"], counters["assigned_counts"]
-        if not isinstance(pending, list) or len(pending) > n_assigned:
+        gone = counters["n_cancelled"] + counters["n_expired"]
+        if not isinstance(pending, list) or len(pending) > n_assigned - gone:
             raise ValueError("state['pending'] must be a list of [task_id, agent, context, "
-                             "sequence number], no longer than state['n_assigned']")
+                             "sequence number], no longer than state['n_assigned'] less the "
+                             "tasks cancelled and expired")
         if self.max_pending is not None and len(pending) > self.max_pending:
             raise ValueError(f"state['pending'] holds {len(pending)} tasks, more than "
                              f"state['max_pending'] = {self.max_pending}")
         entries = {}
+        per_agent = np.zeros(len(counts), dtype=np.int64)
         width = 3 if version < 2 else 4
         last = -1
         for e in pending:
@@ -6270,10 +6346,13 @@ class _TaskLedger:
             if tid in entries:
                 raise ValueError(f"state['pending'] lists task {tid!r} twice")
             a = agent_index(e[1], "state['pending'] agent")
-            if counts[a] == 0:
-                raise ValueError(f"state['pending'] holds a task of agent {a}, which "
-                                 f"state['assigned_counts'] says was never assigned one")
-            seq = n_assigned - 1 if width == 3 else _state_int(
+            per_agent[a] += 1
+            if per_agent[a] > counts[a]:
+                raise ValueError(f"state['pending'] holds {per_agent[a]} or more tasks of "
+                                 f"agent {a}, which state['assigned_counts'] says was assigned "
+                                 f"{counts[a]}")
+            # version 1 kept no sequence numbers: the latest the order allows
+            seq = n_assigned - len(pending) + len(entries) if width == 3 else _state_int(
                 e[3], "state['pending'] sequence number", 0, n_assigned - 1)
             if width == 4 and seq <= last:
                 raise ValueError("state['pending'] sequence numbers must increase")
@@ -6334,21 +6413,22 @@ class _Team:
         others' capacities are scaled by 1 - capacity, or set by
         ``rebalance`` (see the class notes of :class:`_Team`).
         """
-        self._team_check("add_agent")
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a name (str), got {name!r}")
-        if name in self._index:
-            raise ValueError(f"name {name!r} is already an agent of this router")
-        if capacity is not None:
-            capacity = _validate_share(capacity, "capacity")
-        keep = list(range(self._A))
-        caps = self._rebalanced(keep, rebalance, 1.0 - (capacity or 0.0)) + [capacity]
-        alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
-        c = self._constrained
-        q = float(self._Q[c].mean()) if capacity is not None else 0.0
-        self._regroup(keep, self._names + [name], alpha, constrained, q)
-        self._changes.append({"op": "add", "agent": name, "at": self.n_assigned,
-                              "capacities": list(self.capacities), "Q": q})
+        with self._lock:                 # one public call at a time
+            self._team_check("add_agent")
+            if not isinstance(name, str):
+                raise TypeError(f"name must be a name (str), got {name!r}")
+            if name in self._index:
+                raise ValueError(f"name {name!r} is already an agent of this router")
+            if capacity is not None:
+                capacity = _validate_share(capacity, "capacity")
+            keep = list(range(self._A))
+            caps = self._rebalanced(keep, rebalance, 1.0 - (capacity or 0.0)) + [capacity]
+            alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
+            c = self._constrained
+            q = float(self._Q[c].mean()) if capacity is not None else 0.0
+            self._regroup(keep, self._names + [name], alpha, constrained, q)
+            self._changes.append({"op": "add", "agent": name, "at": self._tasks.n_assigned,
+                                  "capacities": list(self.capacities), "Q": q})
 
     def remove_agent(self, name, *, rebalance="scale", pending="accept"):
         """Remove agent ``name``: it gets no more tasks and its model is dropped.
@@ -6357,30 +6437,31 @@ class _Team:
         ``rebalance``; its pending tasks are accepted (their rewards dropped)
         or cancelled (``pending="cancel"``); see :class:`_Team`.
         """
-        self._team_check("remove_agent")
-        r = self._agent_index(name, "name")
-        _validate_choice(pending, ("accept", "cancel"), "pending")
-        if self._A <= 2:
-            raise ValueError(f"name: cannot remove {name!r}; a router needs at least two "
-                             f"agents")
-        keep = [a for a in range(self._A) if a != r]
-        share = float(self._alpha[r]) if self._constrained[r] else 0.0
-        if rebalance == "scale" and share >= 1.0 - CAPACITY_TOL:
-            raise ValueError(f"rebalance: {name!r} has capacity 1, so the others' cannot be "
-                             f"scaled; give their new capacities")
-        caps = self._rebalanced(keep, rebalance, 1.0 / (1.0 - share) if share < 1 else 1.0)
-        alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
-        gone = [t for t, e in self._pending.items() if e[0] == r]
-        for t in gone:
-            if pending == "cancel":
-                self._tasks.cancel(t)
-            else:
-                self._departed[t] = name
-                del self._pending[t]
-        change = {"op": "remove", "agent": name, "at": self.n_assigned,
-                  "assigned": int(self._counts[r]), "rewards": int(self._n_rewards[r])}
-        self._regroup(keep, [self._names[a] for a in keep], alpha, constrained, None)
-        self._changes.append({**change, "capacities": list(self.capacities)})
+        with self._lock:                 # one public call at a time
+            self._team_check("remove_agent")
+            r = self._agent_index(name, "name")
+            _validate_choice(pending, ("accept", "cancel"), "pending")
+            if self._A <= 2:
+                raise ValueError(f"name: cannot remove {name!r}; a router needs at least two "
+                                 f"agents")
+            keep = [a for a in range(self._A) if a != r]
+            share = float(self._alpha[r]) if self._constrained[r] else 0.0
+            if rebalance == "scale" and share >= 1.0 - CAPACITY_TOL:
+                raise ValueError(f"rebalance: {name!r} has capacity 1, so the others' cannot be "
+                                 f"scaled; give their new capacities")
+            caps = self._rebalanced(keep, rebalance, 1.0 / (1.0 - share) if share < 1 else 1.0)
+            alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
+            gone = [t for t, e in self._pending.items() if e[0] == r]
+            for t in gone:
+                if pending == "cancel":
+                    self._tasks.cancel(t)
+                else:
+                    self._departed[t] = name
+                    del self._pending[t]
+            change = {"op": "remove", "agent": name, "at": self._tasks.n_assigned,
+                      "assigned": int(self._counts[r]), "rewards": int(self._n_rewards[r])}
+            self._regroup(keep, [self._names[a] for a in keep], alpha, constrained, None)
+            self._changes.append({**change, "capacities": list(self.capacities)})
 
     changes = property(lambda self: [dict(c) for c in self._changes], doc=(
         "The agents that joined and left, in order: dicts with ``op`` ('add' or "
@@ -6561,6 +6642,19 @@ class Router(_Team):
     (:data:`REWARD_RULE`).  Agents join and leave with :meth:`add_agent` and
     :meth:`remove_agent` (rules in :class:`_Team`).
 
+    *Threads.*  One router may be shared by threads: :meth:`assign`,
+    :meth:`assign_batch`, :meth:`update`, :meth:`cancel`, :meth:`state_dict`
+    and :attr:`pending` each hold the router's lock for the whole call, so
+    calls from different threads run one after the other, never interleaved
+    (no count is lost, and no compiled kernel runs on arrays another call is
+    replacing, as a re-cut of stream bins does).  The decisions then depend
+    on the order in which the threads got the lock; for reproducible
+    decisions, call from one thread.  The lock costs under a microsecond per
+    call (:func:`benchmark_router`); the router's compiled steps hold the
+    GIL, so threads add no speed either.  A lock rather than a refusal of
+    concurrent use: a refusal would have to detect the overlap with the same
+    kind of lock, and would turn a race into an error at random.
+
     Fed with immediate rewards in the task order of a :func:`simulate` run,
     with ``X_reference`` the whole stream, a router takes that run's decisions.
 
@@ -6592,6 +6686,14 @@ class Router(_Team):
         # extra per-task steps: expiry, or a model keeping the contexts it sees
         self._extra = self._tasks.expiry or self._model.sees
         self._config, self._changes, self._departed = c, [], {}   # agents joining, leaving
+        self._lock = threading.Lock()         # one public call at a time (class notes)
+
+    def __getstate__(self):                   # pickle and deepcopy: a new lock
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     # --- properties -------------------------------------------------------------
 
@@ -6599,7 +6701,7 @@ class Router(_Team):
                       doc="Agent names (or indices 0..A-1 when the router was given a count).")
     Q = property(lambda self: self._Q.copy(),
                  doc="The virtual queues Q_{t,a} now in force (a copy; Eq. 1).")
-    pending = property(lambda self: list(self._pending), doc=(
+    pending = property(lambda self: self._locked(list, self._pending), doc=(
         "Ids of the tasks assigned whose reward has not arrived, oldest first.\n\n"
         "Cancelled and expired tasks are no longer listed (see :meth:`cancel`)."))
     assigned_counts = property(lambda self: self._counts.copy(),
@@ -6613,6 +6715,10 @@ class Router(_Team):
     n_expired = property(lambda self: self._tasks.n_expired, doc="Tasks expired.")
     max_pending = property(lambda self: self._tasks.max_pending, doc="See the parameters.")
     max_age = property(lambda self: self._tasks.max_age, doc="See the parameters.")
+
+    def _locked(self, f, *args):
+        with self._lock:
+            return f(*args)
 
     def __repr__(self):
         return (f"Router(agents={self.agents}, capacities={list(self.capacities)}, "
@@ -6647,23 +6753,26 @@ class Router(_Team):
         integer no pending task uses if a caller took that number (see the
         class notes); :attr:`last_task_id` holds the id given.
         """
-        try:
-            x = np.array(x, dtype=float)
-        except (TypeError, ValueError):
-            raise TypeError("x must be a 1-d array of numbers (a context)") from None
-        if x.ndim != 1 or (self.n_features is not None and x.shape[0] != self.n_features):
-            _validate_context(x, self.n_features)  # raises the precise error
-        X = x.reshape(1, -1)
-        tasks = self._tasks
-        tid = None if task_id is None else tasks.check_id(task_id)
-        if self._extra:
-            self._model.see(X, copy=False)     # X is this call's own array
-        a = self._score(X, self._mu1, True)
-        if a == -2:
-            raise ValueError("x contains NaN or infinite values")
-        tasks.book(tid, a, X[0])
-        self._counts[a] += 1
-        return self._names[a] if self._names else a
+        with self._lock:
+            try:
+                x = np.array(x, dtype=float)
+            except (TypeError, ValueError):
+                raise TypeError("x must be a 1-d array of numbers (a context)") from None
+            if x.ndim != 1 or (self.n_features is not None and x.shape[0] != self.n_features):
+                _validate_context(x, self.n_features)  # raises the precise error
+            X = x.reshape(1, -1)
+            tasks = self._tasks
+            tid = None if task_id is None else tasks.check_id(task_id)
+            if self._extra and self._model.sees:
+                if not _all_finite_nb(X):          # refused before it is kept
+                    raise ValueError("x contains NaN or infinite values")
+                self._model.see(X, copy=False)     # X is this call's own array
+            a = self._score(X, self._mu1, True)
+            if a == -2:
+                raise ValueError("x contains NaN or infinite values")
+            tasks.book(tid, a, X[0])
+            self._counts[a] += 1
+            return self._names[a] if self._names else a
 
     def assign_batch(self, X, task_ids=None):
         """Assign a mini-batch of tasks at once (the paper, Sec. 4.2, App. H.5).
@@ -6677,16 +6786,17 @@ class Router(_Team):
         sequence numbers, skipping ids of pending tasks, as in :meth:`assign`;
         :attr:`last_task_id` is the batch's last.  Returns the list of agents.
         """
-        X = _validate_contexts(X, self.n_features)
-        n = X.shape[0]
-        ids = self._tasks.batch_ids(n, task_ids)
-        self._model.see(X)
-        mu = np.empty((n, self._A))
-        self._score(X, mu, False)             # the estimates only (X is finite: checked)
-        chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained, self.eta, self._Q)
-        self._tasks.book_batch(ids, chosen, X)
-        self._counts += realised
-        return [self._agent_out(int(a)) for a in chosen]
+        with self._lock:
+            X = _validate_contexts(X, self.n_features)
+            n = X.shape[0]
+            ids = self._tasks.batch_ids(n, task_ids)
+            self._model.see(X)
+            mu = np.empty((n, self._A))
+            self._score(X, mu, False)             # the estimates only (X is finite: checked)
+            chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained, self.eta, self._Q)
+            self._tasks.book_batch(ids, chosen, X)
+            self._counts += realised
+            return [self._agent_out(int(a)) for a in chosen]
 
     def cancel(self, task_id):
         """Forget a pending task whose reward will not come; return its agent.
@@ -6697,7 +6807,8 @@ class Router(_Team):
         agent, and the capacity bounds the share of tasks sent (Eq. 1; see the
         class notes).  Cancelling a task that is not pending is an error.
         """
-        return self._agent_out(self._tasks.cancel(_validate_task_id(task_id)))
+        with self._lock:
+            return self._agent_out(self._tasks.cancel(_validate_task_id(task_id)))
 
     def update(self, task, agent, reward):
         """Feed a reward to an agent's model.
@@ -6712,36 +6823,37 @@ class Router(_Team):
         Updating a task that is not pending - never assigned, or already
         updated - is an error.
         """
-        tt = type(task)
-        if tt is int or tt is str or (isinstance(task, (int, np.integer, str))
-                                      and not isinstance(task, (bool, np.bool_))):
-            tid = task if tt is int or tt is str else (
-                int(task) if isinstance(task, (int, np.integer)) else str(task))
-            entry = self._pending.get(tid)
-            if entry is None:
-                return self._departed_reward(tid, reward)
-            a, x, _ = entry
-            if agent is not None and agent != a and self._agent_index(agent) != a:
-                raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
-                                 f"assigned to ({self._agent_out(a)!r})")
-            tr = type(reward)
-            if (tr is int or tr is float) and (reward == 0 or reward == 1):
-                r = float(reward)
+        with self._lock:
+            tt = type(task)
+            if tt is int or tt is str or (isinstance(task, (int, np.integer, str))
+                                          and not isinstance(task, (bool, np.bool_))):
+                tid = task if tt is int or tt is str else (
+                    int(task) if isinstance(task, (int, np.integer)) else str(task))
+                entry = self._pending.get(tid)
+                if entry is None:
+                    return self._departed_reward(tid, reward)
+                a, x, _ = entry
+                if agent is not None and agent != a and self._agent_index(agent) != a:
+                    raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
+                                     f"assigned to ({self._agent_out(a)!r})")
+                tr = type(reward)
+                if (tr is int or tr is float) and (reward == 0 or reward == 1):
+                    r = float(reward)
+                else:
+                    r = _validate_reward(reward)
+                del self._pending[tid]
+            elif isinstance(task, (bool, np.bool_)) or task is None:
+                raise TypeError(f"task must be a pending task id (int or str) or a context "
+                                f"vector, got {task!r}")
             else:
+                x = _validate_context(task, self.n_features, "task (a context)")
+                if agent is None:
+                    raise TypeError("agent is required when task is a context vector")
+                a = self._agent_index(agent)
                 r = _validate_reward(reward)
-            del self._pending[tid]
-        elif isinstance(task, (bool, np.bool_)) or task is None:
-            raise TypeError(f"task must be a pending task id (int or str) or a context "
-                            f"vector, got {task!r}")
-        else:
-            x = _validate_context(task, self.n_features, "task (a context)")
-            if agent is None:
-                raise TypeError("agent is required when task is a context vector")
-            a = self._agent_index(agent)
-            r = _validate_reward(reward)
-            self._model.see(x.reshape(1, -1), copy=False)
-        self._model.learn(a, x, r)
-        self._n_rewards[a] += 1
+                self._model.see(x.reshape(1, -1), copy=False)
+            self._model.learn(a, x, r)
+            self._n_rewards[a] += 1
 
     # --- saving and restoring ------------------------------------------------------
 
@@ -6761,30 +6873,31 @@ class Router(_Team):
         :meth:`from_state` restores a router that takes exactly the decisions
         this one would have taken.
         """
-        s, tasks = self.settings, self._tasks
-        return {
-            "schema": f"{ROUTER_SCHEMA}/{ROUTER_SCHEMA_VERSION}",
-            "agents": list(self._names) if self._names else self._A,
-            "capacities": list(self.capacities),
-            "policy": self.policy,
-            "eta": self.eta,
-            "seed": self.seed,
-            "n_features": self.n_features,
-            "settings": s.fields(),
-            "max_pending": tasks.max_pending,
-            "max_age": tasks.max_age,
-            "rng": [int(v) for v in self._rng],
-            "Q": [float(v) for v in self._Q],
-            "n_assigned": int(tasks.n_assigned),
-            "assigned_counts": [int(v) for v in self._counts],
-            "rewards_seen": [int(v) for v in self._n_rewards],
-            "n_cancelled": int(tasks.n_cancelled),
-            "n_expired": int(tasks.n_expired),
-            "last_task_id": tasks.last_task_id,
-            "pending": tasks.saved_pending(),
-            "model": self._model.state(),
-            **self._team_state(),
-        }
+        with self._lock:
+            s, tasks = self.settings, self._tasks
+            return {
+                "schema": f"{ROUTER_SCHEMA}/{ROUTER_SCHEMA_VERSION}",
+                "agents": list(self._names) if self._names else self._A,
+                "capacities": list(self.capacities),
+                "policy": self.policy,
+                "eta": self.eta,
+                "seed": self.seed,
+                "n_features": self.n_features,
+                "settings": s.fields(),
+                "max_pending": tasks.max_pending,
+                "max_age": tasks.max_age,
+                "rng": [int(v) for v in self._rng],
+                "Q": [float(v) for v in self._Q],
+                "n_assigned": int(tasks.n_assigned),
+                "assigned_counts": [int(v) for v in self._counts],
+                "rewards_seen": [int(v) for v in self._n_rewards],
+                "n_cancelled": int(tasks.n_cancelled),
+                "n_expired": int(tasks.n_expired),
+                "last_task_id": tasks.last_task_id,
+                "pending": tasks.saved_pending(),
+                "model": self._model.state(),
+                **self._team_state(),
+            }
 
     @classmethod
     def from_state(cls, state):
@@ -6794,9 +6907,11 @@ class Router(_Team):
         checked against the data actually present, and against the bounds of
         :data:`ROUTER_STATE_LIMITS`, before anything is allocated; counts must
         be integers that agree with each other; Sigma must be symmetric and
-        positive definite; queues finite, >= 0 and at most ``n_assigned`` (a
-        queue grows by at most 1 per assigned task, Eq. 1); running sums of
-        rewards at most their counts.  Raises ``ValueError`` naming the
+        positive semi-definite up to rounding (:meth:`_LogisticModel._check_values`);
+        queues finite, >= 0 and at most their agent's count of tasks (a queue
+        grows by at most 1 per task assigned to its agent, Eq. 1); pending
+        tasks, cancelled and expired ones at most the tasks assigned; running
+        sums of rewards at most their counts.  Raises ``ValueError`` naming the
         offending field when the state is malformed or impossible, or was
         written by a newer schema version than this module reads
         (:data:`ROUTER_SCHEMA_VERSION`; version 1 states are read too).
@@ -6834,7 +6949,7 @@ class Router(_Team):
         counters = router._state_counters(st, get)
         entries = router._tasks.check_pending(st["pending"], counters, version,
                                               router._agent_index, router.n_features)
-        router._model.restore(checked, counters["rewards_seen"])
+        router._model.restore(checked, counters)
         router._rng[:] = np.array(counters["rng"], dtype=np.uint64)
         router._Q[:] = counters["Q"]
         router._counts[:] = counters["assigned_counts"]
@@ -6863,14 +6978,19 @@ class Router(_Team):
         Q = _validate_matrix(st["Q"], "state['Q']", ndim=1)
         if Q.shape != (A,) or np.any(Q < 0):
             raise ValueError(f"state['Q'] must be {A} non-negative numbers")
-        if np.any(Q > n_assigned) or np.any(Q[~self._constrained] != 0):
-            raise ValueError(f"state['Q'] = {Q.tolist()} is impossible after {n_assigned} "
-                             f"assigned tasks: a queue grows by at most 1 per task (Eq. 1) "
+        if np.any(Q > counts) or np.any(Q[~self._constrained] != 0):
+            raise ValueError(f"state['Q'] = {Q.tolist()} is impossible after "
+                             f"state['assigned_counts'] = {counts.tolist()}: a queue grows "
+                             f"only when its agent is assigned a task, by at most 1 (Eq. 1), "
                              f"and a free agent's queue is 0")
-        return {"rng": rng, "n_assigned": n_assigned, "assigned_counts": counts,
-                "rewards_seen": seen, "Q": Q,
-                **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
-                   for key in ("n_cancelled", "n_expired")}}
+        counters = {"rng": rng, "n_assigned": n_assigned, "assigned_counts": counts,
+                    "rewards_seen": seen, "Q": Q,
+                    **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
+                       for key in ("n_cancelled", "n_expired")}}
+        if counters["n_cancelled"] + counters["n_expired"] > n_assigned:
+            raise ValueError("state['n_cancelled'] + state['n_expired'] exceed "
+                             "state['n_assigned']")
+        return counters
 
 
 _STARTUP_CASES = (

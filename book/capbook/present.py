@@ -520,6 +520,16 @@ def fold_text(title, text):
     Returns
     -------
     Fold
+
+    Examples
+    --------
+    >>> print(fold_text("Runs per cell", ["bank 10", "credit 12"]))
+    bank 10
+    credit 12
+    >>> fold_text(" ", "x")
+    Traceback (most recent call last):
+    ...
+    ValueError: title must be a non-empty str
     """
     if not isinstance(title, str) or not title.strip():
         raise ValueError("title must be a non-empty str")
