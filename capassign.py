@@ -427,22 +427,35 @@ def _validate_names(values, allowed, name, *, min_count=1, unique=False):
     return values
 
 
-#: The one rule for rewards, shared by :func:`simulate`, :class:`Router` and
-#: :func:`hindsight_optimum`: a reward is whether the agent's prediction was
-#: correct (Sec. 4), 0 or 1.  Soft rewards in (0, 1) are refused everywhere:
-#: the compiled tree models keep integer histograms of rewards.
-REWARD_RULE = "rewards must be 0 or 1 (1 when the agent's prediction is correct, Sec. 4)"
+#: The one rule for rewards, shared by :func:`simulate`, :class:`Router`,
+#: :func:`hindsight_optimum` and :func:`sweep`: a reward is a number in
+#: [0, 1], the agent's credit on the task - whether its prediction was correct
+#: (0 or 1, the paper's rewards, Sec. 4) or a graded score such as the
+#: probability it gave the true class (Sec. 2 allows any bounded reward).
+#: Rewards of 0 and 1 only take the exact integer paths of the paper's
+#: experiments (:func:`_reward_array`), so their numbers do not change.
+REWARD_RULE = ("rewards must be numbers in [0, 1] (1 = correct, 0 = wrong; graded "
+               "rewards in between, Sec. 2)")
 
 
 def _validate_rewards(R, name="R", min_rows=0, shape=None):
     """Check a reward matrix against :data:`REWARD_RULE` (and ``shape`` as in
     :func:`_validate_matrix`); return it as floats."""
     R = _validate_matrix(R, name, finite=False, min_rows=min_rows, shape=shape)
-    bad = ~((R == 0.0) | (R == 1.0))
+    bad = ~((R >= 0.0) & (R <= 1.0))
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
         raise ValueError(f"{name}: {REWARD_RULE}; got {R[i].item()!r} at index {list(i)}")
     return R
+
+
+def _reward_array(R):
+    """Checked rewards ``R`` as the engines take them: uint8 when every reward
+    is 0 or 1 (the exact integer histograms of the paper's runs), float64
+    otherwise (graded rewards; the kernels compile once more for them)."""
+    if ((R == 0.0) | (R == 1.0)).all():
+        return np.ascontiguousarray(R, dtype=np.uint8)
+    return np.ascontiguousarray(R, dtype=np.float64)
 
 
 def _validate_reward(r, name="reward"):
@@ -451,7 +464,7 @@ def _validate_reward(r, name="reward"):
         r = int(r)
     if not isinstance(r, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: {REWARD_RULE}; got {r!r} of type {type(r).__name__}")
-    if not (r == 0 or r == 1):
+    if not 0 <= r <= 1:
         raise ValueError(f"{name}: {REWARD_RULE}; got {r!r}")
     return float(r)
 
@@ -2084,8 +2097,8 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     Parameters
     ----------
     R : array_like, shape (T, A)
-        Every agent's reward on every task (Sec. 4), 0 or 1 as
-        :data:`REWARD_RULE` requires.
+        Every agent's reward on every task (Sec. 4), in [0, 1] as
+        :data:`REWARD_RULE` requires (graded rewards too).
     capacities : sequence of length A
         One share alpha_a per agent, ``None`` for a free agent
         (:func:`_validate_capacities`).
@@ -2818,6 +2831,11 @@ class ModelSettings:
         per agent), which 32 bins keep small enough to stay in cache at the
         paper's d <= 12; 64 bins cost about 1.5x the time per decision.  Not a
         parameter of the paper.
+    discount : float
+        Forgetting, for expertise that drifts (the paper's conclusion): each
+        agent's reward seen k rewards ago (of that agent) weighs discount^k,
+        in (0, 1]; 1 (the default) forgets nothing and gives the paper's
+        numbers bit for bit.  Not a parameter of the paper; see Forgetting.
 
     Notes
     -----
@@ -2832,6 +2850,25 @@ class ModelSettings:
     that successive refits of a tree share their weights instead of being
     resampled independently.  The two engines agree in distribution within
     the tolerance of the equivalence tests (tests/test_engine.py).
+
+    Forgetting: a discount factor rather than a sliding window, because one
+    number works the same way in every model and keeps their memory O(1) per
+    agent - a window would need the last W rewards of each agent kept and
+    un-learnt, which the online Laplace step cannot do exactly.  With
+    gamma = ``discount``: ``marginal`` keeps discounted sums (n <- gamma n + 1,
+    s <- gamma s + r); the Laplace-logistic model first discounts its
+    precision towards the prior's, Sigma^-1 <- gamma Sigma^-1 + (1 - gamma)
+    gamma_prior I (the mean stays), then takes the usual step; the trees
+    thin each row's bootstrap weight at every refit, keeping each unit of
+    weight with probability gamma per reward of the agent since its last
+    thinning, so a row seen k rewards ago has weight Poisson(gamma^k) - the
+    bootstrap of the discounted likelihood (the reference engine draws
+    these Poisson(gamma^k) weights directly).  The cost is variance: the
+    estimates rest on an effective sample of about (1 + gamma) / (1 - gamma)
+    rewards at most (the mean of rewards weighted gamma^k has variance
+    sigma^2 (1 - gamma) / (1 + gamma), not sigma^2 / n), e.g. 199 rewards at
+    gamma = 0.99, however long the stream: forgetting trades the bias of
+    stale evidence for a noise floor that never shrinks.
 
     Examples
     --------
@@ -2850,6 +2887,7 @@ class ModelSettings:
     min_samples_leaf: int = 10
     refit_every: int = 20
     max_bins: int = 32
+    discount: float = 1.0
 
     def __post_init__(self):
         for name in ("gamma", "kappa", "w_max"):
@@ -2860,6 +2898,13 @@ class ModelSettings:
                              ("min_samples_leaf", 1, 10**9), ("refit_every", 1, 10**9),
                              ("max_bins", 2, 255)):
             _validate_int(getattr(self, name), f"settings.{name}", lo, hi)
+        _validate_real(self.discount, "settings.discount", 0.0, 1.0, lo_open=True)
+
+    def fields(self):
+        """The settings as a plain dict, as saved states and sweeps store them;
+        ``discount`` only when it forgets (so that earlier records still match)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__
+                if k != "discount" or self.discount != 1.0}
 
 
 #: The paper's hyper-parameters (App. E).
@@ -2951,8 +2996,18 @@ class LaplaceLogistic:
         return _sigmoid(float(theta @ self._design(x)))
 
     def update(self, x, r):
-        """Absorb one reward ``r`` in {0, 1} observed for context ``x`` (App. E.1)."""
+        """Absorb one reward ``r`` in [0, 1] observed for context ``x`` (App. E.1).
+
+        A graded reward is a fractional target of the same step: ``r - p`` is
+        the gradient of the Bernoulli log-likelihood r log p + (1 - r) log(1 - p)
+        (the cross-entropy), whatever r in [0, 1], and the weight p (1 - p) its
+        curvature, which does not involve r."""
         s = self.settings
+        if s.discount < 1.0:                  # forgetting (ModelSettings, Forgetting)
+            P = s.discount * np.linalg.inv(self.Sigma) + (1.0 - s.discount) * s.gamma * np.eye(
+                self.theta.size)
+            Sigma = np.linalg.inv(P)
+            self.Sigma = 0.5 * (Sigma + Sigma.T)
         z = self._design(x)
         p = _sigmoid(float(self.theta @ z))
         w = min(max(p * (1.0 - p), s.w_min), s.w_max)
@@ -3057,7 +3112,12 @@ class BootstrapTrees:
         trees = []
         with sklearn.config_context(skip_parameter_validation=True):
             for _ in range(s.n_trees):
-                rows = rng.integers(0, n, size=n)
+                if s.discount < 1.0:    # forgetting: Poisson(discount^age) weights
+                    rows = np.repeat(np.arange(n), rng.poisson(
+                        s.discount ** np.arange(n - 1, -1, -1.0)))
+                    rows = rows if len(rows) else np.array([n - 1])
+                else:
+                    rows = rng.integers(0, n, size=n)
                 tree = DecisionTreeRegressor(max_depth=s.max_depth,
                                              min_samples_leaf=s.min_samples_leaf,
                                              random_state=int(rng.integers(2**31 - 1)))
@@ -3115,9 +3175,10 @@ class MarginalAccuracy:
     0.6667
     """
 
-    def __init__(self):
+    def __init__(self, discount=1.0):
         self.n = 0
         self.successes = 0.0
+        self.discount = discount
 
     def predict(self, x=None):
         return self.successes / self.n if self.n else 0.5
@@ -3126,8 +3187,9 @@ class MarginalAccuracy:
         return self.predict(x)
 
     def update(self, x, r):
-        self.n += 1
-        self.successes += float(r)
+        """Absorb reward r; the earlier ones are discounted (:class:`ModelSettings`)."""
+        self.n = self.discount * self.n + 1
+        self.successes = self.discount * self.successes + float(r)
         return self
 
 
@@ -3247,6 +3309,70 @@ def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
         theta[j] += Sx[j] * step
 
 
+def _reward_sums(graded):
+    """The :data:`_Sums` of forests with graded rewards (or rewards in {0, 1})."""
+    if graded:
+        return _Sums(np.zeros(0), np.zeros(0), np.zeros(0))
+    return _Sums(np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.int64))
+
+
+@_njit(cache=True)
+def _spd_inverse_nb(M, W):
+    """Inverse of the symmetric positive definite ``M`` into ``W[2]`` (``W``:
+    3 x p x p scratch), through its Cholesky factor, in plain loops (no BLAS,
+    so the same bits on every machine)."""
+    p = M.shape[0]
+    L, Li, out = W[0], W[1], W[2]
+    for j in range(p):
+        acc = M[j, j]
+        for k in range(j):
+            acc -= L[j, k] * L[j, k]
+        L[j, j] = math.sqrt(acc)
+        for i in range(j + 1, p):
+            acc = M[i, j]
+            for k in range(j):
+                acc -= L[i, k] * L[j, k]
+            L[i, j] = acc / L[j, j]
+    for c in range(p):                  # Li = L^-1, column by column
+        for i in range(p):
+            acc = 1.0 if i == c else 0.0
+            for k in range(c, i):
+                acc -= L[i, k] * Li[k, c]
+            Li[i, c] = acc / L[i, i] if i >= c else 0.0
+    for i in range(p):                  # M^-1 = Li^T Li
+        for j in range(i, p):
+            acc = 0.0
+            for k in range(j, p):
+                acc += Li[k, i] * Li[k, j]
+            out[i, j] = acc
+            out[j, i] = acc
+
+
+@_njit(cache=True)
+def _discount_precision_nb(Sigma, discount, gamma, W):
+    """Forgetting of a Laplace-logistic model (:class:`ModelSettings`):
+    Sigma^-1 <- discount Sigma^-1 + (1 - discount) gamma I, in place."""
+    p = Sigma.shape[0]
+    _spd_inverse_nb(Sigma, W)
+    for i in range(p):
+        for j in range(p):
+            Sigma[i, j] = discount * W[2, i, j] + ((1.0 - discount) * gamma if i == j else 0.0)
+    _spd_inverse_nb(Sigma, W)
+    for i in range(p):
+        for j in range(p):
+            Sigma[i, j] = W[2, i, j]
+
+
+@_njit(cache=True, inline="always")
+def _logistic_learn_nb(theta, Sigma, x, r, w_min, w_max, Sx, discount, gamma, Wd):
+    """One agent's Laplace-logistic model learns reward r at design vector x:
+    the forgetting of :class:`ModelSettings` when ``discount`` < 1, then the
+    step of :func:`_laplace_update_nb`."""
+    if discount < 1.0:
+        _discount_precision_nb(Sigma, discount, gamma, Wd)
+    _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx)
+
+
 def _bin_contexts(X, max_bins):
     """Quantile-bin every context feature into at most ``max_bins`` bins.
 
@@ -3299,10 +3425,22 @@ _Refit = namedtuple("_Refit", "stale can cl sl best bpos tot_c tot_s nfeat nthr 
 #: The Laplace-logistic models of all agents (App. E.1): ``theta[a]``,
 #: ``Sigma[a]``, and the spare normal draw ``gauss = [has_spare, spare]``.
 _Logistic = namedtuple("_Logistic", "theta Sigma gauss")
+#: Zero-length arrays whose dtypes are those of a forest's rewards ``y`` (of
+#: ``ya``), reward-sum histograms ``hist`` (of ``HS``) and node sums ``node``
+#: (of ``node_s``): uint8, int32 and int64 for rewards in {0, 1}, float64 for
+#: graded rewards (:func:`_reward_sums`).  The histogram of rewards of a
+#: tree is then a histogram of reward sums: a graded reward r of a row of
+#: weight w adds w r, and the squared-error split score and the leaf means
+#: (S / C) are unchanged in form.  The sums of squares need no histogram: a
+#: node's squared error is SS - S^2 / C, and SS is the same for every
+#: candidate split of the node, so S and C alone rank the splits.  The test
+#: "mixed rewards" (0 < S < C) is kept as it is; a node whose graded rewards
+#: are all equal may therefore split at no gain, which changes no prediction.
+_Sums = namedtuple("_Sums", "y hist node")
 #: Settings of the tree models as the kernels read them (:class:`ModelSettings`
 #: and the bins of :func:`_bin_contexts`).
 _TreeConfig = namedtuple("_TreeConfig",
-                         "n_bins max_bins n_trees max_depth min_leaf refit_every")
+                         "n_bins max_bins n_trees max_depth min_leaf refit_every discount")
 
 
 @_njit(cache=True)
@@ -3488,7 +3626,7 @@ def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
             col = j * max_bins + xb[j]
             H[u, col, b] += w
             if y:
-                HS[u, col, b] += w
+                HS[u, col, b] += w * y
         f = feat[b, u]
         if f < 0:
             break
@@ -3531,7 +3669,7 @@ def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
             continue
         node_c[0, b] += w
         if y:
-            node_s[0, b] += w
+            node_s[0, b] += w * y
         _path_add_nb(xb, y, w, b, 0, n_int, max_bins, H, HS, feat, thr)
 
 
@@ -3584,7 +3722,7 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
     first = 2 ** level - 1
     last = 2 ** (level + 1) - 1
     acc = np.empty(n_cols, dtype=np.int32)
-    accs = np.empty_like(acc)
+    accs = np.empty(n_cols, dtype=HS.dtype)
     for b in range(B):
         for u in range(first, last, 2):
             if not stale[u, b]:
@@ -3609,11 +3747,12 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
                         for _ in range(level - 1):
                             x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
                         if x == par:
-                            if ya[k]:
+                            y = ya[k]
+                            if y:
                                 for j in range(d):
                                     col = j * max_bins + Xa[k, j]
                                     acc[col] += w
-                                    accs[col] += w
+                                    accs[col] += w * y
                             else:
                                 for j in range(d):
                                     acc[j * max_bins + Xa[k, j]] += w
@@ -3703,22 +3842,23 @@ def _bootstrap_weights_nb(n_trees, n, rng):
 
 
 @_njit(cache=True)
-def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf):
+def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf, sums):
     """Fit tree b on the rows ``(Xb[k], y[k])`` with weights ``W[b, k]``, from scratch.
 
     The forest is the first refit (:func:`_online_refit_nb`) of an empty
     online forest holding the rows with these weights.  The fast
     ``offline-tree`` benchmark fits it on multinomial bootstrap weights
-    (:func:`_bootstrap_weights_nb`).  Returns ``(feat, thr, val)``.
+    (:func:`_bootstrap_weights_nb`).  ``sums`` (:data:`_Sums`) gives the
+    dtypes of the reward sums.  Returns ``(feat, thr, val)``.
     """
     n_trees, n = W.shape
     d = Xb.shape[1]
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
     f = _Forest(W, np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32),
-                np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32),
+                np.zeros((n_int, d * max_bins, n_trees), dtype=sums.hist.dtype),
                 np.zeros((n_nodes, n_trees), dtype=np.int64),
-                np.zeros((n_nodes, n_trees), dtype=np.int64),
+                np.zeros((n_nodes, n_trees), dtype=sums.node.dtype),
                 np.full((n_trees, n_nodes), -1, dtype=np.int32),
                 np.zeros((n_trees, n_nodes), dtype=np.int32), np.zeros((n_trees, n_nodes)),
                 np.full((d, max_bins), -1, dtype=np.int32), np.empty((d, n), dtype=np.int32))
@@ -3749,6 +3889,41 @@ def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
 
 
 @_njit(cache=True)
+def _thin_forest_nb(F, a, cfg, rng):
+    """Forgetting of agent a's forest, before a refit (:class:`ModelSettings`).
+
+    Each unit of the bootstrap weight ``W[b, k]`` of row k survives with
+    probability discount^e, e the agent's rewards since the row was last
+    thinned (the previous refit) or arrived; so a row seen j rewards ago
+    keeps a Poisson(discount^j) weight.  The weight removed leaves the root
+    totals and the histograms on the row's path through the current trees,
+    which therefore stay exact for the refit that follows.
+    """
+    n = F.nobs[a]
+    prev = n - cfg.refit_every
+    fa = _agent_forest_nb(F, a)
+    n_int = 2 ** cfg.max_depth - 1
+    for k in range(n - 1):
+        e = n - max(k + 1, prev)
+        q = cfg.discount ** e
+        xb, y = F.Xa[a, k], F.ya[a, k]
+        for b in range(fa.W.shape[0]):
+            w = np.int64(fa.W[b, k])
+            keep = np.int64(0)
+            for _ in range(w):
+                if _uniform_nb(rng) < q:
+                    keep += 1
+            dw = w - keep
+            if dw > 0:
+                fa.W[b, k] = keep
+                fa.node_c[0, b] -= dw
+                if y:
+                    fa.node_s[0, b] -= dw * y
+                _path_add_nb(xb, y, -dw, b, 0, n_int, cfg.max_bins, fa.H, fa.HS, fa.feat,
+                             fa.thr)
+
+
+@_njit(cache=True)
 def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     """Agent a observed reward y for the binned context ``xb`` (App. E.2).
 
@@ -3766,6 +3941,8 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     _online_observe_nb(xb, y, k, cfg.max_depth, cfg.max_bins, rng, fa)
     F.nobs[a] = k + 1
     if F.nobs[a] % cfg.refit_every == 0:
+        if cfg.discount < 1.0:
+            _thin_forest_nb(F, a, cfg, rng)
         _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
                          cfg.min_leaf, fa, r)
         F.fitted[a] = True
@@ -3817,10 +3994,11 @@ def _random_agent_nb(rng, share, cum):
 #: ``thompson``: Thompson sampling instead of the greedy estimate; ``Xd`` the
 #: contexts with an intercept and ``gamma``, ``kappa``, ``w_min``, ``w_max``
 #: the Laplace-logistic settings (App. E.1); ``Xb`` the binned contexts and
-#: the fields of the forests' :data:`_TreeConfig` (App. E.2).  The ``random``
+#: the fields of the forests' :data:`_TreeConfig` (App. E.2) and the
+#: :data:`_Sums` of the rewards.  The ``random``
 #: policy and the ``marginal`` model read nothing: their argument is ``True``.
-_LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max")
-_TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields)
+_LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max discount")
+_TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields + ("sums",))
 
 
 # --- the reward models as objects, for the router and the engine ---------------
@@ -3938,13 +4116,14 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
 
 
 @_njit(cache=True)
-def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx):
-    """Agent a observed reward y for context x: one Laplace step (App. E.1)."""
+def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx, discount, gamma, Wd):
+    """Agent a observed reward y for context x: one Laplace step (App. E.1),
+    after the forgetting of :class:`ModelSettings` when ``discount`` < 1."""
     xd[0] = 1.0
     for j in range(x.shape[0]):
         xd[j + 1] = x[j]
     theta, Sigma, _ = L
-    _laplace_update_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx)
+    _logistic_learn_nb(theta[a], Sigma[a], xd, y, w_min, w_max, Sx, discount, gamma, Wd)
 
 
 @_njit(cache=True)
@@ -3977,7 +4156,9 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
     xb = np.empty(x.shape[0], dtype=np.uint8)
     _bin_row_nb(x, edges, n_edges, xb)
-    _tree_learn_nb(_Forests(*F), a, xb, np.uint8(y), _TreeConfig(*cfg), rng, _Refit(*r))
+    F = _Forests(*F)
+    F.ya[a, F.nobs[a]] = y      # the reward in the forest's dtype: uint8, or float64 if graded
+    _tree_learn_nb(F, a, xb, F.ya[a, F.nobs[a]], _TreeConfig(*cfg), rng, _Refit(*r))
 
 
 @_njit(cache=True)
@@ -4083,6 +4264,34 @@ class _RewardModel:
     def _check_values(self, vals, seen):
         """Refuse saved arrays of the right shapes but impossible values."""
 
+    #: Attributes with one entry per agent on their first axis.
+    PER_AGENT = ()
+
+    def regroup(self, keep, fresh, alpha, constrained, Q):
+        """Agents leave or join (:meth:`Router.add_agent`, :meth:`Router.remove_agent`).
+
+        Keeps the agents ``keep`` (indices, in order), then appends those of
+        ``fresh``, a new model of the joining agents (or ``None``); their
+        learnt state is untouched.  ``alpha``, ``constrained`` and ``Q`` are
+        the router's new capacities and queues.
+        """
+        if fresh is not None:
+            self._match(fresh)
+        for attr in self.PER_AGENT:
+            arr = getattr(self, attr)[keep]
+            if fresh is not None:
+                arr = np.concatenate([arr, getattr(fresh, attr)])
+            setattr(self, attr, np.ascontiguousarray(arr))
+        self.A = len(keep) + (0 if fresh is None else fresh.A)
+        self._Q, self._alpha, self._constrained = Q, alpha, constrained
+        self._regrouped(keep, fresh)
+
+    def _match(self, fresh):
+        """Make the arrays of a new model fit this one's (bins, rows, dtypes)."""
+
+    def _regrouped(self, keep, fresh):
+        """Refresh what depends on the set of agents after :meth:`regroup`."""
+
 
 class _MarginalModel(_RewardModel):
     """``random`` and ``marginal`` (App. D.5): each agent's count and sum of rewards.
@@ -4095,6 +4304,7 @@ class _MarginalModel(_RewardModel):
     group = "router noncontextual"
     kernels = ("_router_noncontextual_mu_nb",)
     ARRAYS = (("n", "_n"), ("s", "_s"))
+    PER_AGENT = ("_n", "_s")
 
     def __init__(self, config, rng, Q):
         super().__init__(config, rng, Q)
@@ -4106,7 +4316,8 @@ class _MarginalModel(_RewardModel):
     @classmethod
     def run_args(cls, policy, X, settings):
         """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
-        return (True, None, None, None) if policy == "random" else (None, True, None, None)
+        return ((True, None, None, None) if policy == "random"
+                else (None, float(settings.discount), None, None))
 
     def score(self, X, mu, step):
         return _router_noncontextual_mu_nb(X, self._learned, self._n, self._s, self._cum,
@@ -4114,19 +4325,25 @@ class _MarginalModel(_RewardModel):
                                            self._constrained, self._eta)
 
     def learn(self, a, x, r):
-        self._n[a] += 1.0
-        self._s[a] += r
+        g = self.settings.discount
+        self._n[a] = g * self._n[a] + 1.0
+        self._s[a] = g * self._s[a] + r
+
+    def _regrouped(self, keep, fresh):
+        self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
 
     def _check_values(self, vals, seen):
         for key, v in vals.items():
             if np.any(v < 0):
                 raise ValueError(f"state['model'][{key!r}] must be {self.A} non-negative "
                                  f"numbers")
-        if np.any(vals["n"] != seen):
-            raise ValueError("state['model']['n'] must equal state['rewards_seen']")
-        if np.any(vals["s"] > vals["n"]) or np.any(vals["s"] != np.round(vals["s"])):
-            raise ValueError("state['model']['s'] must be whole numbers of rewards, at most "
-                             "state['model']['n'] per agent (rewards are 0 or 1)")
+        if np.any(vals["n"] != seen) and (self.settings.discount == 1.0
+                                          or np.any(vals["n"] > seen)):
+            raise ValueError("state['model']['n'] must equal state['rewards_seen'] "
+                             "(at most, with forgetting)")
+        if np.any(vals["s"] > vals["n"]):
+            raise ValueError("state['model']['s'] must be sums of rewards, at most "
+                             "state['model']['n'] per agent (rewards are at most 1)")
 
 
 class _LogisticModel(_RewardModel):
@@ -4136,6 +4353,7 @@ class _LogisticModel(_RewardModel):
     group = "router logistic"
     kernels = ("_router_logistic_mu_nb", "_router_logistic_update_nb")
     ARRAYS = (("theta", "_theta"), ("Sigma", "_Sigma"), ("gauss", "_gauss"))
+    PER_AGENT = ("_theta", "_Sigma")
 
     def __init__(self, config, rng, Q):
         super().__init__(config, rng, Q)
@@ -4150,6 +4368,8 @@ class _LogisticModel(_RewardModel):
         self._kappa = float(settings.kappa)
         self._w_min = float(settings.w_min)
         self._w_max = float(settings.w_max)
+        self._discount, self._gamma = float(settings.discount), float(settings.gamma)
+        self._Wd = np.empty((3, p, p))
         # the arrays go to the kernels as a plain tuple of the fields of
         # _Logistic (numba types a plain tuple of arrays at C speed, a named
         # one in Python: microseconds per call); the kernels name them again
@@ -4161,7 +4381,8 @@ class _LogisticModel(_RewardModel):
         s = settings
         Xd = np.ascontiguousarray(np.column_stack([np.ones(X.shape[0]), X]))
         return None, None, _LogisticRun(Xd, policy.endswith("-ts"), float(s.gamma),
-                                        float(s.kappa), float(s.w_min), float(s.w_max)), None
+                                        float(s.kappa), float(s.w_min), float(s.w_max),
+                                        float(s.discount)), None
 
     def score(self, X, mu, step):
         return _router_logistic_mu_nb(X, self._xd, self._L, self._thompson, self._kappa,
@@ -4170,7 +4391,10 @@ class _LogisticModel(_RewardModel):
 
     def learn(self, a, x, r):
         _router_logistic_update_nb(a, x, r, self._xd, self._L, self._w_min, self._w_max,
-                                   self._Sx)
+                                   self._Sx, self._discount, self._gamma, self._Wd)
+
+    def _regrouped(self, keep, fresh):
+        self._L = (self._theta, self._Sigma, self._gauss)
 
     @classmethod
     def check_state(cls, model, A, kw, version):
@@ -4238,22 +4462,29 @@ def _bin_with_edges(X, edges):
     return Xb
 
 
-def _pack_uint8(arr):
-    """A uint8 array as plain JSON: its shape and its bytes in base64."""
-
-    arr = np.ascontiguousarray(arr, dtype=np.uint8)
-    return {"shape": list(arr.shape), "uint8_base64": base64.b64encode(arr.tobytes()).decode()}
+#: The dtypes a saved array may have, by the name of its key ("<name>_base64").
+_PACKED_DTYPES = {"uint8": np.dtype(np.uint8), "float64": np.dtype("<f8")}
 
 
-def _unpack_uint8(obj, name, shape):
-    """Inverse of :func:`_pack_uint8`, checking the stored and expected shape."""
+def _pack_array(arr, dtype="uint8"):
+    """A uint8 (or float64) array as plain JSON: its shape and its bytes
+    (little-endian) in base64 under the key ``"<dtype>_base64"``."""
+    arr = np.ascontiguousarray(arr, dtype=_PACKED_DTYPES[dtype])
+    return {"shape": list(arr.shape), f"{dtype}_base64": base64.b64encode(arr.tobytes()).decode()}
 
-    if not isinstance(obj, dict) or set(obj) != {"shape", "uint8_base64"}:
-        raise ValueError(f"{name} must be an object with keys 'shape' and 'uint8_base64'")
+
+def _unpack_array(obj, name, shape, dtypes=("uint8",)):
+    """Inverse of :func:`_pack_array`, checking the stored and expected shape;
+    the stored dtype must be one of ``dtypes``."""
+    keys = [{"shape", f"{t}_base64"} for t in dtypes]
+    if not isinstance(obj, dict) or set(obj) not in keys:
+        raise ValueError(f"{name} must be an object with keys 'shape' and "
+                         + " or ".join(f"'{t}_base64'" for t in dtypes))
     if not isinstance(obj["shape"], list) or obj["shape"] != list(shape):
         raise ValueError(f"{name} has shape {obj['shape']!r}, expected {list(shape)}")
-    size = math.prod(shape)
-    data = obj["uint8_base64"]
+    dtype = _PACKED_DTYPES[next(t for t in dtypes if f"{t}_base64" in obj)]
+    size = math.prod(shape) * dtype.itemsize
+    data = obj[f"{dtype.name}_base64"]
     if not isinstance(data, str) or len(data) != 4 * ((size + 2) // 3):
         raise ValueError(f"{name} does not hold the {size} bytes its shape declares")
     try:
@@ -4262,7 +4493,7 @@ def _unpack_uint8(obj, name, shape):
         raise ValueError(f"{name} holds invalid base64 data") from None
     if len(raw) != size:
         raise ValueError(f"{name} holds {len(raw)} bytes, expected {size}")
-    return np.frombuffer(raw, dtype=np.uint8).reshape(shape).copy()
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 
 
 class _TreeModel(_RewardModel):
@@ -4274,12 +4505,17 @@ class _TreeModel(_RewardModel):
     and ``_nxt`` hold room for ``_cap`` rows per agent and double when full.
     With stream bins, ``_seen`` keeps the contexts seen and ``_raw`` each
     agent's raw rows until the last cut of :data:`ROUTER_STREAM_CUTS`.
+    The rewards and their sums (``_ya``, ``_HS``, ``_node_s``) are integers
+    while every reward is 0 or 1 and turn to floats, exactly, at the first
+    graded reward (:data:`_Sums`).
     """
 
     group = "router tree"
     kernels = ("_router_tree_mu_nb", "_router_tree_update_nb")
     #: The stored rows: state key -> (attribute, row axis of an agent's array).
     ROWS = (("bins", "_Xa", 0), ("rewards", "_ya", 0), ("weights", "_W", 1))
+    PER_AGENT = ("_feat", "_thr", "_val", "_fitted", "_nobs", "_node_c", "_node_s", "_H",
+                 "_HS", "_head", "_Xa", "_ya", "_W", "_nxt")
 
     def __init__(self, config, rng, Q):
         super().__init__(config, rng, Q)
@@ -4303,6 +4539,7 @@ class _TreeModel(_RewardModel):
         self._val = np.zeros((A, B, n_nodes))
         self._fitted = np.zeros(A, dtype=np.bool_)
         self._nobs = np.zeros(A, dtype=np.int64)
+        self._sums, self._graded = _reward_sums(False), False
         self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
         self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
         self._max_bins = 0
@@ -4319,7 +4556,8 @@ class _TreeModel(_RewardModel):
         Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
         return None, None, None, _TreeRun(Xb, policy.endswith("-ts"), n_bins,
                                     int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
-                                    s.max_depth, s.min_samples_leaf, s.refit_every)
+                                    s.max_depth, s.min_samples_leaf, s.refit_every,
+                                    float(s.discount), _reward_sums(False))
 
     @staticmethod
     def nbytes(A, B, depth, d, max_bins, rows):
@@ -4346,7 +4584,7 @@ class _TreeModel(_RewardModel):
         A, B, d = self.A, self.settings.n_trees, self.d
         old = self._cap
         Xa = np.zeros((A, cap, d), dtype=np.uint8)
-        ya = np.zeros((A, cap), dtype=np.uint8)
+        ya = np.zeros((A, cap), dtype=self._sums.y.dtype)
         W = np.zeros((A, B, cap), dtype=np.uint8)
         nxt = np.zeros((A, d, cap), dtype=np.int32)
         if old:
@@ -4375,7 +4613,7 @@ class _TreeModel(_RewardModel):
             n_int = 2 ** self.settings.max_depth - 1
             self._max_bins = max_bins
             self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
-            self._HS = np.zeros_like(self._H)
+            self._HS = np.zeros(self._H.shape, dtype=self._sums.hist.dtype)
             self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
         self._tree_args = None
 
@@ -4390,7 +4628,7 @@ class _TreeModel(_RewardModel):
             s = self.settings
             self._tree_args = (
                 (self._n_bins, self._max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
-                 s.refit_every),
+                 s.refit_every, float(s.discount)),
                 (self._W, self._H, self._HS, self._node_c, self._node_s, self._feat, self._thr,
                  self._val, self._head, self._nxt, self._Xa, self._ya, self._nobs,
                  self._fitted), tuple(self._refit),
@@ -4407,9 +4645,31 @@ class _TreeModel(_RewardModel):
             self._alloc_rows(2 * self._cap)
         if self._raw is not None:
             self._raw[a].append(x)
+        if not self._graded and r != 0.0 and r != 1.0:
+            self._to_graded()
         cfg, F, scratch = self._tree_state()[:3]
-        _router_tree_update_nb(a, x, int(r), self._edges, self._n_edges, cfg, self._rng, F,
-                               scratch)
+        _router_tree_update_nb(a, x, r if self._graded else int(r), self._edges, self._n_edges,
+                               cfg, self._rng, F, scratch)
+
+    def _to_graded(self):
+        """Hold rewards and their sums as floats from now on (the integer sums
+        so far are converted exactly)."""
+        self._sums, self._graded = _reward_sums(True), True
+        self._ya = self._ya.astype(np.float64)
+        self._HS = self._HS.astype(np.float64)
+        self._node_s = self._node_s.astype(np.float64)
+        self._tree_args = None
+
+    def _match(self, fresh):
+        if self._sums.y.dtype != fresh._sums.y.dtype:
+            fresh._to_graded()
+        fresh._install_edges(self._edges_list)
+        fresh._alloc_rows(self._cap)
+
+    def _regrouped(self, keep, fresh):
+        if self._raw is not None:
+            self._raw = [self._raw[k] for k in keep] + [[] for _ in range(self.A - len(keep))]
+        self._tree_args = None
 
     def _replay(self, a, every_refit=True):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
@@ -4484,8 +4744,9 @@ class _TreeModel(_RewardModel):
         n = [int(v) for v in self._nobs]
         model = {"edges": [list(e) for e in self._edges_list], "nobs": n}
         for key, attr, axis in self.ROWS:
-            model[key] = [_pack_uint8(getattr(self, attr)[a][(slice(None),) * axis
-                                                             + (slice(0, n[a]),)])
+            dtype = "float64" if getattr(self, attr).dtype == np.float64 else "uint8"
+            model[key] = [_pack_array(getattr(self, attr)[a][(slice(None),) * axis
+                                                             + (slice(0, n[a]),)], dtype)
                           for a in range(self.A)]
         if self._stream:
             model["stream"] = {
@@ -4530,8 +4791,10 @@ class _TreeModel(_RewardModel):
         for a in range(A):
             n = nobs[a]
             shapes = {"bins": (n, d), "rewards": (n,), "weights": (B, n)}
-            rows.append({key: _unpack_uint8(model[key][a], f"state['model'][{key!r}][{a}]",
-                                            shapes[key]) for key, _, _ in cls.ROWS})
+            rows.append({key: _unpack_array(model[key][a], f"state['model'][{key!r}][{a}]",
+                                            shapes[key], ("uint8", "float64") if
+                                            key == "rewards" else ("uint8",))
+                         for key, _, _ in cls.ROWS})
         cap = 256
         while cap < max(nobs) + 1:
             cap *= 2
@@ -4549,12 +4812,16 @@ class _TreeModel(_RewardModel):
         if tree["stream"] is not None:
             self._restore_stream(tree["stream"], tree["edges"], rows, nobs,
                                  counters["n_assigned"])
+        if any(rows[a]["rewards"].dtype == np.float64 for a in range(self.A)):
+            self._sums, self._graded = _reward_sums(True), True
+            self._node_s = self._node_s.astype(np.float64)
+            self._max_bins = 0                # histograms of the new dtype
         self._install_edges(tree["edges"])
         self._alloc_rows(tree["cap"])
         for a in range(self.A):
             if np.any(rows[a]["bins"] >= self._n_bins[None, :]):
                 raise ValueError(f"state['model']['bins'][{a}] has a bin beyond the edges")
-            if np.any(rows[a]["rewards"] > 1):
+            if not np.all((rows[a]["rewards"] >= 0) & (rows[a]["rewards"] <= 1)):
                 raise ValueError(f"state['model']['rewards'][{a}]: {REWARD_RULE}")
         for a in range(self.A):
             for key, attr, axis in self.ROWS:
@@ -4897,7 +5164,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
                              f"{X.shape[0]}, got {batch_size}")
     caps = tuple(None if c is None else float(c) for c in capacities)
     rule = _Rule(alpha, constrained, eta, batch_size or 0, bool(_EARLY_EXIT))
-    return X, R.astype(np.uint8), runs, seed, _Simulation(policy, caps, rule, settings, engine)
+    return X, _reward_array(R), runs, seed, _Simulation(policy, caps, rule, settings, engine)
 
 
 #: The keyword group ``**execution`` of :func:`simulate`, with its defaults.
@@ -4918,7 +5185,7 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     X : array, shape (T, d)
         Contexts, finite.  The logistic models prepend an intercept.
     R : array, shape (T, A)
-        Reward (correctness) of every agent on every task, in {0, 1}.
+        Reward of every agent on every task, in [0, 1] (:data:`REWARD_RULE`).
     capacities : sequence of length A
         alpha_a in [0, 1] per agent, or ``None`` for a free agent (App. H.4);
         the constrained entries sum to 1, or to at most 1 with a free agent
@@ -5017,7 +5284,7 @@ def _run_policy(X, R, orders, policy_seeds, sim, traces):
                                                 sim.engine, sim.settings)
         queues = None
     elif sim.engine == "reference":
-        rewards = np.zeros(runs, dtype=np.int64)
+        rewards = np.zeros(runs)
         counts = np.zeros((runs, A), dtype=np.int64)
         assign = np.zeros((runs, T), dtype=np.int32)
         queues = np.zeros((runs, T, A))
@@ -5100,7 +5367,7 @@ def _reference_run(X, R, order, sim, rng):
 def _make_models(X, A, policy, settings):
     """One reward model per agent for ``policy`` (``None`` for random)."""
     if policy == "marginal":
-        return [MarginalAccuracy() for _ in range(A)]
+        return [MarginalAccuracy(settings.discount) for _ in range(A)]
     if policy.startswith("logistic"):
         return [LaplaceLogistic(X.shape[1], settings) for _ in range(A)]
     if policy.startswith("tree"):
@@ -5347,35 +5614,36 @@ def _record_nb(R, i, a, t, Q, Nb, out):
 
 
 @_njit(cache=True)
-def _new_forests_nb(A, T, d, cfg):
+def _new_forests_nb(A, T, d, cfg, sums):
     """Empty online forests (:data:`_Forests`) of A agents for up to T rows of
-    d binned features."""
+    d binned features, their reward sums of the dtypes of ``sums`` (:data:`_Sums`)."""
     B, max_bins, max_depth = cfg.n_trees, cfg.max_bins, cfg.max_depth
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
     return _Forests(np.empty((A, B, T), dtype=np.uint8),
                     np.zeros((A, n_int, d * max_bins, B), dtype=np.int32),
-                    np.zeros((A, n_int, d * max_bins, B), dtype=np.int32),
+                    np.zeros((A, n_int, d * max_bins, B), dtype=sums.hist.dtype),
                     np.zeros((A, n_nodes, B), dtype=np.int64),
-                    np.zeros((A, n_nodes, B), dtype=np.int64),
+                    np.zeros((A, n_nodes, B), dtype=sums.node.dtype),
                     np.full((A, B, n_nodes), -1, dtype=np.int32),
                     np.zeros((A, B, n_nodes), dtype=np.int32), np.zeros((A, B, n_nodes)),
                     np.full((A, d, max_bins), -1, dtype=np.int32),
                     np.empty((A, d, T), dtype=np.int32),
-                    np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=np.uint8),
+                    np.empty((A, T, d), dtype=np.uint8), np.empty((A, T), dtype=sums.y.dtype),
                     np.zeros(A, dtype=np.int64), np.zeros(A, dtype=np.bool_))
 
 
 @_njit(cache=True)
 def _logistic_prior_nb(A, p, gamma):
     """theta = 0 and Sigma = I / gamma of A Laplace-logistic models in p
-    dimensions, before any reward (App. E.1)."""
+    dimensions, before any reward (App. E.1), with the scratch of a learning
+    step (``Sx``: p; ``Wd``, of forgetting: 3 x p x p)."""
     theta = np.zeros((A, p))
     Sigma = np.zeros((A, p, p))
     for a in range(A):
         for j in range(p):
             Sigma[a, j, j] = 1.0 / gamma
-    return theta, Sigma
+    return theta, Sigma, np.empty(p), np.empty((3, p, p))
 
 
 @_njit(cache=True)
@@ -5417,13 +5685,12 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
         n = np.zeros(A)  # each agent's tasks and reward sum
         s = np.zeros(A)
     if logistic is not None:
-        theta, Sigma = _logistic_prior_nb(A, logistic.Xd.shape[1], logistic.gamma)
+        theta, Sigma, Sx, Wd = _logistic_prior_nb(A, logistic.Xd.shape[1], logistic.gamma)
         has_spare, spare = False, 0.0  # the second normal of the last Thompson pair
-        Sx = np.empty(logistic.Xd.shape[1])
     if trees is not None:
         cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
-                          trees.min_leaf, trees.refit_every)
-        F = _new_forests_nb(A, T, trees.Xb.shape[1], cfg)
+                          trees.min_leaf, trees.refit_every, trees.discount)
+        F = _new_forests_nb(A, T, trees.Xb.shape[1], cfg, trees.sums)
         scratch = _new_refit_nb(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
     dead = _initial_dead_nb(alpha, constrained, batch, random is not None)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
@@ -5461,12 +5728,12 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
             a = agent[jj]
             r = _record_nb(R, i, a, t + jj, Q, Nb, out)
             total += r
-            if marginal is not None:
-                n[a] += 1.0
-                s[a] += r
+            if marginal is not None:               # marginal: the discount (1: none)
+                n[a] = marginal * n[a] + 1.0
+                s[a] = marginal * s[a] + r
             if logistic is not None:
-                _laplace_update_nb(theta[a], Sigma[a], logistic.Xd[i], float(r), logistic.w_min,
-                                   logistic.w_max, Sx)
+                _logistic_learn_nb(theta[a], Sigma[a], logistic.Xd[i], float(r), logistic.w_min,
+                                   logistic.w_max, Sx, logistic.discount, logistic.gamma, Wd)
             if trees is not None:
                 _tree_learn_nb(F, a, trees.Xb[i], r, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
@@ -5492,7 +5759,7 @@ def _runs_nb(R, orders, rule, random, marginal, logistic, trees, states, assign,
     :func:`_over_runs`); returns the total rewards and the tasks per agent of
     every run (one compiled kernel per reward model, as :func:`_run_nb`)."""
     runs = orders.shape[0]
-    rewards = np.zeros(runs, dtype=np.int64)
+    rewards = np.zeros(runs)
     counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
     for k in range(runs):
         rewards[k] = _run_nb(R, orders[k], rule, random, marginal, logistic, trees, states[k],
@@ -5514,8 +5781,9 @@ def _fast_runs(X, R, orders, states, sim, traces):
     A = R.shape[1]
     assign = np.zeros((runs, T if traces else 0), dtype=np.int32)
     queues = np.zeros((runs, T if traces else 0, A))
-    R = np.ascontiguousarray(R, dtype=np.uint8)
     models = _run_models(X, sim.policy, sim.settings)
+    if models[3] is not None and R.dtype != np.uint8:      # graded rewards: float sums
+        models = models[:3] + (models[3]._replace(sums=_reward_sums(True)),)
     stats = np.zeros((runs, 3 * sim.settings.max_depth), dtype=np.int64)
     absent = tuple(m is None for m in models)
     started = _first_use(f"{sim.policy.split('-')[0]} simulation", ("_runs_nb",),
@@ -5565,7 +5833,8 @@ def _logistic_map(Z, y, gamma, *, tol=1e-10, max_iter=100):
 
 
 @_njit(cache=True, nogil=True)
-def _offline_tree_runs_nb(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states):
+def _offline_tree_runs_nb(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf, states,
+                          sums):
     """Fast ``offline-tree``: per run (a block of :func:`_over_runs`) and
     agent, one forest on all T tasks."""
     runs = states.shape[0]
@@ -5576,7 +5845,7 @@ def _offline_tree_runs_nb(Xb, n_bins, max_bins, R, n_trees, max_depth, min_leaf,
         for a in range(A):
             W = _bootstrap_weights_nb(n_trees, T, states[k])
             feat, thr, val = _fit_forest_nb(Xb, R[:, a].copy(), W, n_bins, max_bins, max_depth,
-                                            min_leaf)
+                                            min_leaf, sums)
             for i in range(T):
                 acc = 0.0
                 for b in range(n_trees):
@@ -5630,10 +5899,10 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
         # resolution shows directly in its error: bin as finely as uint8 allows.
         Xb, n_bins, _ = _bin_contexts(X, OFFLINE_MAX_BINS)
         max_bins = int(n_bins.max()) if len(n_bins) else 1
-        R8, states = np.ascontiguousarray(R, dtype=np.uint8), _rng_states(policy_seeds)
+        states, sums = _rng_states(policy_seeds), _reward_sums(R.dtype != np.uint8)
         return np.concatenate(_over_runs(runs, lambda k0, k1: _offline_tree_runs_nb(
-            Xb, n_bins, max_bins, R8, settings.n_trees, settings.max_depth,
-            settings.min_samples_leaf, states[k0:k1])))
+            Xb, n_bins, max_bins, R, settings.n_trees, settings.max_depth,
+            settings.min_samples_leaf, states[k0:k1], sums)))
     choice = np.zeros((runs, T), dtype=np.int32)
     for k in range(runs):
         rng = np.random.default_rng(policy_seeds[k])
@@ -5647,7 +5916,7 @@ def _offline_runs(X, R, orders, policy, policy_seeds, engine, settings):
     """Rewards, agent counts and per-step assignments of the offline benchmark."""
     T, A = R.shape
     choice = _offline_choices(X, R, policy, policy_seeds, engine, settings)
-    rewards = R[np.arange(T)[None, :], choice].sum(axis=1).astype(np.int64)
+    rewards = R[np.arange(T)[None, :], choice].sum(axis=1, dtype=np.float64)
     counts = np.stack([np.bincount(c, minlength=A) for c in choice]).astype(np.int64)
     assign = np.take_along_axis(choice, orders, axis=1)
     return rewards, counts, assign
@@ -5838,7 +6107,7 @@ def _benchmark_grid(T, d, runs, seed, out):
 #: this version and refuses newer ones.
 ROUTER_SCHEMA = "capassign.router"
 #: The current version of the saved router state (older versions still load).
-ROUTER_SCHEMA_VERSION = 2
+ROUTER_SCHEMA_VERSION = 3
 
 #: The checked configuration of a :class:`Router` (:func:`_router_config`):
 #: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
@@ -5899,7 +6168,7 @@ def _saved_config(st, get):
     lim = ROUTER_STATE_LIMITS
     settings_d = st["settings"]
     fields = set(ModelSettings.__dataclass_fields__)
-    if not isinstance(settings_d, dict) or set(settings_d) != fields:
+    if not isinstance(settings_d, dict) or set(settings_d) | {"discount"} != fields:
         raise ValueError("state['settings'] must hold every field of ModelSettings")
     try:
         settings = ModelSettings(**settings_d)
@@ -6102,7 +6371,189 @@ class _TaskLedger:
             self._order = deque((e[2], tid) for tid, e in entries.items())
 
 
-class Router:
+class _Team:
+    """Agents joining and leaving a running :class:`Router` (its base class).
+
+    The rules, stated once (the methods' docstrings repeat them briefly):
+
+    - *Capacities.*  ``rebalance="scale"`` keeps the other agents' capacities
+      in proportion: a joining agent with capacity c takes its share from
+      them (each alpha_a becomes alpha_a (1 - c)), a leaving agent's alpha_r
+      is given back to them (each alpha_a becomes alpha_a / (1 - alpha_r)),
+      so capacities that summed to one still do.  Free agents stay free.
+      Otherwise ``rebalance`` lists the other agents' new capacities (in the
+      order of :attr:`Router.agents`, without the joining or leaving agent)
+      and the whole vector must pass the usual check.
+    - *Queues.*  Eq. 1 moves the queues of constrained agents by
+      1{a_t = a} - alpha_a, which sums to 0 over the agents when the
+      capacities sum to one: apart from the clipping at 0, the queues' sum is
+      conserved and their mean is where the agents stand relative to their
+      targets.  A joining constrained agent starts at that mean (of the
+      constrained agents' queues), so its penalty eta Q in Eq. 2 is the
+      typical agent's: a queue of 0 among queues at Q would give it a bonus of
+      eta Q over them (flooded until its queue caught up), a queue above them
+      a handicap (starved).  The other queues are not changed; a free agent
+      has no queue.
+    - *Pending tasks of a leaving agent.*  ``pending="accept"`` (default):
+      their rewards are still accepted by :meth:`Router.update` and dropped
+      (the agent's model is gone); ``pending="cancel"``: they are cancelled
+      at once (:meth:`Router.cancel`), so their update is refused.
+    - *Saved state.*  Every change is recorded in :attr:`changes` and saved;
+      a restored router holds the agents as they are now and decides exactly
+      as the live one.
+
+    Only a router with named agents changes its team (numbered agents would
+    be renumbered), and a router keeps at least two agents.
+    """
+
+    def add_agent(self, name, capacity=None, *, rebalance="scale"):
+        """Add agent ``name`` with ``capacity`` (``None``: a free agent), untrained.
+
+        Its queue starts at the mean of the constrained agents' queues; the
+        others' capacities are scaled by 1 - capacity, or set by
+        ``rebalance`` (see the class notes of :class:`_Team`).
+        """
+        with self._lock:                 # one public call at a time
+            self._team_check("add_agent")
+            if not isinstance(name, str):
+                raise TypeError(f"name must be a name (str), got {name!r}")
+            if name in self._index:
+                raise ValueError(f"name {name!r} is already an agent of this router")
+            if capacity is not None:
+                capacity = _validate_share(capacity, "capacity")
+            keep = list(range(self._A))
+            caps = self._rebalanced(keep, rebalance, 1.0 - (capacity or 0.0)) + [capacity]
+            alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
+            c = self._constrained
+            q = float(self._Q[c].mean()) if capacity is not None else 0.0
+            self._regroup(keep, self._names + [name], alpha, constrained, q)
+            self._changes.append({"op": "add", "agent": name, "at": self._tasks.n_assigned,
+                                  "capacities": list(self.capacities), "Q": q})
+
+    def remove_agent(self, name, *, rebalance="scale", pending="accept"):
+        """Remove agent ``name``: it gets no more tasks and its model is dropped.
+
+        The others' capacities are scaled by 1 / (1 - alpha_name), or set by
+        ``rebalance``; its pending tasks are accepted (their rewards dropped)
+        or cancelled (``pending="cancel"``); see :class:`_Team`.
+        """
+        with self._lock:                 # one public call at a time
+            self._team_check("remove_agent")
+            r = self._agent_index(name, "name")
+            _validate_choice(pending, ("accept", "cancel"), "pending")
+            if self._A <= 2:
+                raise ValueError(f"name: cannot remove {name!r}; a router needs at least two "
+                                 f"agents")
+            keep = [a for a in range(self._A) if a != r]
+            share = float(self._alpha[r]) if self._constrained[r] else 0.0
+            if rebalance == "scale" and share >= 1.0 - CAPACITY_TOL:
+                raise ValueError(f"rebalance: {name!r} has capacity 1, so the others' cannot be "
+                                 f"scaled; give their new capacities")
+            caps = self._rebalanced(keep, rebalance, 1.0 / (1.0 - share) if share < 1 else 1.0)
+            alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
+            gone = [t for t, e in self._pending.items() if e[0] == r]
+            for t in gone:
+                if pending == "cancel":
+                    self._tasks.cancel(t)
+                else:
+                    self._departed[t] = name
+                    del self._pending[t]
+            change = {"op": "remove", "agent": name, "at": self._tasks.n_assigned,
+                      "assigned": int(self._counts[r]), "rewards": int(self._n_rewards[r])}
+            self._regroup(keep, [self._names[a] for a in keep], alpha, constrained, None)
+            self._changes.append({**change, "capacities": list(self.capacities)})
+
+    changes = property(lambda self: [dict(c) for c in self._changes], doc=(
+        "The agents that joined and left, in order: dicts with ``op`` ('add' or "
+        "'remove'), ``agent``, ``at`` (tasks assigned before the change) and the "
+        "``capacities`` after it."))
+
+    def _team_check(self, method):
+        if self._names is None:
+            raise TypeError(f"{method} needs a router with named agents, e.g. "
+                            f"Router(['model', 'human'], ...)")
+
+    def _rebalanced(self, keep, rebalance, factor):
+        """The capacities of the agents ``keep`` after a change (class notes)."""
+        if isinstance(rebalance, str) and rebalance == "scale":
+            return [None if not self._constrained[a] else float(self._alpha[a]) * factor
+                    for a in keep]
+        try:
+            caps = list(rebalance)
+        except TypeError:
+            raise TypeError(f"rebalance must be 'scale' or a sequence of capacities, got "
+                            f"{rebalance!r}") from None
+        if len(caps) != len(keep):
+            raise ValueError(f"rebalance has {len(caps)} entries but {len(keep)} agents keep "
+                             f"a capacity; give one per remaining agent")
+        return caps
+
+    def _regroup(self, keep, names, alpha, constrained, q):
+        """Install the new team: agents ``keep`` then the joining one (queue ``q``)."""
+        new = len(names) - len(keep)
+        fresh = None
+        if new:
+            one = self._config._replace(A=1, names=None, alpha=np.ones(1),
+                                        constrained=np.ones(1, dtype=bool), caps=(1.0,))
+            fresh = type(self._model)(one, self._rng, np.zeros(1))
+        self._Q = np.concatenate([self._Q[keep], np.full(new, q if new else 0.0)])
+        self._counts = np.concatenate([self._counts[keep], np.zeros(new, dtype=np.int64)])
+        self._n_rewards = np.concatenate([self._n_rewards[keep],
+                                          np.zeros(new, dtype=np.int64)])
+        self._alpha, self._constrained, self._A = alpha, constrained, len(names)
+        self.capacities = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
+        self._names, self._index = names, {n: i for i, n in enumerate(names)}
+        self._mu1 = np.empty((1, self._A))
+        self._model.regroup(keep, fresh, alpha, constrained, self._Q)
+        where = {old: i for i, old in enumerate(keep)}
+        for t, (a, x, seq) in list(self._pending.items()):
+            self._pending[t] = (where[a], x, seq)
+
+    def _departed_reward(self, tid, reward):
+        """The reward of a task whose agent has left (accepted, then dropped)."""
+        if tid not in self._departed:
+            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
+                             f"router, or its reward was already recorded, or it was "
+                             f"cancelled or expired")
+        _validate_reward(reward)
+        del self._departed[tid]
+
+    def _team_state(self):
+        """The team's part of :meth:`Router.state_dict` (schema 3)."""
+        return {"changes": self.changes,
+                "departed": [[t, n] for t, n in self._departed.items()]}
+
+    def _restore_team(self, st, version):
+        """Install the saved changes and departed tasks (none before schema 3)."""
+        if version < 3:
+            return
+        changes, departed = st["changes"], st["departed"]
+        if not isinstance(changes, list) or not all(
+                isinstance(c, dict) and c.get("op") in ("add", "remove")
+                and isinstance(c.get("agent"), str) for c in changes):
+            raise ValueError("state['changes'] must be a list of objects with 'op' ('add' or "
+                             "'remove') and 'agent'")
+        if not isinstance(departed, list) or not all(
+                isinstance(e, list) and len(e) == 2 and isinstance(e[1], str) for e in departed):
+            raise ValueError("state['departed'] must be a list of [task id, agent name]")
+        self._changes = [dict(c) for c in changes]
+        for t, n in departed:
+            tid = _validate_task_id(t, "state['departed'][i][0]")
+            if tid in self._pending:
+                raise ValueError(f"state['departed']: task {tid!r} is also pending")
+            self._departed[tid] = n
+
+    @staticmethod
+    def _assigned_elsewhere(st):
+        """Tasks assigned to agents that have left, by a saved state's changes."""
+        if not isinstance(st.get("changes"), list):       # none before schema 3
+            return 0
+        return sum(_state_int(c.get("assigned", 0), "state['changes'][i]['assigned']", 0,
+                              ROUTER_STATE_LIMITS["count"])
+                   for c in st["changes"] if isinstance(c, dict) and c.get("op") == "remove")
+
+
+class Router(_Team):
     """Route a live stream of prediction tasks to agents under capacities (Algorithm 1).
 
     The online policies of :func:`simulate` for live use: :meth:`assign`
@@ -6180,15 +6631,16 @@ class Router:
     (give ``n_features``) keeps every context it is given (by :meth:`assign`,
     :meth:`assign_batch`, or :meth:`update` with a context) and, when their
     number reaches 64, 128, ..., 16384 (:data:`ROUTER_STREAM_CUTS`), cuts the
-    edges again with :func:`_bin_contexts` from the first that many contexts.
-    Each agent's stored rows are then binned again from their raw contexts
-    and its forest is rebuilt by replaying them with their Poisson weights
-    and refits at the usual counts, so every later refit is exactly the fit
-    on the current bins.  Before the first cut every feature is a single bin
-    (the trees predict the agent's mean reward).  After the last cut the
-    edges are fixed and the raw contexts are dropped.  Everything is a
-    function of the contexts seen and the seed, and it is saved and restored
-    exactly.  Cost against a given ``X_reference``: see :func:`benchmark_router`.
+    edges again with :func:`_bin_contexts` from the first that many contexts;
+    each agent's rows are binned again and its forest rebuilt by replaying
+    them (Poisson weights, refits at the usual counts).  Before the first cut
+    every feature is one bin (the trees predict the agent's mean reward);
+    after the last the edges are fixed and the raw contexts dropped.  It is
+    all saved and restored exactly; its cost: :func:`benchmark_router`.
+
+    *Graded rewards and changing teams.*  Rewards may be graded, in [0, 1]
+    (:data:`REWARD_RULE`).  Agents join and leave with :meth:`add_agent` and
+    :meth:`remove_agent` (rules in :class:`_Team`).
 
     *Threads.*  One router may be shared by threads: :meth:`assign`,
     :meth:`assign_batch`, :meth:`update`, :meth:`cancel`, :meth:`state_dict`
@@ -6204,8 +6656,7 @@ class Router:
     kind of lock, and would turn a race into an error at random.
 
     Fed with immediate rewards in the task order of a :func:`simulate` run,
-    with ``X_reference`` the whole stream, a router takes exactly that run's
-    decisions (given the run's random state).
+    with ``X_reference`` the whole stream, a router takes that run's decisions.
 
     Examples
     --------
@@ -6215,22 +6666,18 @@ class Router:
     >>> router.update(0, agent, R[0, router.agents.index(agent)])
     """
 
-
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
                  max_age=None):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
                            settings, max_pending, max_age)
         self.policy, self.eta, self.seed, self.settings = c.policy, c.eta, c.seed, c.settings
-        self.n_features = c.d
-        self.capacities = c.caps
-        self._names = c.names
+        self.n_features, self.capacities, self._names = c.d, c.caps, c.names
         self._index = {n: i for i, n in enumerate(c.names)} if c.names else None
         self._alpha, self._constrained, self._A = c.alpha, c.constrained, c.A
         self._Q = np.zeros(c.A)
         self._rng = _rng_states([np.random.SeedSequence(c.seed)])[0]
-        self._counts = np.zeros(c.A, dtype=np.int64)
-        self._n_rewards = np.zeros(c.A, dtype=np.int64)
+        self._counts, self._n_rewards = np.zeros(c.A, np.int64), np.zeros(c.A, np.int64)
         self._mu1 = np.empty((1, c.A))
         self._tasks = _TaskLedger(c.max_pending, c.max_age)
         self._pending = self._tasks.pending   # read and deleted from on the per-task path
@@ -6238,6 +6685,7 @@ class Router:
         self._score = self._model.score
         # extra per-task steps: expiry, or a model keeping the contexts it sees
         self._extra = self._tasks.expiry or self._model.sees
+        self._config, self._changes, self._departed = c, [], {}   # agents joining, leaving
         self._lock = threading.Lock()         # one public call at a time (class notes)
 
     def __getstate__(self):                   # pickle and deepcopy: a new lock
@@ -6369,8 +6817,9 @@ class Router:
         ``agent`` must then be the agent it was assigned to, or ``None`` - or
         a context vector: an observation of ``agent`` that did not come from
         this router's assignments (e.g. historical data), which teaches the
-        model and leaves the queues alone.  ``reward`` is 0 or 1 for every
-        policy (:data:`REWARD_RULE`; the same rule as :func:`simulate`).
+        model and leaves the queues alone.  ``reward`` is a number in [0, 1]
+        for every policy (:data:`REWARD_RULE`; the same rule as
+        :func:`simulate`): 0 or 1 for right or wrong, or a graded reward.
         Updating a task that is not pending - never assigned, or already
         updated - is an error.
         """
@@ -6382,9 +6831,7 @@ class Router:
                     int(task) if isinstance(task, (int, np.integer)) else str(task))
                 entry = self._pending.get(tid)
                 if entry is None:
-                    raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
-                                     f"router, or its reward was already recorded, or it was "
-                                     f"cancelled or expired")
+                    return self._departed_reward(tid, reward)
                 a, x, _ = entry
                 if agent is not None and agent != a and self._agent_index(agent) != a:
                     raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
@@ -6414,13 +6861,15 @@ class Router:
         """The router's whole state as a plain JSON-serialisable dict.
 
         ``json.dumps`` works on it directly (no pickle).  It holds the schema
-        tag (``"schema": "capassign.router/2"``), the configuration, the
+        tag (``"schema": "capassign.router/3"``), the configuration, the
         random state, the queues, the pending tasks with their contexts, and
         the models: running sums (``marginal``), theta and Sigma
         (``logistic-*``), or each agent's binned rows, rewards and Poisson
         weights (``tree-*``; the forests are rebuilt from them) and, while a
         tree router without ``X_reference`` still cuts its bin edges, the
-        contexts it has seen.  Cancelled and expired tasks are not kept.
+        contexts it has seen; the agents that joined and left
+        (:attr:`changes`) and the tasks of departed agents whose rewards are
+        still accepted.  Cancelled and expired tasks are not kept.
         :meth:`from_state` restores a router that takes exactly the decisions
         this one would have taken.
         """
@@ -6434,7 +6883,7 @@ class Router:
                 "eta": self.eta,
                 "seed": self.seed,
                 "n_features": self.n_features,
-                "settings": {k: getattr(s, k) for k in ModelSettings.__dataclass_fields__},
+                "settings": s.fields(),
                 "max_pending": tasks.max_pending,
                 "max_age": tasks.max_age,
                 "rng": [int(v) for v in self._rng],
@@ -6447,6 +6896,7 @@ class Router:
                 "last_task_id": tasks.last_task_id,
                 "pending": tasks.saved_pending(),
                 "model": self._model.state(),
+                **self._team_state(),
             }
 
     @classmethod
@@ -6507,6 +6957,7 @@ class Router:
         last_id = get("last_task_id", None)
         router._tasks.restore(entries, counters, None if last_id is None else _validate_task_id(
             last_id, "state['last_task_id']"))
+        router._restore_team(st, version)
         return router
 
     def _state_counters(self, st, get):
@@ -6520,9 +6971,10 @@ class Router:
         n_assigned = _state_int(st["n_assigned"], "state['n_assigned']", 0, lim["count"])
         counts = _state_counts(st["assigned_counts"], "state['assigned_counts']", A)
         seen = _state_counts(st["rewards_seen"], "state['rewards_seen']", A)
-        if sum(counts) != n_assigned:
-            raise ValueError(f"state['assigned_counts'] sum to {sum(counts)}, but "
-                             f"state['n_assigned'] is {n_assigned}")
+        if sum(counts) + self._assigned_elsewhere(st) != n_assigned:
+            raise ValueError(f"state['assigned_counts'] sum to {sum(counts)} (and agents "
+                             f"that left, state['changes']), but state['n_assigned'] is "
+                             f"{n_assigned}")
         Q = _validate_matrix(st["Q"], "state['Q']", ndim=1)
         if Q.shape != (A,) or np.any(Q < 0):
             raise ValueError(f"state['Q'] must be {A} non-negative numbers")
@@ -10633,7 +11085,7 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_s
         hashes[name] = _task_digest(np.asarray(X, dtype=float), np.asarray(R, dtype=float))
         for caps in cap_list:
             _validate_capacities(caps, shapes[name][1])
-    model_settings = {k: getattr(settings, k) for k in ModelSettings.__dataclass_fields__}
+    model_settings = settings.fields()
     manifest = {"schema": SWEEP_SCHEMA, "tasks": [n for n, _ in task_items],
                 "task_data": "arrays" if from_arrays else "load_task",
                 "task_shapes": {n: list(s) for n, s in shapes.items()},

@@ -203,7 +203,8 @@ def test_compiled_forest_matches_sklearn_on_its_bootstraps():
     Xb, n_bins, _ = ca._bin_contexts(X, 64)
     mb = int(n_bins.max())
     W = ca._bootstrap_weights_nb(B, T, np.array([3, 1, 4, 1], np.uint64))
-    feat, thr, val = ca._fit_forest_nb(Xb, np.ascontiguousarray(R[:, 0]), W, n_bins, mb, depth, 10)
+    feat, thr, val = ca._fit_forest_nb(Xb, np.ascontiguousarray(R[:, 0]), W, n_bins, mb, depth, 10,
+                                       ca._reward_sums(False))
     cnt = W.T
     assert (cnt.sum(axis=0) == T).all()  # each tree saw a resample of size T
     assert len({tuple(c) for c in cnt.T}) == B  # and the resamples differ
@@ -241,7 +242,8 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
         n = k + 1
         ca._online_refit_nb(Xb, y, n, n_bins, mb, depth, min_leaf, forest, refit)
         sfeat, sthr, sval = ca._fit_forest_nb(Xb, y, np.ascontiguousarray(W[:, :n], np.int32),
-                                              n_bins, mb, depth, min_leaf)
+                                              n_bins, mb, depth, min_leaf,
+                                              ca._reward_sums(False))
         np.testing.assert_array_equal(feat, sfeat, err_msg=f"features after {n} rows")
         np.testing.assert_array_equal(thr, sthr, err_msg=f"thresholds after {n} rows")
         np.testing.assert_array_equal(val, sval, err_msg=f"leaf values after {n} rows")

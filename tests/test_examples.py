@@ -239,7 +239,7 @@ def test_each_model_compiles_its_own_kernels_only():
     choose = {"_choose_agents_nb"}
     own = {"random": {"_random_agent_nb", "_random_batch_nb"},
            "marginal": {"_marginal_mu_nb"} | choose,
-           "logistic-ts": {"_laplace_update_nb", "_logistic_bound_nb",
+           "logistic-ts": {"_logistic_learn_nb", "_logistic_bound_nb",
                            "_logistic_mu_nb"} | choose,
            "tree-greedy": {"_tree_learn_nb", "_tree_bound_nb", "_tree_mu_nb"} | choose}
     every = set().union(*own.values())

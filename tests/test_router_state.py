@@ -89,7 +89,7 @@ def test_declared_sizes_are_checked_before_allocation():
     ("logistic", ["assigned_counts", 0], 1000, "assigned_counts"),   # sum != n_assigned
     ("logistic", ["n_assigned"], 5, "assigned_counts"),
     ("marginal", ["model", "s", 0], 1000.0, "'s'"),                  # s > n
-    ("marginal", ["model", "s", 0], 0.5, "'s'"),
+    ("marginal", ["model", "s", 0], -0.5, "'s'"),                  # s < 0
     ("marginal", ["model", "n", 1], 3.0, "'n'"),                      # n != rewards_seen
     ("logistic", ["Q", 0], 1e308, "Q"),
     ("logistic", ["Q", 1], float("inf"), "Q"),

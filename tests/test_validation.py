@@ -326,11 +326,11 @@ REWARD_ENTRY_POINTS = {
 
 @pytest.mark.parametrize("entry", REWARD_ENTRY_POINTS)
 def test_same_reward_mistake_same_error_everywhere(no_work, entry):
-    soft = R.astype(float)
-    soft[3, 1] = 0.5
+    wrong = R.astype(float)
+    wrong[3, 1] = 1.5                     # graded rewards in [0, 1] are allowed; 1.5 is not
     with pytest.raises(ValueError) as info:
-        REWARD_ENTRY_POINTS[entry](soft)
-    assert str(info.value) == f"R: {ca.REWARD_RULE}; got 0.5 at index [3, 1]"
+        REWARD_ENTRY_POINTS[entry](wrong)
+    assert str(info.value) == f"R: {ca.REWARD_RULE}; got 1.5 at index [3, 1]"
 
 
 def test_array_of_wrong_shape_one_wording():

@@ -17,7 +17,6 @@ import math
 import os
 import stat
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +97,7 @@ def _validation_settings(policies, alphas, prefix, pilot, max_runs, diff, power,
     return {"policies": policies, "alphas": alphas, "prefix": prefix, "pilot": pilot,
             "max_runs": max_runs, "diff": diff, "power": power, "level": level,
             "eta": _validate_eta(eta), "seed": _validate_int(seed, "seed", lo=0),
-            "model_settings": asdict(PAPER_SETTINGS)}
+            "model_settings": PAPER_SETTINGS.fields()}
 
 
 #: What stands at a path that is not a regular file, by its type (``os.lstat``).

@@ -1,0 +1,103 @@
+"""Forgetting (ModelSettings.discount): off is the paper's code; on, a model
+tracks an agent whose accuracy changes mid-stream."""
+
+import json
+
+import numpy as np
+import pytest
+
+import capassign as ca
+
+
+def _flip_stream(T=6000, seed=0):
+    """Agent 0 is good (0.9) on x > 0 and poor (0.3) elsewhere, and the other
+    way round from task T/2 on; agent 1 is right 60% of the time throughout."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, size=(T, 1))
+    good = X[:, 0] > 0
+    good[T // 2:] = ~good[T // 2:]
+    mu = np.column_stack([np.where(good, 0.9, 0.3), np.full(T, 0.6)])
+    return X, (rng.random(mu.shape) < mu).astype(float)
+
+
+def _play(router, X, R):
+    errors, agents = [], []
+    for t in range(len(X)):
+        a = router.assign(X[t])
+        i = router.agents.index(a)
+        router.update(t, a, R[t, i])
+        errors.append(1 - R[t, i])
+        agents.append(i)
+    return np.array(errors), np.array(agents)
+
+
+@pytest.mark.parametrize("policy", ["logistic-greedy", "logistic-ts", "tree-greedy", "tree-ts"])
+def test_forgetting_tracks_a_step_change(policy):
+    X, R = _flip_stream()
+    T = len(X)
+    after = {}
+    for g in (1.0, 0.99):
+        router = ca.Router(["a", "b"], [0.5, 0.5], policy, X_reference=X, seed=0,
+                           settings=ca.ModelSettings(discount=g))
+        err, agents = _play(router, X, R)
+        after[g] = err[T // 2:T // 2 + 1500].mean()      # the 1500 tasks after the change
+        shares = np.bincount(agents[T // 2:], minlength=2) / (T // 2)
+        assert np.abs(shares - 0.5).max() <= 0.01        # capacities kept
+    assert after[0.99] < after[1.0] - 0.04, after
+
+
+def test_marginal_forgetting_recovers_sooner():
+    # agent 0 (capacity at most 0.5) falls from 0.9 to 0.3; agent 1 is free at 0.6:
+    # tasks until agent 0's share of the last 200 falls below 10%
+    rng = np.random.default_rng(1)
+    T = 4000
+    mu = np.column_stack([np.where(np.arange(T) < T // 2, 0.9, 0.3), np.full(T, 0.6)])
+    R = (rng.random(mu.shape) < mu).astype(float)
+    X = np.zeros((T, 1))
+    recover = {}
+    for g in (1.0, 0.98):
+        router = ca.Router(["a", "b"], [0.5, None], "marginal",
+                           settings=ca.ModelSettings(discount=g))
+        _, agents = _play(router, X, R)
+        share = np.convolve(agents == 0, np.ones(200) / 200, mode="valid")[T // 2:]
+        recover[g] = int(np.argmax(share < 0.1)) if (share < 0.1).any() else T
+    assert recover[0.98] < recover[1.0] / 2, recover
+
+
+@pytest.mark.parametrize("policy", ca.ONLINE_POLICIES)
+def test_forgetting_state_round_trip(policy):
+    X, R = _flip_stream(1200, seed=2)
+    settings = ca.ModelSettings(discount=0.97)
+    router = ca.Router(["a", "b"], [0.5, 0.5], policy, X_reference=X, seed=3, settings=settings)
+    _play(router, X[:700], R[:700])
+    state = json.loads(json.dumps(router.state_dict()))
+    assert state["settings"]["discount"] == 0.97
+    twin = ca.Router.from_state(state)
+    assert [router.assign(x) for x in X[700:]] == [twin.assign(x) for x in X[700:]]
+
+
+def test_discount_off_is_not_saved_and_checked():
+    assert "discount" not in ca.PAPER_SETTINGS.fields()
+    for bad in (0.0, 1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="settings.discount"):
+            ca.ModelSettings(discount=bad)
+
+
+@pytest.mark.parametrize("policy", ["marginal", "logistic-greedy", "tree-greedy"])
+def test_simulate_with_forgetting_both_engines(policy):
+    X, R = _flip_stream(600, seed=4)
+    s = ca.ModelSettings(discount=0.98, n_trees=5)
+    fast = ca.simulate(X, R, [0.5, 0.5], policy, runs=4, settings=s)
+    ref = ca.simulate(X, R, [0.5, 0.5], policy, runs=2, settings=s, engine="reference")
+    off = ca.simulate(X, R, [0.5, 0.5], policy, runs=4, settings=ca.ModelSettings(n_trees=5))
+    assert abs(fast.error - ref.error) < 0.05
+    assert not np.array_equal(fast.errors, off.errors)
+
+
+def test_spd_inverse_is_exactish():
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(6, 6))
+    M = A @ A.T + 6 * np.eye(6)
+    W = np.empty((3, 6, 6))
+    ca._spd_inverse_nb(M, W)
+    np.testing.assert_allclose(W[2] @ M, np.eye(6), atol=1e-12)

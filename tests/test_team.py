@@ -1,0 +1,130 @@
+"""Agents joining and leaving a running Router: capacities, queues, pending
+tasks, saved state."""
+
+import json
+
+import numpy as np
+import pytest
+
+import capassign as ca
+
+
+@pytest.fixture(scope="module")
+def stream():
+    X, R, _ = ca.synthetic_stream(24000, 3, n_agents=3, seed=8)
+    return X, R
+
+
+def _feed(router, X, R, t0, t1, cols):
+    """Assign tasks t0..t1-1 and answer each at once; returns the agents chosen."""
+    out = []
+    for t in range(t0, t1):
+        a = router.assign(X[t])
+        router.update(router.last_task_id, a, R[t, cols[a]])
+        out.append(a)
+    return out
+
+
+@pytest.mark.parametrize("policy", ca.ONLINE_POLICIES)
+def test_capacities_kept_after_add_and_remove(stream, policy):
+    X, R = stream
+    cols = {"a": 0, "b": 1, "c": 2}
+    router = ca.Router(["a", "b"], [0.6, 0.4], policy, X_reference=X[:2000], seed=3)
+    _feed(router, X, R, 0, 2000, cols)
+    router.add_agent("c", 0.2)
+    assert router.capacities == pytest.approx((0.48, 0.32, 0.2))
+    got = _feed(router, X, R, 2000, 12000, cols)
+    shares = np.array([got.count(n) for n in "abc"]) / len(got)
+    assert np.abs(shares - [0.48, 0.32, 0.2]).max() <= 0.01, shares
+    router.remove_agent("a")
+    assert router.capacities == pytest.approx((0.32 / 0.52, 0.2 / 0.52))
+    got = _feed(router, X, R, 12000, 22000, cols)
+    shares = np.array([got.count(n) for n in "bc"]) / len(got)
+    assert np.abs(shares - np.array(router.capacities)).max() <= 0.01, shares
+
+
+def test_new_agent_queue_starts_at_the_mean(stream):
+    X, R = stream
+    router = ca.Router(["a", "b", "f"], [0.5, 0.3, None], "marginal", seed=1)
+    for t in range(300):
+        router.assign(X[t])
+    Q = router.Q
+    router.add_agent("c", 0.1, rebalance=[0.45, 0.25, None])
+    assert router.Q[3] == pytest.approx(Q[:2].mean())
+    assert router.capacities == (0.45, 0.25, None, 0.1)
+    router.add_agent("g")                           # a free agent: no queue
+    assert router.Q[4] == 0.0 and router.capacities[:4] == (0.45, 0.25, None, 0.1)
+
+
+@pytest.mark.parametrize("policy", ca.ONLINE_POLICIES)
+@pytest.mark.parametrize("bins", ["reference", "stream"])
+def test_save_restore_across_add_and_remove(stream, policy, bins):
+    X, R = stream
+    cols = {"a": 0, "b": 1, "c": 2}
+    kw = {"X_reference": X[:500]} if bins == "reference" else {"n_features": 3}
+    router = ca.Router(["a", "b"], [0.5, 0.5], policy, seed=4, **kw)
+    _feed(router, X, R, 0, 150, cols)
+    router.add_agent("c", 0.25)
+    _feed(router, X, R, 150, 300, cols)
+    pending = [router.assign(X[t]) for t in range(300, 320)]    # unanswered
+    router.remove_agent("b")
+    state = json.loads(json.dumps(router.state_dict()))
+    assert state["schema"].endswith("/3") and [c["op"] for c in state["changes"]] == [
+        "add", "remove"]
+    twin = ca.Router.from_state(state)
+    assert twin.changes == router.changes and twin.agents == ["a", "c"]
+    for t in range(300, 320):
+        if pending[t - 300] == "b":
+            for r in (router, twin):
+                r.update(t, None, 1.0)                        # accepted, dropped
+    assert _feed(router, X, R, 320, 620, cols) == _feed(twin, X, R, 320, 620, cols)
+    np.testing.assert_array_equal(router.Q, twin.Q)
+
+
+def test_v2_state_still_loads(stream):
+    X, R = stream
+    router = ca.Router(["a", "b"], [0.5, 0.5], "logistic-greedy", n_features=3)
+    _feed(router, X, R, 0, 50, {"a": 0, "b": 1})
+    state = json.loads(json.dumps(router.state_dict()))
+    state["schema"] = "capassign.router/2"
+    del state["changes"], state["departed"]
+    twin = ca.Router.from_state(state)
+    assert twin.changes == [] and twin.assign(X[60]) == router.assign(X[60])
+
+
+def test_pending_of_a_leaving_agent(stream):
+    X, R = stream
+    for pending in ("accept", "cancel"):
+        router = ca.Router(["a", "b", "c"], [0.4, 0.3, 0.3], "random", seed=2)
+        agents = [router.assign(X[t]) for t in range(30)]
+        router.remove_agent("b", pending=pending)
+        t = agents.index("b")
+        if pending == "accept":
+            router.update(t, "b", 1.0)
+            with pytest.raises(ValueError, match="not pending"):
+                router.update(t, "b", 1.0)
+        else:
+            with pytest.raises(ValueError, match="not pending"):
+                router.update(t, "b", 1.0)
+        assert all(router.pending.count(i) == 1 for i in router.pending)
+        for i in router.pending:                      # the others still update
+            router.update(i, None, 0.0)
+
+
+def test_team_errors():
+    router = ca.Router(["a", "b"], [0.5, 0.5], "marginal")
+    with pytest.raises(ValueError, match="name 'a' is already an agent"):
+        router.add_agent("a", 0.1)
+    with pytest.raises(ValueError, match="name: cannot remove 'a'; a router needs at least two"):
+        router.remove_agent("a")
+    with pytest.raises(ValueError, match="rebalance sum to"):
+        router.add_agent("c", 0.2, rebalance=[0.5, 0.5])
+    with pytest.raises(ValueError, match="capacity"):
+        router.add_agent("c", 1.5)
+    with pytest.raises(ValueError, match="pending must be one of"):
+        router.add_agent("c", 0.2)
+        router.remove_agent("c", pending="later")
+    with pytest.raises(TypeError, match="add_agent needs a router with named agents"):
+        ca.Router(2, [0.5, 0.5], "marginal").add_agent("c", 0.2)
+    with pytest.raises(ValueError, match="unknown name 'z'"):
+        router.remove_agent("z")
