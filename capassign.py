@@ -4248,7 +4248,7 @@ class _RewardModel:
 
     def restore(self, model, counters):
         """Check the saved arrays against this model's and install them
-        (``counters``: the router's checked counters, :meth:`Router._state_counters`;
+        (``counters``: the router's checked counters, :func:`_saved_counters`;
         ``counters['rewards_seen']``: the rewards each agent's model has been fed)."""
         vals = {}
         for key, attr in self.ARRAYS:
@@ -5648,32 +5648,27 @@ def _logistic_prior_nb(A, p, gamma):
 
 @_njit(cache=True)
 def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
-    """One run of a policy over the tasks ``order``: Algorithm 1 with one
-    reward model (App. E), online or in mini-batches (Sec. 4.2).
+    """One run of a policy over the tasks ``order``: Algorithm 1 with one reward model
+    (App. E), online or in mini-batches (Sec. 4.2).
 
-    The policy's model is the one of ``random`` (``True``), ``marginal``
-    (``True``), ``logistic`` (a :data:`_LogisticRun`) and ``trees`` (a
-    :data:`_TreeRun`) that is not ``None``.  numba compiles one kernel per
-    combination of ``None`` arguments and removes the branches that a
-    ``None`` argument rules out before it types the body (every branch of a
-    model is guarded by ``model is not None``), so a model's first run
-    compiles that model's kernels only.
+    The policy's model is whichever of ``random`` (``True``), ``marginal`` (its discount,
+    1.0: none), ``logistic`` (:data:`_LogisticRun`) and ``trees`` (:data:`_TreeRun`) is not
+    ``None``. numba compiles one kernel per combination of ``None`` arguments and prunes the
+    branches a ``None`` rules out (each is guarded by ``model is not None``) before typing
+    the body, so a model's first run compiles that model's kernels only.
 
-    At each step the model scores the step's tasks (one online, a batch
-    otherwise) with what it knows before any of their rewards: ``random``
-    scores nothing (agent a with probability alpha_a online, the batch's
-    counts in a random order in batch mode); ``marginal`` each agent's mean
-    reward; ``logistic`` the Laplace-logistic models, Thompson sampling
-    drawing the scalar theta~^T z ~ N(theta_hat^T z, kappa^2 z^T Sigma z),
-    exactly the law of theta~^T z under theta~ ~ N(theta_hat, kappa^2 Sigma),
-    without factorising Sigma; ``trees`` the online Poisson-bootstrap forests
-    (notes above :func:`_poisson1_nb`), their estimates from the last refit
-    as in the paper (Thompson: one random tree per task and agent), ``stats``
-    accumulating the refit counters.  The agents are then chosen (Eq. 2, or
-    the batch assignment), the rewards enter the chosen agents' models one by
-    one, and the queues move (Eq. 1).  Returns the total reward; ``out``
-    receives the counts (and traces).
-    """
+    At each step the model scores the step's tasks (one online, a batch otherwise) with what
+    it knows before any of their rewards: ``random`` scores nothing (agent a with
+    probability alpha_a online, the batch's counts in a random order in batch mode);
+    ``marginal`` each agent's mean reward; ``logistic`` the Laplace-logistic models,
+    Thompson sampling drawing the scalar theta~^T z ~ N(theta_hat^T z, kappa^2 z^T Sigma z),
+    exactly the law of theta~^T z under theta~ ~ N(theta_hat, kappa^2 Sigma), without
+    factorising Sigma; ``trees`` the online Poisson-bootstrap forests (notes above
+    :func:`_poisson1_nb`), their estimates from the last refit as in the paper (Thompson:
+    one random tree per task and agent), ``stats`` accumulating the refit counters. The
+    agents are then chosen (Eq. 2, or the batch assignment), the rewards enter the chosen
+    agents' models one by one, and the queues move (Eq. 1). Returns the total reward;
+    ``out`` receives the counts (and traces)."""
     alpha, constrained, eta, batch, early = rule
     T = order.shape[0]
     A = R.shape[1]
@@ -6159,6 +6154,28 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
                          n_features, settings, max_pending, max_age, X_reference)
 
 
+def _saved_schema_version(state):
+    """The schema version of a saved router state (1 .. :data:`ROUTER_SCHEMA_VERSION`), checked."""
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict (from Router.state_dict), got "
+                        f"{type(state).__name__}")
+    schema = state.get("schema")
+    prefix = ROUTER_SCHEMA + "/"
+    if not isinstance(schema, str) or not schema.startswith(prefix):
+        raise ValueError(f"state['schema'] must be '{prefix}<version>', got {schema!r}")
+    try:
+        version = int(schema[len(prefix):])
+    except ValueError:
+        raise ValueError(f"state['schema'] has no integer version: {schema!r}") from None
+    if version > ROUTER_SCHEMA_VERSION:
+        raise ValueError(f"state['schema'] is version {version}, newer than this capassign "
+                         f"{__version__} reads (version {ROUTER_SCHEMA_VERSION}); upgrade "
+                         f"capassign")
+    if version < 1:
+        raise ValueError(f"state['schema'] has an invalid version {version}")
+    return version
+
+
 def _saved_config(st, get):
     """The configuration of a saved router state, checked before anything is built.
 
@@ -6196,6 +6213,40 @@ def _saved_config(st, get):
         v = get(key, None)
         kw[key] = None if v is None else _state_int(v, f"state[{key!r}]", lo, lim["count"])
     return agents, A, kw, model
+
+
+def _saved_counters(st, get, A, constrained, assigned_elsewhere):
+    """The random state, queues and counters of a saved router state, checked
+    (``assigned_elsewhere``: tasks of agents that have left, :class:`_Team`)."""
+    lim = ROUTER_STATE_LIMITS
+    rng = st["rng"]
+    if (not isinstance(rng, list) or len(rng) != 4
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** 64
+                       for v in rng) or not any(rng)):
+        raise ValueError("state['rng'] must be 4 unsigned 64-bit integers, not all zero")
+    n_assigned = _state_int(st["n_assigned"], "state['n_assigned']", 0, lim["count"])
+    counts = _state_counts(st["assigned_counts"], "state['assigned_counts']", A)
+    seen = _state_counts(st["rewards_seen"], "state['rewards_seen']", A)
+    if sum(counts) + assigned_elsewhere != n_assigned:
+        raise ValueError(f"state['assigned_counts'] sum to {sum(counts)} (and agents "
+                         f"that left, state['changes']), but state['n_assigned'] is "
+                         f"{n_assigned}")
+    Q = _validate_matrix(st["Q"], "state['Q']", ndim=1)
+    if Q.shape != (A,) or np.any(Q < 0):
+        raise ValueError(f"state['Q'] must be {A} non-negative numbers")
+    if np.any(Q > counts) or np.any(Q[~constrained] != 0):
+        raise ValueError(f"state['Q'] = {Q.tolist()} is impossible after "
+                         f"state['assigned_counts'] = {counts.tolist()}: a queue grows "
+                         f"only when its agent is assigned a task, by at most 1 (Eq. 1), "
+                         f"and a free agent's queue is 0")
+    counters = {"rng": rng, "n_assigned": n_assigned, "assigned_counts": counts,
+                "rewards_seen": seen, "Q": Q,
+                **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
+                   for key in ("n_cancelled", "n_expired")}}
+    if counters["n_cancelled"] + counters["n_expired"] > n_assigned:
+        raise ValueError("state['n_cancelled'] + state['n_expired'] exceed "
+                         "state['n_assigned']")
+    return counters
 
 
 class _TaskLedger:
@@ -6916,23 +6967,7 @@ class Router(_Team):
         written by a newer schema version than this module reads
         (:data:`ROUTER_SCHEMA_VERSION`; version 1 states are read too).
         """
-        if not isinstance(state, dict):
-            raise TypeError(f"state must be a dict (from Router.state_dict), got "
-                            f"{type(state).__name__}")
-        schema = state.get("schema")
-        prefix = ROUTER_SCHEMA + "/"
-        if not isinstance(schema, str) or not schema.startswith(prefix):
-            raise ValueError(f"state['schema'] must be '{prefix}<version>', got {schema!r}")
-        try:
-            version = int(schema[len(prefix):])
-        except ValueError:
-            raise ValueError(f"state['schema'] has no integer version: {schema!r}") from None
-        if version > ROUTER_SCHEMA_VERSION:
-            raise ValueError(f"state['schema'] is version {version}, newer than this capassign "
-                             f"{__version__} reads (version {ROUTER_SCHEMA_VERSION}); upgrade "
-                             f"capassign")
-        if version < 1:
-            raise ValueError(f"state['schema'] has an invalid version {version}")
+        version = _saved_schema_version(state)
         try:
             return cls._from_state_v2(state, version)
         except KeyError as exc:
@@ -6946,7 +6981,8 @@ class Router(_Team):
         agents, A, kw, model = _saved_config(st, get)
         checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
         router = cls(agents, st["capacities"], **kw)
-        counters = router._state_counters(st, get)
+        counters = _saved_counters(st, get, router._A, router._constrained,
+                                   router._assigned_elsewhere(st))
         entries = router._tasks.check_pending(st["pending"], counters, version,
                                               router._agent_index, router.n_features)
         router._model.restore(checked, counters)
@@ -6959,38 +6995,6 @@ class Router(_Team):
             last_id, "state['last_task_id']"))
         router._restore_team(st, version)
         return router
-
-    def _state_counters(self, st, get):
-        """The random state, queues and counters of a saved state, checked."""
-        lim, A = ROUTER_STATE_LIMITS, self._A
-        rng = st["rng"]
-        if (not isinstance(rng, list) or len(rng) != 4
-                or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** 64
-                           for v in rng) or not any(rng)):
-            raise ValueError("state['rng'] must be 4 unsigned 64-bit integers, not all zero")
-        n_assigned = _state_int(st["n_assigned"], "state['n_assigned']", 0, lim["count"])
-        counts = _state_counts(st["assigned_counts"], "state['assigned_counts']", A)
-        seen = _state_counts(st["rewards_seen"], "state['rewards_seen']", A)
-        if sum(counts) + self._assigned_elsewhere(st) != n_assigned:
-            raise ValueError(f"state['assigned_counts'] sum to {sum(counts)} (and agents "
-                             f"that left, state['changes']), but state['n_assigned'] is "
-                             f"{n_assigned}")
-        Q = _validate_matrix(st["Q"], "state['Q']", ndim=1)
-        if Q.shape != (A,) or np.any(Q < 0):
-            raise ValueError(f"state['Q'] must be {A} non-negative numbers")
-        if np.any(Q > counts) or np.any(Q[~self._constrained] != 0):
-            raise ValueError(f"state['Q'] = {Q.tolist()} is impossible after "
-                             f"state['assigned_counts'] = {counts.tolist()}: a queue grows "
-                             f"only when its agent is assigned a task, by at most 1 (Eq. 1), "
-                             f"and a free agent's queue is 0")
-        counters = {"rng": rng, "n_assigned": n_assigned, "assigned_counts": counts,
-                    "rewards_seen": seen, "Q": Q,
-                    **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
-                       for key in ("n_cancelled", "n_expired")}}
-        if counters["n_cancelled"] + counters["n_expired"] > n_assigned:
-            raise ValueError("state['n_cancelled'] + state['n_expired'] exceed "
-                             "state['n_assigned']")
-        return counters
 
 
 _STARTUP_CASES = (
@@ -9415,10 +9419,15 @@ def table4_spreads(errors, path=None, *, tol=MATCH_TOL):
 # that for each model class on the stream itself, apart from online learning.
 
 
-def _two_agent_stream(X, R):
-    """Contexts (T x d, at least two rows) and 0/1 rewards of two agents (T x 2), checked."""
+def _two_agent_stream(X, R, binary=False):
+    """Contexts (T x d, at least two rows) and rewards of two agents (T x 2),
+    checked; ``binary``: every reward 0 or 1."""
     X = _validate_matrix(X, "X", min_rows=2)
-    return X, _validate_rewards(R, "R", shape=(X.shape[0], 2))
+    R = _validate_rewards(R, "R", shape=(X.shape[0], 2))
+    if binary and not ((R == 0.0) | (R == 1.0)).all():
+        i = [int(k) for k in np.argwhere((R != 0.0) & (R != 1.0))[0]]
+        raise ValueError(f"R: every reward must be 0 or 1 here; got {R[tuple(i)]!r} at index {i}")
+    return X, R
 
 
 def contrast_separation(X, R, alpha1=0.5, *, folds=5, seed=0, settings=PAPER_SETTINGS):
@@ -9482,7 +9491,7 @@ def contrast_separation(X, R, alpha1=0.5, *, folds=5, seed=0, settings=PAPER_SET
     import pandas as pd
     from scipy.stats import rankdata
 
-    X, R = _two_agent_stream(X, R)
+    X, R = _two_agent_stream(X, R, binary=True)   # the AUC compares disagreements
     alpha1 = _validate_share(alpha1, "alpha1")
     T = X.shape[0]
     folds = _validate_int(folds, "folds", lo=2, hi=T)

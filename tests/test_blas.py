@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: products, the assignment LP, the principal component of the embeddings
 #: and the agents' logistic fits): about 10 s and 25 s of re-execution.
 THEORY = ("theory_shadow_prices", "theory_two_agents")
-DATA = ("data_agents",)
+DATA = ("data_agents", "data_contexts")
 PROBE = ("import json, numpy, threadpoolctl; "
          "print(json.dumps([{k: i.get(k) for k in ('internal_api', 'architecture', "
          "'num_threads')} for i in threadpoolctl.threadpool_info() "
@@ -53,7 +53,7 @@ def other_blas():
     return env
 
 
-@pytest.mark.parametrize("chapters", [THEORY, DATA], ids=["theory", "data_agents"])
+@pytest.mark.parametrize("chapters", [THEORY, DATA], ids=["theory", "data"])
 def test_notebook_outputs_do_not_depend_on_the_blas_configuration(other_blas, chapters):
     paths = [f"book/executed/{name}.ipynb" for name in chapters]
     run = subprocess.run([sys.executable, "-m", "pytest", *paths, "-q"],

@@ -98,3 +98,27 @@ def test_built_pages_load_mathjax_by_a_relative_url(book_html):
         assert srcs == [f"{up}_static/{MATHJAX_PATH}"], (page, srcs)
         assert (page.parent / srcs[0]).resolve().is_file(), (page, srcs)
     assert with_math >= 5, f"only {with_math} pages load MathJax"
+
+
+def test_math_only_in_a_cell_output_marks_the_page(tmp_path):
+    """A page whose only math is in a cell's HTML output (a table header typeset by the
+    book's module) is a page with equations, so MathJax is loaded on it."""
+    from docutils import nodes
+    from docutils.utils import new_document
+
+    has = {}
+    env = SimpleNamespace(docname="book/executed/x",
+                          get_domain=lambda name: SimpleNamespace(data={"has_equations": has}))
+    app = SimpleNamespace(env=env)
+    doc = new_document("x")
+    doc += nodes.raw("", "<table><th>alpha</th></table>", format="html")
+    local_mathjax.mark_output_math(app, doc)
+    assert has == {}
+    doc += nodes.raw("", '<th><span class="math notranslate nohighlight">\\(\\alpha_1\\)'
+                         "</span></th>", format="latex")
+    local_mathjax.mark_output_math(app, doc)
+    assert has == {}
+    doc += nodes.raw("", '<th><span class="math notranslate nohighlight">\\(\\alpha_1\\)'
+                         "</span></th>", format="html")
+    local_mathjax.mark_output_math(app, doc)
+    assert has == {"book/executed/x": True}

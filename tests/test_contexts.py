@@ -13,13 +13,7 @@ from scipy.special import ndtri
 
 import capassign as ca
 from capbook import engines as cb_engines
-
-
-def _or_skip(fn, *args, **kw):
-    try:
-        return fn(*args, **kw)
-    except ca.DataUnavailable as exc:
-        pytest.skip(f"real data unavailable: {exc}")
+from _helpers import or_skip as _or_skip
 
 
 # --- normal scores ------------------------------------------------------------------
@@ -216,12 +210,15 @@ def test_codes_coding_reproduces_the_old_task_bit_for_bit(name):
     np.testing.assert_array_equal(task.X, ((design.Xraw - mean) / sd)[stream])
 
 
-def test_old_coding_gives_the_old_engine_validation_tasks():
-    # the engine validation file was computed on the default tasks before the rule
+def test_engine_validation_tasks_are_the_ones_load_task_builds():
+    # each stored task names its coding; a file from before the coding rule has none and
+    # ran on the integer codes with the old one-hot encoding, exact subset and z-scores
     obj = cb_engines.read_engine_validation(check_data=False)
     for name, info in obj["tasks"].items():
-        task = _or_skip(ca.load_task, name, info["agent_seed"], coding="codes",
-                        encoding=_OLD_ENCODING[name], subset="exact", scaling="z")
+        coding = info.get("coding", "codes")
+        old = {} if "coding" in info else dict(encoding=_OLD_ENCODING[name], subset="exact",
+                                                scaling="z")
+        task = _or_skip(ca.load_task, name, info["agent_seed"], coding=coding, **old)
         assert ca._task_digest(task.X, task.R) == info["digest"], name
 
 

@@ -18,13 +18,7 @@ import pytest
 import capassign as ca
 import capbook as cb
 from capbook import engines
-
-
-def _or_skip(fn, *args, **kw):
-    try:
-        return fn(*args, **kw)
-    except ca.DataUnavailable as exc:
-        pytest.skip(f"real data unavailable: {exc}")
+from _helpers import or_skip as _or_skip
 
 
 @pytest.fixture(scope="module")

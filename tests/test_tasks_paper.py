@@ -6,13 +6,7 @@ import pandas as pd
 import pytest
 
 import capassign as ca
-
-
-def _or_skip(fn, *args, **kw):
-    try:
-        return fn(*args, **kw)
-    except ca.DataUnavailable as exc:
-        pytest.skip(f"real data unavailable: {exc}")
+from _helpers import or_skip as _or_skip
 
 
 # --- the committed seed search and the rules that read it ------------------------

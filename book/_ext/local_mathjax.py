@@ -24,6 +24,11 @@ Not copied: MathJax's sources, the other components and the accessibility
 explorer with its speech-rule engine (about 4 MB), which MathJax loads only if
 a reader turns it on in the math menu.
 
+Sphinx loads MathJax only on the pages whose text holds mathematics. A page
+whose only math is in a cell's HTML output (a table of the book's module
+typesets its symbol headers, e.g. alpha_1, as inline math) is marked as a page
+with equations too (:func:`mark_output_math`), so its math is typeset.
+
 A missing package, a MathJax that is not version 3 or an unknown component
 stops the build with an error that says so. A ``mathjax_path`` that is a URL
 (or an absolute path) is left alone: the extension then copies nothing.
@@ -34,6 +39,7 @@ import json
 import shutil
 from pathlib import Path
 
+from docutils import nodes
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
@@ -125,7 +131,20 @@ def copy_mathjax(app, exception):
     logger.info("MathJax %s: %d files copied into %s", app.config.mathjax_path, len(files), target)
 
 
+#: What an HTML output's inline math looks like (capbook's tables, Sphinx's own math).
+OUTPUT_MATH = 'class="math notranslate nohighlight"'
+
+
+def mark_output_math(app, doctree):
+    """Mark the page being read as one with equations when a raw HTML node (a cell's
+    output) holds inline math, so that Sphinx's ``mathjax`` loads MathJax on it."""
+    if any(node.get("format") == "html" and OUTPUT_MATH in node.astext()
+           for node in doctree.findall(nodes.raw)):
+        app.env.get_domain("math").data["has_equations"][app.env.docname] = True
+
+
 def setup(app):
+    app.connect("doctree-read", mark_output_math)
     app.connect("builder-inited", check_mathjax)
     app.connect("build-finished", copy_mathjax)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -374,6 +374,18 @@ def verdict_kind(item, verdict):
 def verdict_class(kind):
     """CSS class of a verdict kind (:data:`VERDICT_KINDS`), e.g. ``sc-differs``.
 
+    Parameters
+    ----------
+    kind : str
+        One of :data:`VERDICT_KINDS`.
+
+    Returns
+    -------
+    str
+        The class the scorecard's tables shade the row with.
+
+    Examples
+    --------
     >>> verdict_class("result differs"), verdict_class("setting copied")
     ('sc-differs', 'sc-setting')
     """

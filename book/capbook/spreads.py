@@ -42,15 +42,36 @@ SPREADS_SCHEMA = "capassign.table4-spreads/1"
 
 def spreads_settings(runs=ca.TABLE4_RUNS, eta=ca.DEFAULT_ETA, seed=0):
     """What the stored numbers depend on besides the data: the protocol, the agents'
-    readings and the seed search they were matched on."""
+    readings and the seed search they were matched on.
+
+    Parameters
+    ----------
+    runs : int
+        Task orders per seed.
+    eta : float
+        Queue penalty.
+    seed : int
+        Seed of the runs.
+
+    Returns
+    -------
+    dict
+        Plain JSON data; a stored file whose settings differ from these was made
+        by another library or protocol and is refused by :func:`read_table4_spreads`.
+
+    Examples
+    --------
+    >>> st = spreads_settings()
+    >>> st["runs"], st["capacities"], st["codings"]
+    (10, [0.5, 0.5], ['typed', 'codes'])
+    """
     return {"capacities": [0.5, 0.5], "runs": runs, "eta": eta, "seed": seed,
             "policies": list(ca.TABLE4_POLICIES), "match_tol": ca.MATCH_TOL,
             "codings": list(ca.CONTEXT_CODINGS),
             "agents": {"subset": ca.TABULAR_SUBSET, "scaling": ca.TABULAR_SCALING,
                        "encoding": dict(ca.TABULAR_ENCODING)},
             "agent_search_sha256": hashlib.sha256(ca.TABULAR_AGENTS_PATH.read_bytes()).hexdigest(),
-            "model_settings": {k: getattr(ca.PAPER_SETTINGS, k) for k in
-                               ca.PAPER_SETTINGS.__dataclass_fields__}}
+            "model_settings": ca.PAPER_SETTINGS.fields()}
 
 
 def _matched(name):
@@ -88,8 +109,36 @@ def write_table4_spreads(path=SPREADS_PATH, *, tasks=ca.TABULAR_TASKS, runs=ca.T
                          eta=ca.DEFAULT_ETA, seed=0, out=print):
     """Compute every matched seed's errors under both codings and write the file.
 
-    Returns the path written, or None when only some tasks were asked for (their
-    partial files are then complete; a last call with every task writes the file).
+    Each (task, coding) is kept in ``<path>.<task>.<coding>.partial`` seed by
+    seed, so an interrupted call resumes; a partial file made with other
+    settings is recomputed.
+
+    Parameters
+    ----------
+    path : str or Path
+        Output file (default :data:`SPREADS_PATH`).
+    tasks : sequence of str
+        Tabular tasks to compute (default all four).
+    runs, eta, seed
+        As :func:`spreads_settings`.
+    out : callable or None
+        Progress printer (``None``: silent).
+
+    Returns
+    -------
+    Path or None
+        The path written, or None when only some tasks were asked for (their
+        partial files are then complete; a last call with every task writes
+        the file).
+
+    Examples
+    --------
+    Names are checked before any work:
+
+    >>> write_table4_spreads("/tmp/spreads.json", tasks=["mnist"])
+    Traceback (most recent call last):
+    ...
+    ValueError: name must be one of 'bank', 'credit', 'coupon', 'cardio', got 'mnist'
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,7 +165,21 @@ def write_table4_spreads(path=SPREADS_PATH, *, tasks=ca.TABULAR_TASKS, runs=ca.T
 def read_table4_spreads(path=SPREADS_PATH, *, check_data=False):
     """The stored spreads, verified: schema, checksum, the matched seeds and the agents'
     readings of the library as it is now, and (``check_data``) every task's data hash
-    (rebuilds every matched task: minutes).  Raises ValueError on any mismatch.
+    (rebuilds every matched task: minutes).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file (default :data:`SPREADS_PATH`).
+    check_data : bool
+        Also rebuild every matched task and compare its data hash.
+
+    Returns
+    -------
+    dict
+        ``schema``, ``settings`` (:func:`spreads_settings`), ``tasks`` (per task:
+        ``matched`` seeds by Table 4 row, ``codings`` with each seed's cells)
+        and ``sha256``.  Raises ValueError on any mismatch.
 
     Examples
     --------
@@ -151,7 +214,26 @@ def read_table4_spreads(path=SPREADS_PATH, *, check_data=False):
 
 def spreads_errors(obj):
     """The stored errors as ``capassign.table4_seed_errors`` returns them (all tasks and
-    codings): task, coding, agent_seed, policy, error (mean of the runs), errors."""
+    codings).
+
+    Parameters
+    ----------
+    obj : dict
+        A file as :func:`read_table4_spreads` returns it.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per task, coding, matched seed and policy: ``task``, ``coding``,
+        ``agent_seed``, ``policy``, ``error`` (mean of the runs), ``errors``
+        (one per run).
+
+    Examples
+    --------
+    >>> df = spreads_errors(read_table4_spreads())
+    >>> df[df.coding == "typed"].groupby("task").agent_seed.nunique().to_dict()
+    {'bank': 34, 'cardio': 40, 'coupon': 32, 'credit': 30}
+    """
     import pandas as pd
 
     rows = []
