@@ -438,14 +438,21 @@ REWARD_RULE = ("rewards must be numbers in [0, 1] (1 = correct, 0 = wrong; grade
                "rewards in between, Sec. 2)")
 
 
-def _validate_rewards(R, name="R", min_rows=0, shape=None):
+def _binary_rewards(R):
+    """Where the rewards ``R`` are 0 or 1 (the paper's right or wrong)."""
+    return (R == 0.0) | (R == 1.0)
+
+
+def _validate_rewards(R, name="R", min_rows=0, shape=None, binary=False):
     """Check a reward matrix against :data:`REWARD_RULE` (and ``shape`` as in
-    :func:`_validate_matrix`); return it as floats."""
+    :func:`_validate_matrix`), or with ``binary`` against 0 or 1 only (for a
+    computation defined on right and wrong); return it as floats."""
     R = _validate_matrix(R, name, finite=False, min_rows=min_rows, shape=shape)
-    bad = ~((R >= 0.0) & (R <= 1.0))
+    bad = ~_binary_rewards(R) if binary else ~((R >= 0.0) & (R <= 1.0))
     if bad.any():
         i = tuple(int(k) for k in np.argwhere(bad)[0])
-        raise ValueError(f"{name}: {REWARD_RULE}; got {R[i].item()!r} at index {list(i)}")
+        rule = "every reward must be 0 or 1 here" if binary else REWARD_RULE
+        raise ValueError(f"{name}: {rule}; got {R[i].item()!r} at index {list(i)}")
     return R
 
 
@@ -453,7 +460,7 @@ def _reward_array(R):
     """Checked rewards ``R`` as the engines take them: uint8 when every reward
     is 0 or 1 (the exact integer histograms of the paper's runs), float64
     otherwise (graded rewards; the kernels compile once more for them)."""
-    if ((R == 0.0) | (R == 1.0)).all():
+    if _binary_rewards(R).all():
         return np.ascontiguousarray(R, dtype=np.uint8)
     return np.ascontiguousarray(R, dtype=np.float64)
 
@@ -4813,9 +4820,7 @@ class _TreeModel(_RewardModel):
             self._restore_stream(tree["stream"], tree["edges"], rows, nobs,
                                  counters["n_assigned"])
         if any(rows[a]["rewards"].dtype == np.float64 for a in range(self.A)):
-            self._sums, self._graded = _reward_sums(True), True
-            self._node_s = self._node_s.astype(np.float64)
-            self._max_bins = 0                # histograms of the new dtype
+            self._to_graded()
         self._install_edges(tree["edges"])
         self._alloc_rows(tree["cap"])
         for a in range(self.A):
@@ -6969,14 +6974,14 @@ class Router(_Team):
         """
         version = _saved_schema_version(state)
         try:
-            return cls._from_state_v2(state, version)
+            return cls._from_checked_state(state, version)
         except KeyError as exc:
             raise ValueError(f"state is missing the key {exc.args[0]!r}") from None
         except TypeError as exc:               # a field of the wrong type
             raise ValueError(f"state: {exc}") from None
 
     @classmethod
-    def _from_state_v2(cls, st, version):
+    def _from_checked_state(cls, st, version):
         get = (lambda k, default: st.get(k, default)) if version < 2 else (lambda k, _: st[k])
         agents, A, kw, model = _saved_config(st, get)
         checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
@@ -9423,11 +9428,7 @@ def _two_agent_stream(X, R, binary=False):
     """Contexts (T x d, at least two rows) and rewards of two agents (T x 2),
     checked; ``binary``: every reward 0 or 1."""
     X = _validate_matrix(X, "X", min_rows=2)
-    R = _validate_rewards(R, "R", shape=(X.shape[0], 2))
-    if binary and not ((R == 0.0) | (R == 1.0)).all():
-        i = [int(k) for k in np.argwhere((R != 0.0) & (R != 1.0))[0]]
-        raise ValueError(f"R: every reward must be 0 or 1 here; got {R[tuple(i)]!r} at index {i}")
-    return X, R
+    return X, _validate_rewards(R, "R", shape=(X.shape[0], 2), binary=binary)
 
 
 def contrast_separation(X, R, alpha1=0.5, *, folds=5, seed=0, settings=PAPER_SETTINGS):

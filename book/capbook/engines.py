@@ -491,6 +491,48 @@ def _check_payload(obj, path):
                          f"{len(grid)} (task, policy, alpha1) once each")
 
 
+def _read_checksummed(path, schema):
+    """A results file of the book, verified before it is used: a regular file (or a
+    link to one) holding a JSON object of this ``schema`` whose ``sha256`` is the
+    digest of the rest (the payload).  Returns ``(obj, payload)``; raises
+    ``ValueError`` naming the file otherwise.
+
+    Parameters
+    ----------
+    path : Path
+        The file.
+    schema : str
+        The ``schema`` tag it must carry.
+
+    Returns
+    -------
+    obj, payload : dict
+        The file's object, and it without ``sha256``.
+
+    Examples
+    --------
+    >>> obj, payload = _read_checksummed(ENGINE_VALIDATION_PATH, ENGINE_VALIDATION_SCHEMA)
+    >>> sorted(set(obj) - set(payload))
+    ['sha256']
+    """
+    kind = _file_kind(path)
+    if kind not in (None, "file") and not (kind == "symbolic link" and path.is_file()):
+        raise ValueError(f"{path} is a {kind}, not a results file")
+    obj, why = _read_json_file(path)
+    if obj is None:
+        raise ValueError(f"{path} {why}")
+    if not isinstance(obj, dict) or obj.get("schema") != schema:
+        raise ValueError(f"{path}: not a {schema} file")
+    payload = {k: v for k, v in obj.items() if k != "sha256"}
+    try:
+        digest = _json_digest(payload)
+    except ValueError:   # NaN or an infinity: never written by the book's commands
+        digest = None
+    if digest is None or obj.get("sha256") != digest:
+        raise ValueError(f"{path}: checksum mismatch (the file was edited or is damaged)")
+    return obj, payload
+
+
 def read_engine_validation(path=None, *, check_data=True):
     """The stored engine validation, verified: schema, sha256 of the payload, the
     payload's contents and (``check_data``) the data hash of every task
@@ -528,21 +570,7 @@ def read_engine_validation(path=None, *, check_data=True):
     (72, [])
     """
     path = Path(path) if path is not None else ENGINE_VALIDATION_PATH
-    kind = _file_kind(path)
-    if kind not in (None, "file") and not (kind == "symbolic link" and path.is_file()):
-        raise ValueError(f"{path} is a {kind}, not a results file")
-    obj, why = _read_json_file(path)
-    if obj is None:
-        raise ValueError(f"{path} {why}")
-    if not isinstance(obj, dict) or obj.get("schema") != ENGINE_VALIDATION_SCHEMA:
-        raise ValueError(f"{path}: not a {ENGINE_VALIDATION_SCHEMA} file")
-    payload = {k: v for k, v in obj.items() if k != "sha256"}
-    try:
-        digest = _json_digest(payload)
-    except ValueError:   # NaN or an infinity: never written by validate_engines
-        digest = None
-    if digest is None or obj.get("sha256") != digest:
-        raise ValueError(f"{path}: checksum mismatch (the file was edited or is damaged)")
+    obj, payload = _read_checksummed(path, ENGINE_VALIDATION_SCHEMA)
     _check_payload(payload, path)
     if check_data:
         for name, info in obj["tasks"].items():

@@ -32,6 +32,7 @@ import capassign as ca
 from capassign import _canonical_json, _json_digest, _task_digest, _write_json_atomic, \
     _write_text_atomic
 
+from .engines import _read_checksummed
 from .pipeline import BOOK_DIR
 
 #: The results file (committed).
@@ -188,12 +189,7 @@ def read_table4_spreads(path=SPREADS_PATH, *, check_data=False):
     (10, True)
     """
     path = Path(path)
-    obj = json.loads(path.read_text(encoding="utf-8"))
-    if obj.get("schema") != SPREADS_SCHEMA:
-        raise ValueError(f"{path}: not a {SPREADS_SCHEMA} file")
-    payload = {k: v for k, v in obj.items() if k != "sha256"}
-    if obj.get("sha256") != _json_digest(payload):
-        raise ValueError(f"{path}: checksum mismatch (the file was edited or is damaged)")
+    obj, _ = _read_checksummed(path, SPREADS_SCHEMA)
     now = spreads_settings(obj["settings"]["runs"], obj["settings"]["eta"],
                            obj["settings"]["seed"])
     if obj["settings"] != json.loads(_canonical_json(now)):
