@@ -3278,6 +3278,11 @@ def _logistic_score_nb(theta, Sigma, x, thompson, kappa, g):
     return _sigmoid_nb(m)
 
 
+#: A Laplace step whose 1 + w x' Sigma x rounding could move by more than this
+#: (relative) takes the factored form of :func:`_laplace_factored_step_nb`.
+_ROUNDING_TOL = 1e-6
+
+
 @_njit(cache=True)
 def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
     """One Laplace-logistic step in place (App. E.1); ``Sx`` is scratch.
@@ -3285,6 +3290,14 @@ def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
     Uses Sigma_new z = Sigma z / (1 + w z^T Sigma z), exact for the
     Sherman-Morrison update, and writes the upper triangle then mirrors it,
     so Sigma stays exactly symmetric (the symmetrisation of the paper).
+
+    When rounding could dominate x' Sigma x (features of 1e5 and more, such
+    as timestamps, or a prior variance 1 / gamma near 1e16), the downdate
+    would cancel to a Sigma with negative eigenvalues that later steps blow
+    up; such a step goes through :func:`_laplace_factored_step_nb` instead.
+    The test bounds the rounding error of w x' Sigma x by
+    w p eps (sum_j |x_j| Sigma_jj^1/2)^2; on standardised contexts it is
+    below 1e-10, so the paper's runs never take the factored form.
     """
     p = x.shape[0]
     m = 0.0
@@ -3296,6 +3309,12 @@ def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
         w = w_min
     elif w > w_max:
         w = w_max
+    bound = 0.0
+    for j in range(p):
+        bound += abs(x[j]) * math.sqrt(abs(Sigma[j, j]))
+    if w * p * 2.220446049250313e-16 * bound * bound > _ROUNDING_TOL:
+        _laplace_factored_step_nb(theta, Sigma, x, r, ph, w, Sx)
+        return
     q = 0.0
     for j in range(p):
         acc = 0.0
@@ -3311,6 +3330,65 @@ def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
             v = Sigma[j, k] - g * Sx[k]
             Sigma[j, k] = v
             Sigma[k, j] = v
+    step = (r - ph) / denom
+    for j in range(p):
+        theta[j] += Sx[j] * step
+
+
+@_njit(cache=True)
+def _laplace_factored_step_nb(theta, Sigma, x, r, ph, w, Sx):
+    """The step of :func:`_laplace_update_nb` through a square root of Sigma.
+
+    Sigma = L L^T (a Cholesky factor whose pivots are floored at eps times
+    the largest variance, so a Sigma that rounding left slightly indefinite
+    is read as the nearest positive definite one), v = L^T x, q = v^T v >= 0;
+    Potter's form L_new = L (I - beta v v^T) with
+    beta = c / (1 + (1 + w q)^-1/2) and c = w / (1 + w q) gives
+    L_new L_new^T = Sigma - c Sigma x x^T Sigma, the same downdate, as a
+    product that cannot have eigenvalues below 0 beyond rounding.  Plain
+    loops, so the same bits on every machine.
+    """
+    p = x.shape[0]
+    L = np.zeros((p, p))
+    top = 0.0
+    for j in range(p):
+        top = max(top, Sigma[j, j])
+    floor = 2.220446049250313e-16 * (top if top > 0.0 else 1.0)
+    for j in range(p):
+        acc = Sigma[j, j]
+        for k in range(j):
+            acc -= L[j, k] * L[j, k]
+        L[j, j] = math.sqrt(acc if acc > floor else floor)
+        for i in range(j + 1, p):
+            acc = Sigma[i, j]
+            for k in range(j):
+                acc -= L[i, k] * L[j, k]
+            L[i, j] = acc / L[j, j]
+    v = np.zeros(p)
+    q = 0.0
+    for k in range(p):
+        acc = 0.0
+        for i in range(k, p):
+            acc += L[i, k] * x[i]
+        v[k] = acc
+        q += acc * acc
+    for i in range(p):                  # Sx = L v = Sigma x
+        acc = 0.0
+        for k in range(i + 1):
+            acc += L[i, k] * v[k]
+        Sx[i] = acc
+    denom = 1.0 + w * q
+    beta = (w / denom) / (1.0 + 1.0 / math.sqrt(denom))
+    for i in range(p):
+        for k in range(p):
+            L[i, k] -= beta * Sx[i] * v[k]
+    for j in range(p):
+        for k in range(j, p):
+            acc = 0.0
+            for m in range(p):
+                acc += L[j, m] * L[k, m]
+            Sigma[j, k] = acc
+            Sigma[k, j] = acc
     step = (r - ph) / denom
     for j in range(p):
         theta[j] += Sx[j] * step
@@ -4428,9 +4506,10 @@ class _LogisticModel(_RewardModel):
         """Sigma starts at I / gamma and each Laplace step subtracts a positive
         semi-definite rank-1 term (App. E.1), so in exact arithmetic a saved
         Sigma is symmetric with eigenvalues in [0, 1 / gamma].  In floating
-        point the downdate along a large context (timestamps, amounts) leaves
-        an eigenvalue near 0 that rounds below it, and inflates the largest a
-        little; the kernels clamp x' Sigma x at 0, so the live router runs on.
+        point a step along a large context (timestamps, amounts) leaves an
+        eigenvalue near 0 that rounds below it, and inflates the largest a
+        little (such steps take the factored form of
+        :func:`_laplace_update_nb`, so the rounding stays at that level).
         A saved Sigma is therefore accepted when it is symmetric and positive
         semi-definite within SIGMA_RTOL of its largest eigenvalue (a tolerance
         scaled to its magnitude) and its eigenvalues are at most

@@ -44,6 +44,22 @@ def test_a_logistic_router_with_large_features_restores(x, settings):
         assert back.assign(z) == r.assign(z)
 
 
+@pytest.mark.parametrize("seed", [1, 7, 13, 14])
+def test_a_logistic_router_fed_huge_contexts_for_long_restores(seed):
+    # 300 contexts N(0, 1e9^2): the plain rank-1 downdate went indefinite
+    # (an eigenvalue of -39.7 at seed 1) and the state was refused
+    rng = np.random.default_rng(seed)
+    r = ca.Router(2, [0.5, 0.5], "logistic-greedy", n_features=3, seed=seed,
+                  settings=ca.ModelSettings(gamma=1))
+    for _ in range(300):
+        a = r.assign(rng.normal(0, 1e9, 3))
+        r.update(r.last_task_id, a, int(rng.random() < 0.5))
+    back = _roundtrip(r)
+    assert back.state_dict() == r.state_dict()
+    z = rng.normal(0, 1e9, 3)
+    assert back.assign(z) == r.assign(z)
+
+
 def test_an_absurd_sigma_is_refused():
     r = ca.Router(2, [0.5, 0.5], "logistic-greedy", n_features=2)
     st = json.loads(json.dumps(r.state_dict()))
