@@ -3436,7 +3436,13 @@ def _spd_inverse_nb(M, W):
 @_njit(cache=True)
 def _discount_precision_nb(Sigma, discount, gamma, W):
     """Forgetting of a Laplace-logistic model (:class:`ModelSettings`):
-    Sigma^-1 <- discount Sigma^-1 + (1 - discount) gamma I, in place."""
+    Sigma^-1 <- discount Sigma^-1 + (1 - discount) gamma I, in place, when
+    ``discount`` < 1.  A simulation without forgetting passes ``None``, which
+    numba prunes: its kernel compiles no forgetting."""
+    if discount is None:
+        return
+    if discount == 1.0:
+        return
     p = Sigma.shape[0]
     _spd_inverse_nb(Sigma, W)
     for i in range(p):
@@ -3453,8 +3459,7 @@ def _logistic_learn_nb(theta, Sigma, x, r, w_min, w_max, Sx, discount, gamma, Wd
     """One agent's Laplace-logistic model learns reward r at design vector x:
     the forgetting of :class:`ModelSettings` when ``discount`` < 1, then the
     step of :func:`_laplace_update_nb`."""
-    if discount < 1.0:
-        _discount_precision_nb(Sigma, discount, gamma, Wd)
+    _discount_precision_nb(Sigma, discount, gamma, Wd)
     _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx)
 
 
@@ -4009,6 +4014,16 @@ def _thin_forest_nb(F, a, cfg, rng):
 
 
 @_njit(cache=True)
+def _forget_nb(F, a, cfg, rng, discount):
+    """The forgetting of agent a's forest before a refit when ``discount`` < 1
+    (:func:`_thin_forest_nb`).  A simulation without forgetting passes
+    ``None``, which numba prunes: its kernel compiles no forgetting."""
+    if discount is not None:
+        if discount < 1.0:
+            _thin_forest_nb(F, a, cfg, rng)
+
+
+@_njit(cache=True, inline="always")
 def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     """Agent a observed reward y for the binned context ``xb`` (App. E.2).
 
@@ -4026,8 +4041,7 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
     _online_observe_nb(xb, y, k, cfg.max_depth, cfg.max_bins, rng, fa)
     F.nobs[a] = k + 1
     if F.nobs[a] % cfg.refit_every == 0:
-        if cfg.discount < 1.0:
-            _thin_forest_nb(F, a, cfg, rng)
+        _forget_nb(F, a, cfg, rng, cfg.discount)
         _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
                          cfg.min_leaf, fa, r)
         F.fitted[a] = True
@@ -4084,6 +4098,12 @@ def _random_agent_nb(rng, share, cum):
 #: policy and the ``marginal`` model read nothing: their argument is ``True``.
 _LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max discount")
 _TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields + ("sums",))
+
+
+def _forgetting(settings):
+    """The ``discount`` of a run's model (:class:`ModelSettings`), ``None``
+    without forgetting: numba then compiles the run kernel without it."""
+    return None if settings.discount == 1.0 else float(settings.discount)
 
 
 # --- the reward models as objects, for the router and the engine ---------------
@@ -4400,7 +4420,7 @@ class _MarginalModel(_RewardModel):
 
     @classmethod
     def run_args(cls, policy, X, settings):
-        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_run_nb`."""
         return ((True, None, None, None) if policy == "random"
                 else (None, float(settings.discount), None, None))
 
@@ -4462,12 +4482,12 @@ class _LogisticModel(_RewardModel):
 
     @classmethod
     def run_args(cls, policy, X, settings):
-        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_run_nb`."""
         s = settings
         Xd = np.ascontiguousarray(np.column_stack([np.ones(X.shape[0]), X]))
         return None, None, _LogisticRun(Xd, policy.endswith("-ts"), float(s.gamma),
                                         float(s.kappa), float(s.w_min), float(s.w_max),
-                                        float(s.discount)), None
+                                        _forgetting(s)), None
 
     def score(self, X, mu, step):
         return _router_logistic_mu_nb(X, self._xd, self._L, self._thompson, self._kappa,
@@ -4637,13 +4657,13 @@ class _TreeModel(_RewardModel):
 
     @classmethod
     def run_args(cls, policy, X, settings):
-        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_runs_nb`."""
+        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_run_nb`."""
         s = settings
         Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
         return None, None, None, _TreeRun(Xb, policy.endswith("-ts"), n_bins,
                                     int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
                                     s.max_depth, s.min_samples_leaf, s.refit_every,
-                                    float(s.discount), _reward_sums(False))
+                                    _forgetting(s), _reward_sums(False))
 
     @staticmethod
     def nbytes(A, B, depth, d, max_bins, rows):
@@ -5655,13 +5675,14 @@ def _decision_scratch_nb(batch, A):
             np.zeros(A, dtype=np.int64))
 
 
-@_njit(cache=True, inline="always")
-def _choose_agents_nb(S, nb, rule, Q, N, agent, upper):
+@_njit(cache=True)
+def _choose_agents_nb(S, nb, rule, batched, Q, N, agent, upper):
     """Agents for the ``nb`` tasks scored in ``S``: the online rule (Eq. 2)
-    when ``batch`` is 0, else the mini-batch counts and exact assignment of
-    Sec. 4.2 (``S`` is turned into adjusted scores in place)."""
+    when ``batched`` is None (``batch`` is 0), else the mini-batch counts and
+    exact assignment of Sec. 4.2 (``S`` is turned into adjusted scores in
+    place).  Compiled once per kind, so an online run types no batch solver."""
     alpha, constrained, eta, batch, early = rule
-    if batch == 0:
+    if batched is None:
         agent[0] = _select_nb(S[0], Q, eta)
     else:
         _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper)
@@ -5697,10 +5718,11 @@ def _record_nb(R, i, a, t, Q, Nb, out):
     return R[i, a]
 
 
-@_njit(cache=True)
-def _new_forests_nb(A, T, d, cfg, sums):
+def _new_forests(A, T, d, cfg, sums):
     """Empty online forests (:data:`_Forests`) of A agents for up to T rows of
-    d binned features, their reward sums of the dtypes of ``sums`` (:data:`_Sums`)."""
+    d binned features, their reward sums of the dtypes of ``sums`` (:data:`_Sums`).
+    Allocated by numpy, outside the run kernel: numba compiles each array
+    constructor once per shape and dtype, seconds of the first call."""
     B, max_bins, max_depth = cfg.n_trees, cfg.max_bins, cfg.max_depth
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
@@ -5730,16 +5752,17 @@ def _logistic_prior_nb(A, p, gamma):
     return theta, Sigma, np.empty(p), np.empty((3, p, p))
 
 
-@_njit(cache=True)
-def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
+@_njit(cache=True, nogil=True)
+def _run_nb(R, order, rule, random, marginal, logistic, trees, batched, rng, out, work):
     """One run of a policy over the tasks ``order``: Algorithm 1 with one reward model
     (App. E), online or in mini-batches (Sec. 4.2).
 
     The policy's model is whichever of ``random`` (``True``), ``marginal`` (its discount,
     1.0: none), ``logistic`` (:data:`_LogisticRun`) and ``trees`` (:data:`_TreeRun`) is not
-    ``None``. numba compiles one kernel per combination of ``None`` arguments and prunes the
-    branches a ``None`` rules out (each is guarded by ``model is not None``) before typing
-    the body, so a model's first run compiles that model's kernels only.
+    ``None``; ``batched`` is ``None`` online (``rule.batch`` 0) and ``True`` in mini-batches.
+    numba compiles one kernel per combination of ``None`` arguments and prunes the branches a
+    ``None`` rules out (each is guarded by ``model is not None``) before typing the body, so a
+    model's first run compiles that model's kernels only, and an online run no batch solver.
 
     At each step the model scores the step's tasks (one online, a batch otherwise) with what
     it knows before any of their rewards: ``random`` scores nothing (agent a with
@@ -5749,7 +5772,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
     exactly the law of theta~^T z under theta~ ~ N(theta_hat, kappa^2 Sigma), without
     factorising Sigma; ``trees`` the online Poisson-bootstrap forests (notes above
     :func:`_poisson1_nb`), their estimates from the last refit as in the paper (Thompson:
-    one random tree per task and agent), ``stats`` accumulating the refit counters. The
+    one random tree per task and agent), in the run's ``work`` (:func:`_tree_work`). The
     agents are then chosen (Eq. 2, or the batch assignment), the rewards enter the chosen
     agents' models one by one, and the queues move (Eq. 1). Returns the total reward;
     ``out`` receives the counts (and traces)."""
@@ -5769,8 +5792,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
     if trees is not None:
         cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
                           trees.min_leaf, trees.refit_every, trees.discount)
-        F = _new_forests_nb(A, T, trees.Xb.shape[1], cfg, trees.sums)
-        scratch = _new_refit_nb(cfg.n_trees, cfg.max_depth, stats)  # reused by every refit
+        F, scratch = work
     dead = _initial_dead_nb(alpha, constrained, batch, random is not None)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     total = 0
@@ -5782,7 +5804,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
                 return total + _forced_tail_nb(R, order, t, sole, Q, out)
         nb = 1 if batch == 0 else min(batch, T - t)
         if random is not None:
-            if batch == 0:
+            if batched is None:
                 agent[0] = _random_agent_nb(rng, share, cum)
             else:
                 _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent)
@@ -5799,7 +5821,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
                     if trees is not None:
                         S[jj, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a],
                                                trees.Xb[i], trees.thompson, rng)
-            _choose_agents_nb(S, nb, rule, Q, N, agent, upper)
+            _choose_agents_nb(S, nb, rule, batched, Q, N, agent, upper)
         for a in range(A):
             Nb[a] = 0
         for jj in range(nb):
@@ -5831,24 +5853,33 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, rng, out, stats):
     return total
 
 
-@_njit(cache=True, nogil=True)
-def _runs_nb(R, orders, rule, random, marginal, logistic, trees, states, assign, queues,
-             stats):
+def _tree_work(trees, A, T, stats):
+    """The empty forests and the refit scratch of one run of the tree model
+    (``trees``: :data:`_TreeRun`), its refit counters added to ``stats``."""
+    cfg = _TreeConfig(*(getattr(trees, f) for f in _TreeConfig._fields))
+    return (_new_forests(A, T, trees.Xb.shape[1], cfg, trees.sums),
+            _new_refit_nb(trees.n_trees, trees.max_depth, stats))
+
+
+def _runs(R, orders, rule, models, batched, states, assign, queues, stats):
     """:func:`_run_nb` for every row of ``orders`` (a block of runs of
     :func:`_over_runs`); returns the total rewards and the tasks per agent of
-    every run (one compiled kernel per reward model, as :func:`_run_nb`)."""
-    runs = orders.shape[0]
+    every run, ``stats`` the refit counters of each (trees).  A loop in
+    Python: a compiled loop would be linked and optimised with the whole run
+    kernel once more, seconds of the first call, for microseconds per run."""
+    (runs, T), A, trees = orders.shape, R.shape[1], models[3]
     rewards = np.zeros(runs)
-    counts = np.zeros((runs, R.shape[1]), dtype=np.int64)
+    counts = np.zeros((runs, A), dtype=np.int64)
     for k in range(runs):
-        rewards[k] = _run_nb(R, orders[k], rule, random, marginal, logistic, trees, states[k],
-                             _RunOut(assign[k], queues[k], counts[k]), stats[k])
+        work = None if trees is None else _tree_work(trees, A, T, stats[k])
+        rewards[k] = _run_nb(R, orders[k], rule, *models, batched, states[k],
+                             _RunOut(assign[k], queues[k], counts[k]), work)
     return rewards, counts
 
 
 def _run_models(X, policy, settings):
     """The reward-model arguments ``(random, marginal, logistic, trees)`` of
-    :func:`_runs_nb` for ``policy`` on the contexts ``X``: those of its
+    :func:`_run_nb` for ``policy`` on the contexts ``X``: those of its
     reward model's object (:meth:`_RewardModel.run_args`)."""
     return _reward_model(policy).run_args(policy, X, settings)
 
@@ -5864,13 +5895,14 @@ def _fast_runs(X, R, orders, states, sim, traces):
     if models[3] is not None and R.dtype != np.uint8:      # graded rewards: float sums
         models = models[:3] + (models[3]._replace(sums=_reward_sums(True)),)
     stats = np.zeros((runs, 3 * sim.settings.max_depth), dtype=np.int64)
-    absent = tuple(m is None for m in models)
-    started = _first_use(f"{sim.policy.split('-')[0]} simulation", ("_runs_nb",),
+    batched = None if sim.rule.batch == 0 else True
+    absent = tuple(m is None for m in models + (batched,))
+    started = _first_use(f"{sim.policy.split('-')[0]} simulation", ("_run_nb",),
                          _FIRST_USE_TIME["simulation"],
-                         lambda sig: tuple(str(t) == "none" for t in sig[3:7]) == absent)
-    parts = _over_runs(runs, lambda k0, k1: _runs_nb(
-        R, orders[k0:k1], sim.rule, *models, states[k0:k1], assign[k0:k1], queues[k0:k1],
-        stats[k0:k1]))
+                         lambda sig: tuple(str(t) == "none" for t in sig[3:8]) == absent)
+    parts = _over_runs(runs, lambda k0, k1: _runs(
+        R, orders[k0:k1], sim.rule, models, batched, states[k0:k1], assign[k0:k1],
+        queues[k0:k1], stats[k0:k1]))
     rewards = np.concatenate([p[0] for p in parts])
     counts = np.concatenate([p[1] for p in parts])
     _first_use_done(started)

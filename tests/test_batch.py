@@ -345,8 +345,8 @@ def test_early_exit_fires_and_when_it_may():
         rule = ca._Rule(np.array([1.0, 0.0]), np.ones(2, dtype=bool), 0.5, 0, early)
         trees = ca._TreeRun(Xb, False, n_bins, int(n_bins.max()), s.n_trees, s.max_depth,
                             s.min_samples_leaf, s.refit_every, 1.0, ca._reward_sums(False))
-        rewards, counts = ca._runs_nb(
-            R, orders, rule, None, None, None, trees, ca._rng_states(seeds),
+        rewards, counts = ca._runs(
+            R, orders, rule, (None, None, None, trees), None, ca._rng_states(seeds),
             np.zeros((2, 0), dtype=np.int32), np.zeros((2, 0, 2)), stats)
         refits[early] = (stats.sum(), rewards.tolist(), counts.tolist())
     assert refits[True][1:] == refits[False][1:]

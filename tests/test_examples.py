@@ -177,11 +177,11 @@ def test_first_use_notice_once_on_stderr_only_when_asked(monkeypatch, capsys):
     monkeypatch.setattr(ca, "_kernels_cached", lambda kernels, match=None: False)
     monkeypatch.delenv(ca.PROGRESS_ENV, raising=False)
     # stderr is not a terminal here (as in a notebook): silent
-    assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute") is None
+    assert ca._first_use("tree simulation", ("_run_nb",), "about a minute") is None
     monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
     monkeypatch.setenv(ca.PROGRESS_ENV, "1")
-    started = ca._first_use("tree simulation", ("_runs_nb",), "about a minute")
-    assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute") is None  # once
+    started = ca._first_use("tree simulation", ("_run_nb",), "about a minute")
+    assert ca._first_use("tree simulation", ("_run_nb",), "about a minute") is None  # once
     ca._first_use_done(started)
     out, err = capsys.readouterr()
     assert out == ""
@@ -191,7 +191,7 @@ def test_first_use_notice_once_on_stderr_only_when_asked(monkeypatch, capsys):
     assert "about a minute" in lines[0] and lines[1].startswith("capassign: compiled in")
     monkeypatch.setattr(ca, "_FIRST_USE_SEEN", set())
     monkeypatch.setenv(ca.PROGRESS_ENV, "0")
-    assert ca._first_use("tree simulation", ("_runs_nb",), "about a minute") is None
+    assert ca._first_use("tree simulation", ("_run_nb",), "about a minute") is None
     assert capsys.readouterr().err == ""
 
 
@@ -243,14 +243,24 @@ def test_each_model_compiles_its_own_kernels_only():
                            "_logistic_mu_nb"} | choose,
            "tree-greedy": {"_tree_learn_nb", "_tree_bound_nb", "_tree_mu_nb"} | choose}
     every = set().union(*own.values())
+
+    def used(kernel, args):
+        func_ir = compiler.run_frontend(kernel.py_func)
+        analysis.dead_branch_prune(func_ir, tuple(numba.typeof(a) for a in args))
+        return {st.value.name for block in func_ir.blocks.values() for st in block.body
+                if isinstance(st, ir.Assign) and isinstance(st.value, ir.Global)}
+
+    rule = ca._Rule(np.array([0.5, 0.5]), np.ones(2, dtype=bool), 0.5, 0, True)
     for policy, kernels in own.items():
         models = ca._run_models(X, policy, ca.PAPER_SETTINGS)
-        rule = ca._Rule(np.array([0.5, 0.5]), np.ones(2, dtype=bool), 0.5, 0, True)
         out = ca._RunOut(np.zeros(0, np.int32), np.zeros((0, 2)), np.zeros(2, np.int64))
-        args = (R, np.arange(40), rule, *models, ca._rng_states(
-            [np.random.SeedSequence(0)])[0], out, np.zeros(9, np.int64))
-        func_ir = compiler.run_frontend(ca._run_nb.py_func)
-        analysis.dead_branch_prune(func_ir, tuple(numba.typeof(a) for a in args))
-        used = {st.value.name for block in func_ir.blocks.values() for st in block.body
-                if isinstance(st, ir.Assign) and isinstance(st.value, ir.Global)}
-        assert used & every == kernels, policy
+        for batched in (None, True):     # online runs type no batch solver
+            if policy == "random":       # (numba prunes the branches of a None only)
+                kernels = own[policy] if batched else {"_random_agent_nb"}
+            args = (R, np.arange(40), rule, *models, batched, ca._rng_states(
+                [np.random.SeedSequence(0)])[0], out, np.zeros(9, np.int64))
+            assert used(ca._run_nb, args) & every == kernels, (policy, batched)
+    S, ints = np.zeros((1, 2)), np.zeros(2, np.int64)
+    for batched in (None, True):
+        args = (S, 1, rule, batched, np.zeros(2), ints, ints, ints, ints)
+        assert ("_batch_choose_nb" in used(ca._choose_agents_nb, args)) == bool(batched)
