@@ -4094,8 +4094,9 @@ def _random_agent_nb(rng, share, cum):
 #: contexts with an intercept and ``gamma``, ``kappa``, ``w_min``, ``w_max``
 #: the Laplace-logistic settings (App. E.1); ``Xb`` the binned contexts and
 #: the fields of the forests' :data:`_TreeConfig` (App. E.2) and the
-#: :data:`_Sums` of the rewards.  The ``random``
-#: policy and the ``marginal`` model read nothing: their argument is ``True``.
+#: :data:`_Sums` of the rewards; ``discount`` is ``None`` without forgetting
+#: (:func:`_forgetting`).  The ``random`` policy reads nothing (its argument
+#: is ``True``), the ``marginal`` model its discount alone.
 _LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max discount")
 _TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields + ("sums",))
 

@@ -264,3 +264,17 @@ def test_each_model_compiles_its_own_kernels_only():
     for batched in (None, True):
         args = (S, 1, rule, batched, np.zeros(2), ints, ints, ints, ints)
         assert ("_batch_choose_nb" in used(ca._choose_agents_nb, args)) == bool(batched)
+    # a run without forgetting passes discount None: no forgetting is typed
+    for discount in (1.0, 0.9):
+        settings = ca.ModelSettings(discount=discount)
+        trees = ca._run_models(X, "tree-greedy", settings)[3]
+        logistic = ca._run_models(X, "logistic-greedy", settings)[2]
+        assert trees.discount == logistic.discount == (None if discount == 1.0 else 0.9)
+        F = ca._tree_work(trees, 2, 40, np.zeros(9, np.int64))[0]
+        cfg = ca._TreeConfig(*(getattr(trees, f) for f in ca._TreeConfig._fields))
+        rng = ca._rng_states([np.random.SeedSequence(0)])[0]
+        thin = "_thin_forest_nb" in used(ca._forget_nb, (F, 0, cfg, rng, trees.discount))
+        Sigma, W = np.eye(3), np.zeros((3, 3, 3))
+        inverse = "_spd_inverse_nb" in used(ca._discount_precision_nb,
+                                            (Sigma, logistic.discount, 1.0, W))
+        assert thin == inverse == (discount < 1.0)
