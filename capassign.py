@@ -3593,7 +3593,7 @@ def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, r, B):
             bpos[b] = fcol if pr > b0 else bpos[b]
 
 
-@_njit(cache=True)
+@_njit(cache=True, inline="always")
 def _split_node_nb(f, u, n_bins, max_bins, min_leaf, r):
     """Best split of heap node ``u`` in every tree of the forest ``f``, side by side.
 
@@ -3723,7 +3723,7 @@ def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
         u = 2 * u + 1 if xb[f] <= thr[b, u] else 2 * u + 2
 
 
-@_njit(cache=True)
+@_njit(cache=True, inline="always")
 def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, f):
     """Add row k (bins ``xb``, reward ``y``) to one agent's online forest ``f``.
 
@@ -3763,7 +3763,7 @@ def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
         _path_add_nb(xb, y, w, b, 0, n_int, max_bins, H, HS, feat, thr)
 
 
-@_njit(cache=True)
+@_njit(cache=True, inline="always")
 def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins):
     """Node u of tree b moved its threshold on feature j across bins lo+1..hi.
 
@@ -3791,7 +3791,7 @@ def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins)
             k = nxt[j, k]
 
 
-@_njit(cache=True)
+@_njit(cache=True, inline="always")
 def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
     """Rebuild the histograms of the stale pairs of ``level`` in a refit of
     :func:`_online_refit_nb` (the children of a node whose split was rebuilt).
