@@ -770,8 +770,8 @@ def _first_use(group, kernels, duration, match=None):
 
 
 #: Rough compile times of the first use, per kind of kernel (measured with
-#: ``python -m capassign bench --startup``: 5 s (random) to 20-24 s (tree
-#: greedy) per simulated policy on an idle 2-core machine, longer on a busy one).
+#: ``python -m capassign bench --startup``: 5 s (random), 10 s (logistic) and
+#: 16 s (trees) per simulated policy on an idle 2-core machine, longer on a busy one).
 _FIRST_USE_TIME = {"simulation": "under a minute",
                    "router noncontextual": "a few seconds",
                    "router logistic": "about 10 s",
