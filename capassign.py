@@ -3281,6 +3281,8 @@ def _logistic_score_nb(theta, Sigma, x, thompson, kappa, g):
 #: A Laplace step whose 1 + w x' Sigma x rounding could move by more than this
 #: (relative) takes the factored form of :func:`_laplace_factored_step_nb`.
 _ROUNDING_TOL = 1e-6
+#: The float64 machine epsilon (a compile-time constant of the kernels).
+_EPS = float(np.finfo(float).eps)
 
 
 @_njit(cache=True)
@@ -3312,7 +3314,7 @@ def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
     bound = 0.0
     for j in range(p):
         bound += abs(x[j]) * math.sqrt(abs(Sigma[j, j]))
-    if w * p * 2.220446049250313e-16 * bound * bound > _ROUNDING_TOL:
+    if w * p * _EPS * bound * bound > _ROUNDING_TOL:
         _laplace_factored_step_nb(theta, Sigma, x, r, ph, w, Sx)
         return
     q = 0.0
@@ -3335,6 +3337,24 @@ def _laplace_update_nb(theta, Sigma, x, r, w_min, w_max, Sx):
         theta[j] += Sx[j] * step
 
 
+@_njit(cache=True, inline="always")
+def _cholesky_nb(M, L, floor):
+    """The lower triangle of the Cholesky factor of the symmetric ``M`` into
+    ``L``, each squared pivot raised to ``floor`` if below it (``-inf``: as
+    computed), in plain loops (no BLAS, so the same bits on every machine)."""
+    p = M.shape[0]
+    for j in range(p):
+        acc = M[j, j]
+        for k in range(j):
+            acc -= L[j, k] * L[j, k]
+        L[j, j] = math.sqrt(acc if acc > floor else floor)
+        for i in range(j + 1, p):
+            acc = M[i, j]
+            for k in range(j):
+                acc -= L[i, k] * L[j, k]
+            L[i, j] = acc / L[j, j]
+
+
 @_njit(cache=True)
 def _laplace_factored_step_nb(theta, Sigma, x, r, ph, w, Sx):
     """The step of :func:`_laplace_update_nb` through a square root of Sigma.
@@ -3353,17 +3373,7 @@ def _laplace_factored_step_nb(theta, Sigma, x, r, ph, w, Sx):
     top = 0.0
     for j in range(p):
         top = max(top, Sigma[j, j])
-    floor = 2.220446049250313e-16 * (top if top > 0.0 else 1.0)
-    for j in range(p):
-        acc = Sigma[j, j]
-        for k in range(j):
-            acc -= L[j, k] * L[j, k]
-        L[j, j] = math.sqrt(acc if acc > floor else floor)
-        for i in range(j + 1, p):
-            acc = Sigma[i, j]
-            for k in range(j):
-                acc -= L[i, k] * L[j, k]
-            L[i, j] = acc / L[j, j]
+    _cholesky_nb(Sigma, L, _EPS * (top if top > 0.0 else 1.0))
     v = np.zeros(p)
     q = 0.0
     for k in range(p):
@@ -3408,16 +3418,7 @@ def _spd_inverse_nb(M, W):
     so the same bits on every machine)."""
     p = M.shape[0]
     L, Li, out = W[0], W[1], W[2]
-    for j in range(p):
-        acc = M[j, j]
-        for k in range(j):
-            acc -= L[j, k] * L[j, k]
-        L[j, j] = math.sqrt(acc)
-        for i in range(j + 1, p):
-            acc = M[i, j]
-            for k in range(j):
-                acc -= L[i, k] * L[j, k]
-            L[i, j] = acc / L[j, j]
+    _cholesky_nb(M, L, -math.inf)
     for c in range(p):                  # Li = L^-1, column by column
         for i in range(p):
             acc = 1.0 if i == c else 0.0
@@ -3439,9 +3440,7 @@ def _discount_precision_nb(Sigma, discount, gamma, W):
     Sigma^-1 <- discount Sigma^-1 + (1 - discount) gamma I, in place, when
     ``discount`` < 1.  A simulation without forgetting passes ``None``, which
     numba prunes: its kernel compiles no forgetting."""
-    if discount is None:
-        return
-    if discount == 1.0:
+    if discount is None or discount == 1.0:
         return
     p = Sigma.shape[0]
     _spd_inverse_nb(Sigma, W)
@@ -5719,12 +5718,14 @@ def _record_nb(R, i, a, t, Q, Nb, out):
     return R[i, a]
 
 
-def _new_forests(A, T, d, cfg, sums):
+def _new_forests(A, T, trees):
     """Empty online forests (:data:`_Forests`) of A agents for up to T rows of
-    d binned features, their reward sums of the dtypes of ``sums`` (:data:`_Sums`).
+    the binned contexts of ``trees`` (:data:`_TreeRun`), their reward sums of
+    the dtypes of its :data:`_Sums`.
     Allocated by numpy, outside the run kernel: numba compiles each array
     constructor once per shape and dtype, seconds of the first call."""
-    B, max_bins, max_depth = cfg.n_trees, cfg.max_bins, cfg.max_depth
+    B, max_bins, max_depth = trees.n_trees, trees.max_bins, trees.max_depth
+    d, sums = trees.Xb.shape[1], trees.sums
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
     return _Forests(np.empty((A, B, T), dtype=np.uint8),
@@ -5857,8 +5858,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, batched, rng, out
 def _tree_work(trees, A, T, stats):
     """The empty forests and the refit scratch of one run of the tree model
     (``trees``: :data:`_TreeRun`), its refit counters added to ``stats``."""
-    cfg = _TreeConfig(*(getattr(trees, f) for f in _TreeConfig._fields))
-    return (_new_forests(A, T, trees.Xb.shape[1], cfg, trees.sums),
+    return (_new_forests(A, T, trees),
             _new_refit_nb(trees.n_trees, trees.max_depth, stats))
 
 
