@@ -106,8 +106,8 @@ __all__ = [
     "optimal_assignment", "benchmark_oracle", "shadow_price_policy", "two_agent_threshold",
     "disagreement_regions", "disagreement_gain", "hindsight_optimum",
     # capacity control (section 4)
-    "DecayingEta", "VirtualQueues", "select_agent", "BATCH_METHODS", "batch_counts", "batch_queue_update",
-    "batch_assign",
+    "DecayingEta", "VirtualQueues", "select_agent", "BATCH_METHODS", "batch_counts",
+    "batch_queue_update", "batch_assign",
     # reward models (section 5)
     "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees", "MarginalAccuracy",
     "ROUTER_STREAM_CUTS", "ROUTER_STATE_LIMITS",
@@ -4492,7 +4492,7 @@ class _RewardModel:
         self._thompson = config.policy.endswith("-ts")
         self._rng = rng
         self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
-        self._eta = config.eta
+        self._eta = _step_at(config.eta, 0)     # eta_t: the router sets it per decision
         _first_use(self.group, self.kernels, _FIRST_USE_TIME[self.group])
 
     def see(self, X, copy=True):
@@ -6245,7 +6245,7 @@ def _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T, policies,
 
 def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference_T=None,
                       policies=("random", "marginal") + CONTEXTUAL_POLICIES, seed=0,
-                      grid=True, out=print):
+                      grid=True, eta=DEFAULT_ETA, out=print):
     """Time both engines on a synthetic stream and the paper's largest grid.
 
     For each policy: microseconds per decision = time / (runs x T) on a
@@ -6276,6 +6276,8 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     grid : bool or dict
         Whether to time the grid; a dict overrides its stream's shape and
         runs per point, ``{"T": 21000, "d": 11, "runs": 100}`` by default.
+    eta : float or DecayingEta
+        The queue step of every timed run (default the paper's 0.5).
     out : callable
         Receives each line of the report (``print`` by default).
 
@@ -6297,18 +6299,19 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     """
     reference_T, shape = _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T,
                                               policies, grid)
+    eta = _validate_step(eta)
 
     import numba
 
     def clocks():
         return time.perf_counter(), time.process_time()
 
-    out(f"capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta=0.5, "
+    out(f"capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta={eta}, "
         f"d={d}; numba threads={numba.get_num_threads()} (cpu_count={os.cpu_count()})")
     w0, _ = clocks()
     Xw, Rw, _ = synthetic_stream(60, d, seed=seed)
     for policy in policies:
-        simulate(Xw, Rw, [0.5, 0.5], policy, runs=2, seed=seed)
+        simulate(Xw, Rw, [0.5, 0.5], policy, runs=2, seed=seed, eta=eta)
     out(f"compile / cache load of the fast kernels: {clocks()[0] - w0:.1f} s (not counted)")
     X, R, _ = synthetic_stream(T, d, seed=seed)
     out(f"fast engine: {fast_runs} runs x {T} decisions (parallel over runs); "
@@ -6320,11 +6323,11 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     rows = {}
     for policy in policies:
         w0, c0 = clocks()
-        simulate(X, R, [0.5, 0.5], policy, runs=fast_runs, seed=seed)
+        simulate(X, R, [0.5, 0.5], policy, runs=fast_runs, seed=seed, eta=eta)
         w1, c1 = clocks()
         fast = ((w1 - w0) / (fast_runs * T) * 1e6, (c1 - c0) / (fast_runs * T) * 1e6)
         simulate(X[:reference_T], R[:reference_T], [0.5, 0.5], policy, runs=reference_runs,
-                 seed=seed, engine="reference")
+                 seed=seed, engine="reference", eta=eta)
         w2, c2 = clocks()
         n_ref = reference_runs * reference_T
         ref = ((w2 - w1) / n_ref * 1e6, (c2 - c1) / n_ref * 1e6)
@@ -6340,11 +6343,11 @@ def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference
     result = dict(policies=rows, T=T, d=d, fast_runs=fast_runs,
                   reference_runs=reference_runs, reference_T=reference_T)
     if grid:
-        result.update(_benchmark_grid(shape["T"], shape["d"], shape["runs"], seed, out))
+        result.update(_benchmark_grid(shape["T"], shape["d"], shape["runs"], seed, out, eta))
     return result
 
 
-def _benchmark_grid(T, d, runs, seed, out):
+def _benchmark_grid(T, d, runs, seed, out, eta=DEFAULT_ETA):
     """The grid timing of :func:`benchmark_engines`: 5 capacities x (4
     contextual policies + random) on a synthetic stream of shape (T, d),
     ``runs`` runs per point, the time scaled to 100 runs."""
@@ -6355,7 +6358,7 @@ def _benchmark_grid(T, d, runs, seed, out):
     for c in PAPER_CAPACITY_GRID:
         for policy in grid_policies:
             t0 = time.perf_counter()
-            simulate(Xg, Rg, [c, 1.0 - c], policy, runs=runs, seed=seed)
+            simulate(Xg, Rg, [c, 1.0 - c], policy, runs=runs, seed=seed, eta=eta)
             per_policy[policy] += time.perf_counter() - t0
     w1, c1 = time.perf_counter(), time.process_time()
     scale = 100 / runs
@@ -6394,7 +6397,9 @@ def _benchmark_grid(T, d, runs, seed, out):
 #: this version and refuses newer ones.
 ROUTER_SCHEMA = "capassign.router"
 #: The current version of the saved router state (older versions still load).
-ROUTER_SCHEMA_VERSION = 3
+#: Version 4: ``eta`` may be a :class:`DecayingEta` (an object, see
+#: :meth:`DecayingEta.fields`); versions 1-3 hold a number.
+ROUTER_SCHEMA_VERSION = 4
 
 #: The checked configuration of a :class:`Router` (:func:`_router_config`):
 #: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
@@ -6419,7 +6424,7 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
             raise ValueError(f"agents must name at most {lim['agents']} agents, got {n_agents}")
     alpha, constrained = _validate_capacities(capacities, n_agents)
     _validate_choice(policy, ONLINE_POLICIES, "policy")
-    eta = _validate_eta(eta)
+    eta = _validate_step(eta)
     seed = _validate_int(seed, "seed")
     _validate_settings(settings)
     if n_features is not None:
@@ -6500,7 +6505,8 @@ def _saved_config(st, get):
     d = st["n_features"]
     if d is not None:
         d = _state_int(d, "state['n_features']", 1, lim["n_features"])
-    kw = dict(policy=policy, eta=st["eta"], seed=st["seed"], n_features=d, settings=settings)
+    kw = dict(policy=policy, eta=_step_from_json(st["eta"], "state['eta']"), seed=st["seed"],
+              n_features=d, settings=settings)
     for key, lo in (("max_pending", 1), ("max_age", 0)):
         v = get(key, None)
         kw[key] = None if v is None else _state_int(v, f"state[{key!r}]", lo, lim["count"])
@@ -7017,6 +7023,7 @@ class Router(_Team):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
                            settings, max_pending, max_age)
         self.policy, self.eta, self.seed, self.settings = c.policy, c.eta, c.seed, c.settings
+        self._decaying = isinstance(c.eta, DecayingEta)
         self.n_features, self.capacities, self._names = c.d, c.caps, c.names
         self._index = {n: i for i, n in enumerate(c.names)} if c.names else None
         self._alpha, self._constrained, self._A = c.alpha, c.constrained, c.A
@@ -7112,6 +7119,8 @@ class Router(_Team):
                 if not _all_finite_nb(X):          # refused before it is kept
                     raise ValueError("x contains NaN or infinite values")
                 self._model.see(X, copy=False)     # X is this call's own array
+            if self._decaying:                     # eta_t, t = tasks assigned before
+                self._model._eta = _step_at(self.eta, tasks.n_assigned)
             a = self._score(X, self._mu1, True)
             if a == -2:
                 raise ValueError("x contains NaN or infinite values")
@@ -7138,7 +7147,8 @@ class Router(_Team):
             self._model.see(X)
             mu = np.empty((n, self._A))
             self._score(X, mu, False)             # the estimates only (X is finite: checked)
-            chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained, self.eta, self._Q)
+            chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained,
+                                              _step_at(self.eta, self._tasks.n_assigned), self._Q)
             self._tasks.book_batch(ids, chosen, X)
             self._counts += realised
             return [self._agent_out(int(a)) for a in chosen]
@@ -7206,7 +7216,7 @@ class Router(_Team):
         """The router's whole state as a plain JSON-serialisable dict.
 
         ``json.dumps`` works on it directly (no pickle).  It holds the schema
-        tag (``"schema": "capassign.router/3"``), the configuration, the
+        tag (``"schema": "capassign.router/4"``), the configuration, the
         random state, the queues, the pending tasks with their contexts, and
         the models: running sums (``marginal``), theta and Sigma
         (``logistic-*``), or each agent's binned rows, rewards and Poisson
@@ -7225,7 +7235,7 @@ class Router(_Team):
                 "agents": list(self._names) if self._names else self._A,
                 "capacities": list(self.capacities),
                 "policy": self.policy,
-                "eta": self.eta,
+                "eta": _step_json(self.eta),
                 "seed": self.seed,
                 "n_features": self.n_features,
                 "settings": s.fields(),
@@ -7259,7 +7269,7 @@ class Router(_Team):
         sums of rewards at most their counts.  Raises ``ValueError`` naming the
         offending field when the state is malformed or impossible, or was
         written by a newer schema version than this module reads
-        (:data:`ROUTER_SCHEMA_VERSION`; version 1 states are read too).
+        (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 3 are read too).
         """
         version = _saved_schema_version(state)
         try:
@@ -7377,10 +7387,11 @@ def benchmark_startup(*, repeats=3, out=print):
     return rows
 
 
-def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=print):
+def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, eta=DEFAULT_ETA,
+                     out=print):
     """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
 
-    Two agents at capacities (0.5, 0.5), eta = 0.5, on a :func:`synthetic_stream`
+    Two agents at capacities (0.5, 0.5), eta = 0.5 (or ``eta``), on a :func:`synthetic_stream`
     of T tasks with d features; every reward comes back right after its
     assignment.  The compiled kernels are loaded before timing.  Prints wall
     and CPU time per task (CPU time is less disturbed by other load on the
@@ -7405,6 +7416,8 @@ def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=pri
         Length and context dimension of the synthetic stream.
     seed : int
         Seed of the stream and the routers.
+    eta : float or DecayingEta
+        The routers' queue step (default the paper's 0.5).
     out : callable
         Receives each line of the report (``print`` by default).
 
@@ -7425,6 +7438,7 @@ def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=pri
 
     for name, v in (("T", T), ("d", d)):
         _validate_int(v, name, lo=1)
+    eta = _validate_step(eta)
     # the stream, a view of each row and the rewards as lists (the routers' own
     # state stays bounded: measured 274-278 MiB of RSS at T = 20,000 and 200,000)
     _check_memory(f"T={T}", _stream_bytes(T, d) + 256 * T,
@@ -7432,7 +7446,7 @@ def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=pri
     X, R, _ = synthetic_stream(T, d, seed=seed)
     Xw, Rw, _ = synthetic_stream(64, d, seed=seed)
     out(f"capassign bench --router: Router.assign + Router.update, A=2 agents, "
-        f"capacities (0.5, 0.5), eta=0.5, d={d}, T={T} tasks, immediate rewards")
+        f"capacities (0.5, 0.5), eta={eta}, d={d}, T={T} tasks, immediate rewards")
     out(f"{'policy':<26}{'us/task':>10}{'(cpu)':>9}{'error':>9}")
     result = {}
     runs = [(p, False) for p in policies] + [(p, True) for p in policies
@@ -7440,11 +7454,11 @@ def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, out=pri
     for policy, stream in runs:
         ref = None if stream else X
         warm = Router(2, [0.5, 0.5], policy, X_reference=None if stream else Xw,
-                      n_features=d, seed=seed)
+                      n_features=d, seed=seed, eta=eta)
         for t in range(64):
             a = warm.assign(Xw[t])
             warm.update(t, a, int(Rw[t, a]))
-        router = Router(2, [0.5, 0.5], policy, X_reference=ref, n_features=d, seed=seed)
+        router = Router(2, [0.5, 0.5], policy, X_reference=ref, n_features=d, seed=seed, eta=eta)
         rows = [X[t] for t in range(T)]
         rewards = R.tolist()
         total = 0
@@ -11536,11 +11550,13 @@ def _sweep_plan(task_items, from_arrays, policies, cap_list, runs, block, task_s
                 "task_shapes": {n: list(s) for n, s in shapes.items()},
                 "task_hashes": hashes,
                 "policies": policies, "capacities": [list(c) for c in cap_list],
-                "runs": runs, "block": block, "eta": eta, "seed": seed, "task_seed": task_seed,
+                "runs": runs, "block": block, "eta": _step_json(eta), "seed": seed,
+                "task_seed": task_seed,
                 "engine": engine, "settings": model_settings}
     manifest = json.loads(json.dumps(manifest))
     # every setting that changes a cell's numbers, hashed into each cell's key
-    settings_hash = _json_digest({"eta": eta, "seed": seed, "task_seed": task_seed,
+    # (a number for eta hashes as before, so sweeps stored earlier still resume)
+    settings_hash = _json_digest({"eta": _step_json(eta), "seed": seed, "task_seed": task_seed,
                                   "engine": engine, "settings": model_settings})
     specs = [(name, p, caps, k0, min(k0 + block, runs))
              for name, _ in task_items for p in policies for caps in cap_list
@@ -11563,7 +11579,7 @@ def _sweep_arguments(tasks, policies, capacities, runs, eta, seed, task_seed, se
     cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
     ex["block"] = runs if ex["block"] is None else _validate_int(ex["block"], "block", lo=1)
-    eta = _validate_eta(eta)
+    eta = _validate_step(eta)
     seed = _validate_int(seed, "seed")
     task_seed = _validate_int(task_seed, "task_seed")
     _validate_choice(ex["engine"], ENGINES, "engine")
@@ -11619,7 +11635,8 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, eta=DEFAULT_
     out_dir : path
         The results directory (created if needed; see the Notes).
     runs, eta, seed, settings
-        As in :func:`simulate` (``runs`` per grid point, default 100).
+        As in :func:`simulate` (``runs`` per grid point, default 100; ``eta``
+        a number or a :class:`DecayingEta`, which enters every cell's key).
     task_seed : int
         Seed of :func:`load_task` for tasks given by name.
     **execution
@@ -12142,12 +12159,12 @@ def _cmd_bench(args):
     elif args.startup:
         benchmark_startup()
     elif args.router:
-        benchmark_router(T=T, d=args.d, seed=args.seed,
+        benchmark_router(T=T, d=args.d, seed=args.seed, eta=args.eta,
                          policies=kwargs.get("policies", ONLINE_POLICIES))
     else:
         benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs,
                           reference_runs=args.reference_runs, reference_T=ref_T, seed=args.seed,
-                          grid=not args.no_grid and {"runs": grid_runs}, **kwargs)
+                          grid=not args.no_grid and {"runs": grid_runs}, eta=args.eta, **kwargs)
 
 
 def _parse_capacities(text, name="--capacities"):
@@ -12179,7 +12196,7 @@ def _cmd_simulate(args):
     if args.json:
         print(json.dumps({
             "task": args.task, "task_seed": args.task_seed, "policy": res.policy,
-            "capacities": list(res.capacities), "eta": res.eta, "runs": res.runs,
+            "capacities": list(res.capacities), "eta": _step_json(res.eta), "runs": res.runs,
             "seed": res.seed, "engine": res.engine, "agents": list(task.agent_names),
             "error": res.error, "std": res.std, "stderr": res.stderr,
             "shares": [float(v) for v in shares],
@@ -12230,9 +12247,27 @@ def _int_opt(flag, default, help):
     return _opt(flag, type=int, default=default, help=f"{help} (default {default})")
 
 
+def _parse_eta(text):
+    """``--eta``: a number (the constant step) or ``decaying[:eta0,t0]`` (a
+    :class:`DecayingEta`, its frozen defaults without the numbers)."""
+    name, _, args = text.strip().partition(":")
+    try:
+        if name == "decaying":
+            nums = [float(v) for v in args.split(",")] if args else []
+            if len(nums) not in (0, 2):
+                raise ValueError("give both eta0 and t0, e.g. decaying:0.25,100")
+            return DecayingEta(*nums)
+        return _validate_eta(float(text))
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a number >= 0 nor decaying[:eta0,t0] ({exc})") from None
+
+
 # options shared by several commands
-_ETA_OPT = _opt("--eta", type=float, default=DEFAULT_ETA,
-                help=f"queue penalty (default {DEFAULT_ETA})")
+_ETA_OPT = _opt("--eta", type=_parse_eta, default=DEFAULT_ETA,
+                help=f"queue penalty: a number (default {DEFAULT_ETA}, the paper's) or "
+                     f"'decaying[:eta0,t0]' for the shrinking step eta0 / sqrt(1 + t/t0) "
+                     f"(DecayingEta; its defaults without the numbers)")
 _SEED_OPT = _int_opt("--seed", 0, "seed of the runs")
 _ENGINE_OPT = _opt("--engine", default="fast", choices=ENGINES,
                    help="'fast' (compiled kernels, default) or 'reference' (the literal "
@@ -12265,6 +12300,7 @@ _COMMANDS = [
          _opt("--policies", default=None,
               help="comma-separated online policies to time (default: all six)"),
          _int_opt("--seed", 0, "seed of the synthetic stream and the runs"),
+         _ETA_OPT,
          _opt("--startup", action="store_true",
               help="time 'import capassign' and the first call of the Router and of "
                    "simulate, cold (empty numba cache) and warm, each in a fresh process"),

@@ -371,12 +371,13 @@ def test_reference_is_deterministic(small_stream):
         np.testing.assert_array_equal(a.assignments, b.assignments)
 
 
-def test_engines_share_permutations_and_deterministic_policies_agree(small_stream):
+@pytest.mark.parametrize("eta", [0.5, ca.DecayingEta(eta0=0.5, t0=10)])
+def test_engines_share_permutations_and_deterministic_policies_agree(small_stream, eta):
     X, R = small_stream
     for policy in ("marginal", "logistic-greedy", "offline-logistic"):
-        f = ca.simulate(X, R, [0.4, 0.6], policy, runs=5, seed=2, return_traces=True)
+        f = ca.simulate(X, R, [0.4, 0.6], policy, runs=5, seed=2, return_traces=True, eta=eta)
         r = ca.simulate(X, R, [0.4, 0.6], policy, runs=5, seed=2, engine="reference",
-                        return_traces=True)
+                        return_traces=True, eta=eta)
         np.testing.assert_array_equal(f.orders, r.orders)
         agree = np.mean(f.assignments == r.assignments)
         assert agree >= (1.0 if policy == "marginal" else 0.99)
