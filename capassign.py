@@ -2946,13 +2946,17 @@ def _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper):
 @_njit(cache=True)
 def _batch_step_nb(S, alpha, constrained, eta, Q):
     """A whole mini-batch as :meth:`Router.assign_batch` takes it: the agents
-    of :func:`_batch_choose_nb` for the rows of ``S``, then the queues after
-    the batch (Eq. 1 in batch form, in place).  Returns the agents and how
-    many tasks each agent got."""
+    of :func:`_batch_choose_nb` for the rows of ``S`` at the step eta_t of the
+    step state ``eta`` = [eta0, t0, power, t] (t the tasks before the batch,
+    then advanced by the batch's size), then the queues after the batch
+    (Eq. 1 in batch form, in place).  Returns the agents and how many tasks
+    each agent got."""
     nb, A = S.shape
     N = np.zeros(A, dtype=np.int64)
     agent = np.empty(nb, dtype=np.int64)
-    _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, np.zeros(A, dtype=np.int64))
+    eta_t = _eta_step_nb(eta[0], eta[1], eta[2], eta[3])
+    eta[3] += nb
+    _batch_choose_nb(S, nb, alpha, constrained, eta_t, Q, N, agent, np.zeros(A, dtype=np.int64))
     realised = np.zeros(A, dtype=np.int64)
     for j in range(nb):
         realised[agent[j]] += 1
@@ -4322,6 +4326,16 @@ def _all_finite_nb(X):
 
 
 @_njit(cache=True)
+def _router_step_nb(eta):
+    """The step eta_t of a router's next task from its step state ``eta`` =
+    [eta0, t0, power, t] (:func:`_step_parts` and the tasks assigned so far),
+    whose t then moves on by one task."""
+    eta_t = _eta_step_nb(eta[0], eta[1], eta[2], eta[3])
+    eta[3] += 1.0
+    return eta_t
+
+
+@_njit(cache=True)
 def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
                                 constrained, eta):
     """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
@@ -4343,8 +4357,9 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
             mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
     if not step:
         return -1
+    eta_t = _router_step_nb(eta)
     if learned:
-        return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+        return _online_step_nb(mu[0], Q, eta_t, alpha, constrained)
     _queue_update_one_nb(Q, alpha, constrained, chosen)
     return chosen
 
@@ -4375,7 +4390,7 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
             L.gauss[1] = spare
     if not step:
         return -1
-    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+    return _online_step_nb(mu[0], Q, _router_step_nb(eta), alpha, constrained)
 
 
 @_njit(cache=True)
@@ -4410,7 +4425,7 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
                                    rng)
     if not step:
         return -1
-    return _online_step_nb(mu[0], Q, eta, alpha, constrained)
+    return _online_step_nb(mu[0], Q, _router_step_nb(eta), alpha, constrained)
 
 
 @_njit(cache=True)
@@ -4476,7 +4491,7 @@ class _RewardModel:
         The router's xoshiro256** state, shared and advanced in place.
     Q : ndarray, shape (A,)
         The router's virtual queues, which the one-task step of :meth:`score`
-        advances in place.
+        advances in place (as it advances the t of the step state ``_eta``).
     """
 
     #: The first-use notice of the model's router kernels (:func:`_first_use`).
@@ -4492,7 +4507,8 @@ class _RewardModel:
         self._thompson = config.policy.endswith("-ts")
         self._rng = rng
         self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
-        self._eta = _step_at(config.eta, 0)     # eta_t: the router sets it per decision
+        # the step state [eta0, t0, power, t] that a one-task step reads and advances
+        self._eta = np.array([*_step_parts(config.eta), 0.0])
         _first_use(self.group, self.kernels, _FIRST_USE_TIME[self.group])
 
     def see(self, X, copy=True):
@@ -7023,7 +7039,6 @@ class Router(_Team):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
                            settings, max_pending, max_age)
         self.policy, self.eta, self.seed, self.settings = c.policy, c.eta, c.seed, c.settings
-        self._decaying = isinstance(c.eta, DecayingEta)
         self.n_features, self.capacities, self._names = c.d, c.caps, c.names
         self._index = {n: i for i, n in enumerate(c.names)} if c.names else None
         self._alpha, self._constrained, self._A = c.alpha, c.constrained, c.A
@@ -7119,8 +7134,6 @@ class Router(_Team):
                 if not _all_finite_nb(X):          # refused before it is kept
                     raise ValueError("x contains NaN or infinite values")
                 self._model.see(X, copy=False)     # X is this call's own array
-            if self._decaying:                     # eta_t, t = tasks assigned before
-                self._model._eta = _step_at(self.eta, tasks.n_assigned)
             a = self._score(X, self._mu1, True)
             if a == -2:
                 raise ValueError("x contains NaN or infinite values")
@@ -7148,7 +7161,7 @@ class Router(_Team):
             mu = np.empty((n, self._A))
             self._score(X, mu, False)             # the estimates only (X is finite: checked)
             chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained,
-                                              _step_at(self.eta, self._tasks.n_assigned), self._Q)
+                                              self._model._eta, self._Q)
             self._tasks.book_batch(ids, chosen, X)
             self._counts += realised
             return [self._agent_out(int(a)) for a in chosen]
@@ -7297,6 +7310,7 @@ class Router(_Team):
         last_id = get("last_task_id", None)
         router._tasks.restore(entries, counters, None if last_id is None else _validate_task_id(
             last_id, "state['last_task_id']"))
+        router._model._eta[3] = router._tasks.n_assigned    # the t of a DecayingEta
         router._restore_team(st, version)
         return router
 
@@ -11016,9 +11030,27 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
 
 # --- choosing the step schedule on synthetic streams (DecayingEta) -----------
 
-#: The result of :func:`tune_eta_schedule`: the chosen :class:`DecayingEta`
-#: (``schedule``) and the ``table`` of every candidate's scores.
-EtaTuning = namedtuple("EtaTuning", "schedule table")
+@dataclass(frozen=True)
+class EtaTuning:
+    """What :func:`tune_eta_schedule` found.
+
+    Attributes
+    ----------
+    schedule : DecayingEta or None
+        The chosen schedule (``None`` when no candidate held the shares).
+    table : pandas.DataFrame
+        One row per candidate with its scores (see :func:`tune_eta_schedule`).
+
+    Examples
+    --------
+    >>> tuning = tune_eta_schedule((0.5,), (10,), T=500, seeds=(0,), runs=1, from_task=100,
+    ...                            max_deviation=0.05)
+    >>> tuning.schedule, len(tuning.table)
+    (DecayingEta(eta0=0.5, t0=10.0, power=0.5), 1)
+    """
+
+    schedule: DecayingEta | None
+    table: Any
 
 
 def _known_mu_scores(mu, R, caps, eta, runs, seed, burn_in):

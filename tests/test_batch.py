@@ -342,7 +342,7 @@ def test_early_exit_fires_and_when_it_may():
     refits = {}
     for early in (False, True):
         stats = np.zeros((2, 3 * s.max_depth), dtype=np.int64)
-        rule = ca._Rule(np.array([1.0, 0.0]), np.ones(2, dtype=bool), 0.5, 0, early)
+        rule = ca._Rule(np.array([1.0, 0.0]), np.ones(2, dtype=bool), 0.5, 1.0, 0.0, 0, early)
         trees = ca._TreeRun(Xb, False, n_bins, int(n_bins.max()), s.n_trees, s.max_depth,
                             s.min_samples_leaf, s.refit_every, 1.0, ca._reward_sums(False))
         rewards, counts = ca._runs(

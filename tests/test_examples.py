@@ -250,7 +250,7 @@ def test_each_model_compiles_its_own_kernels_only():
         return {st.value.name for block in func_ir.blocks.values() for st in block.body
                 if isinstance(st, ir.Assign) and isinstance(st.value, ir.Global)}
 
-    rule = ca._Rule(np.array([0.5, 0.5]), np.ones(2, dtype=bool), 0.5, 0, True)
+    rule = ca._Rule(np.array([0.5, 0.5]), np.ones(2, dtype=bool), 0.5, 1.0, 0.0, 0, True)
     for policy, kernels in own.items():
         models = ca._run_models(X, policy, ca.PAPER_SETTINGS)
         out = ca._RunOut(np.zeros(0, np.int32), np.zeros((0, 2)), np.zeros(2, np.int64))
