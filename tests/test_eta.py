@@ -288,3 +288,13 @@ def test_cli_refuses_a_bad_eta(text, capsys):
         ca._build_parser().parse_args(["bench", "--eta", text])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--eta" in err and "decaying[:eta0,t0]" in err
+
+
+def test_cli_simulate_with_a_schedule_prints_it_as_json(capsys):
+    ca.main(["simulate", "--task", "synthetic", "--policy", "marginal", "--capacities",
+             "0.3,0.7", "--eta", "decaying:0.5,10", "--runs", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["eta"] == SCHEDULE.fields()
+    task = ca.load_task("synthetic")
+    res = ca.simulate(task.X, task.R, (0.3, 0.7), "marginal", eta=SCHEDULE, runs=2)
+    assert out["errors"] == res.errors.tolist()

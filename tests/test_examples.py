@@ -262,7 +262,7 @@ def test_each_model_compiles_its_own_kernels_only():
             assert used(ca._run_nb, args) & every == kernels, (policy, batched)
     S, ints = np.zeros((1, 2)), np.zeros(2, np.int64)
     for batched in (None, True):
-        args = (S, 1, rule, batched, np.zeros(2), ints, ints, ints, ints)
+        args = (S, 1, rule, 0, batched, np.zeros(2), ints, ints, ints)
         assert ("_batch_choose_nb" in used(ca._choose_agents_nb, args)) == bool(batched)
     # a run without forgetting passes discount None: no forgetting is typed
     for discount in (1.0, 0.9):
