@@ -2203,11 +2203,12 @@ class DecayingEta:
     jumps by about eta every task and a rule that knows mu loses a fixed share
     of reward per task (the regret grows linearly in T); a smaller constant
     step loses less but lets the shares drift far from alpha early on, by
-    about (difference of mu) / (eta t).  With eta_t ~ t^(-1/2) the queue
-    needs to grow only like sqrt(t) to hold a price, so the shares still
-    converge (deviation ~ 1 / sqrt(t)) while the price's jumps shrink.  The
-    power 1 (a 1/t step) leaves a share bias that does not decay, which is
-    why the power is restricted to (0, 1] and 1/2 is the default.
+    about (difference of mu) / (eta t).  With eta_t ~ t^(-1/2) the queue that
+    holds a price lambda is lambda / eta_t ~ sqrt(t), still small against t,
+    so the shares converge (deviation ~ 1 / sqrt(t)) while the price's jumps
+    eta_t shrink.  With power 1 (a 1/t step) that queue is
+    lambda t / (eta0 t0): a share bias lambda / (eta0 t0) that never decays;
+    hence the default 1/2.
 
     How the defaults were chosen, by a rule fixed before any real-task
     result was looked at (:func:`tune_eta_schedule` runs it): on synthetic
@@ -10821,8 +10822,9 @@ def regret_curve(result, mu, shadow_prices):
     ``modified``
         The paper's modified regret (App. G, the quantity of its Prop. 1):
         sum_{s<=t} [max_a (mu_a(x_s) - eta Q_{s,a}) - (mu_{a_s}(x_s) - eta Q_{s,a_s})]
-        with the policy's own queues, i.e. against the rule that knows mu but
-        faces the same queues.  ``None`` without queues (offline policies).
+        with the policy's own queues (and steps eta_t with a
+        :class:`DecayingEta`), i.e. against the rule that knows mu but faces the
+        same prices.  ``None`` without queues (offline policies).
 
     Ties in phi* go to the lowest agent index.  Returns :class:`RegretCurves`.
 
@@ -10929,7 +10931,9 @@ def loglog_slope(y, *, t_min=None, t_max=None, points=50):
 
 @dataclass(frozen=True)
 class PriceTracking:
-    """eta Q_t against the shadow prices lambda (see :func:`price_tracking`).
+    """eta Q_t (eta_t Q_t with a :class:`DecayingEta`) against the shadow prices lambda.
+
+    See :func:`price_tracking`.
 
     ``tracked``, ``low``, ``high`` have shape (T, A): mean and 10%/90%
     quantiles over runs of eta (Q_{t,a} - Q_{t,ref}); ``shadow_prices`` are

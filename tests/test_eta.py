@@ -298,3 +298,28 @@ def test_cli_simulate_with_a_schedule_prints_it_as_json(capsys):
     task = ca.load_task("synthetic")
     res = ca.simulate(task.X, task.R, (0.3, 0.7), "marginal", eta=SCHEDULE, runs=2)
     assert out["errors"] == res.errors.tolist()
+
+
+def test_router_with_a_schedule_keeps_its_step_across_team_changes(stream):
+    X, R, _ = stream
+
+    def run(save_at):
+        router = ca.Router(["a", "b"], [0.4, 0.6], "logistic-greedy", eta=SCHEDULE,
+                           n_features=X.shape[1], seed=1)
+        out = []
+        for t in range(300):
+            if t == 100:
+                router.add_agent("c", 0.2)
+            if t == 200:
+                router.remove_agent("a")
+            if t == save_at:
+                router = ca.Router.from_state(json.loads(json.dumps(router.state_dict())))
+            a = router.assign(X[t])
+            router.update(t, a, int(R[t, "abc".index(a)]))
+            out.append(a)
+        return out, router
+
+    plain, r1 = run(None)
+    for save_at in (150, 250):
+        assert run(save_at)[0] == plain
+    assert r1._model._eta[3] == r1.n_assigned == 300
