@@ -106,7 +106,7 @@ __all__ = [
     "optimal_assignment", "benchmark_oracle", "shadow_price_policy", "two_agent_threshold",
     "disagreement_regions", "disagreement_gain", "hindsight_optimum",
     # capacity control (section 4)
-    "VirtualQueues", "select_agent", "BATCH_METHODS", "batch_counts", "batch_queue_update",
+    "DecayingEta", "VirtualQueues", "select_agent", "BATCH_METHODS", "batch_counts", "batch_queue_update",
     "batch_assign",
     # reward models (section 5)
     "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees", "MarginalAccuracy",
@@ -139,6 +139,7 @@ __all__ = [
     "difference_ci", "runs_needed", "paired_tests", "hindsight_gaps",
     "CapacityAdherence", "capacity_adherence", "simulate_known_mu",
     "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
+    "EtaTuning", "tune_eta_schedule",
     # resumable sweeps (section 10)
     "SWEEP_SCHEMA", "SWEEP_BACKENDS", "sweep",
     # plotting (section 11)
@@ -2147,6 +2148,163 @@ def hindsight_optimum(R, capacities, *, method="auto"):
 # =============================================================================
 # 4. Capacity control
 # =============================================================================
+
+
+# --- The step of the queue penalty: a constant eta or a shrinking schedule ----
+#
+# Eq. 2 charges agent a the price lambda_{t,a} = eta Q_{t,a}.  Read as dual
+# subgradient descent on the shadow prices (Balseiro, Lu and Mirrokni, 2020),
+# eta is the step size: a constant step keeps the price jumping by about
+# eta (1 - alpha_a) per task however long the stream, so a rule that knows mu
+# still loses a fixed share of reward per task.  DecayingEta shrinks the step,
+# eta_t = eta0 (1 + t / t0)^(-power), and the price is lambda_{t,a} = eta_t Q_{t,a}:
+# the queues of Eq. 1 are unchanged (they count tasks), only the weight that
+# Eq. 2 gives them shrinks.  t is the number of tasks assigned before the
+# decision (0 for the first task); a mini-batch uses the t of its first task
+# for all its tasks, as it uses the queues of its start.  Every engine, the
+# router and the analysis helpers take eta_t from _eta_step_nb, so they agree
+# bit for bit, and a number for eta (power 0) is the paper's constant step.
+
+
+@_njit(cache=True)
+def _eta_step_nb(eta, t0, power, t):
+    """The step eta_t of Eq. 2 before the decision on task t (t tasks assigned
+    before it): ``eta`` itself when ``power`` is 0 (the paper's constant step),
+    else eta (1 + t / t0)^(-power) - by a square root for power 1/2 and a
+    division for power 1, both correctly rounded, so the same bits on every
+    machine."""
+    if power == 0.0:
+        return eta
+    u = 1.0 + t / t0
+    if power == 0.5:
+        return eta / math.sqrt(u)
+    if power == 1.0:
+        return eta / u
+    return eta * u ** -power
+
+
+@dataclass(frozen=True)
+class DecayingEta:
+    """A shrinking queue step eta_t = eta0 (1 + t / t0)^(-power) for Eq. 2.
+
+    Pass it as ``eta`` to :func:`simulate`, :func:`simulate_known_mu`,
+    :func:`error_vs_capacity`, :func:`sweep` or :class:`Router` instead of a
+    number.  The queues still follow Eq. 1 (they count tasks); the price the
+    penalised choice of Eq. 2 charges agent a before task t is
+    lambda_{t,a} = eta_t Q_{t,a}, where t counts the tasks assigned before
+    (t = 0 for the first task; every task of a mini-batch uses the t of the
+    batch's first task, as it uses the queues of the batch's start; a router
+    uses its task count, :attr:`Router.n_assigned`).  A number for ``eta``
+    keeps the paper's constant step (0.5 in its experiments), bit for bit.
+
+    Why shrink it: Eq. 2 is dual subgradient descent on the shadow prices
+    lambda of Thm 1 with step eta (Balseiro, Lu and Mirrokni, 2020, whose
+    diminishing steps give O(sqrt(T)) regret).  With a constant step the price
+    jumps by about eta every task and a rule that knows mu loses a fixed share
+    of reward per task (the regret grows linearly in T); a smaller constant
+    step loses less but lets the shares drift far from alpha early on, by
+    about (difference of mu) / (eta t).  With eta_t ~ t^(-1/2) the queue
+    needs to grow only like sqrt(t) to hold a price, so the shares still
+    converge (deviation ~ 1 / sqrt(t)) while the price's jumps shrink.  The
+    power 1 (a 1/t step) leaves a share bias that does not decay, which is
+    why the power is restricted to (0, 1] and 1/2 is the default.
+
+    How the defaults were chosen, by a rule fixed before any real-task
+    result was looked at (:func:`tune_eta_schedule` runs it): on synthetic
+    streams only - :func:`synthetic_stream` with two agents, T = 20,000 tasks,
+    seeds 0-4, 4 orderings each, at the slack capacities (the shares of the
+    unconstrained best agent, shadow prices 0) and the tight ones (0.2, 0.8)
+    (binding, lambda_1 about 0.35) - the rule that knows mu
+    (:func:`simulate_known_mu`) is run for every eta0 in {0.1, 0.25, 0.5, 1, 2}
+    and t0 in {1, 10, 100, 1000} (power 1/2).  Among the schedules whose share
+    deviation max_a |N_{t,a}/t - alpha_a| stays <= 0.01 for every t >= 1,000
+    in every run, the smallest worst (over the two streams) mean error gap to
+    the constrained optimum (:func:`optimal_assignment` on the stream's own
+    contexts, in expected rewards) wins; gaps within 0.0005 of it count as
+    tied, and the tie goes to the largest final step eta_T, then the larger
+    eta0.  The choice, eta0 = 0.25 and t0 = 100 (gap 0.0032 slack and 0.0023
+    tight, deviation at most 0.0087; the constant eta = 0.5: 0.046 and 0.037), is
+    frozen here as the defaults.
+
+    Parameters
+    ----------
+    eta0 : float
+        The first step, > 0.
+    t0 : float
+        Tasks over which the step stays near eta0, > 0.
+    power : float
+        The decay exponent, in (0, 1] (default 1/2).
+
+    Examples
+    --------
+    >>> DecayingEta()                       # the frozen schedule
+    DecayingEta(eta0=0.25, t0=100.0, power=0.5)
+    >>> step = DecayingEta(eta0=0.5, t0=10)
+    >>> [round(step.at(t), 4) for t in (0, 10, 30, 990)]
+    [0.5, 0.3536, 0.25, 0.05]
+    >>> DecayingEta(t0=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: t0 must be a finite number > 0, got 0
+    """
+
+    eta0: float = 0.25
+    t0: float = 100.0
+    power: float = 0.5
+
+    def __post_init__(self):
+        object.__setattr__(self, "eta0", _validate_real(self.eta0, "eta0", lo=0.0, lo_open=True))
+        object.__setattr__(self, "t0", _validate_real(self.t0, "t0", lo=0.0, lo_open=True))
+        object.__setattr__(self, "power", _validate_real(self.power, "power", 0.0, 1.0,
+                                                         lo_open=True))
+
+    def at(self, t):
+        """The step eta_t before the decision on task t (t = 0, 1, ... tasks assigned)."""
+        t = _validate_int(t, "t", lo=0)
+        return _eta_step_nb.py_func(self.eta0, self.t0, self.power, t)
+
+    def fields(self):
+        """The schedule as a JSON object (a saved router state, a sweep's settings)."""
+        return {"schedule": "decaying", "eta0": self.eta0, "t0": self.t0, "power": self.power}
+
+
+def _validate_step(eta, name="eta"):
+    """The queue step of Eq. 2: a number >= 0 (the paper's constant step),
+    returned as float, or a :class:`DecayingEta`, returned as it is."""
+    if isinstance(eta, DecayingEta):
+        return eta
+    if _is_bool(eta) or not isinstance(eta, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a finite number >= 0 or a DecayingEta, got {eta!r}")
+    return _validate_eta(eta, name)
+
+
+def _step_parts(eta):
+    """``(eta0, t0, power)`` of a checked step for the kernels: a constant
+    eta is ``(eta, 1.0, 0.0)``, which :func:`_eta_step_nb` returns as it is."""
+    if isinstance(eta, DecayingEta):
+        return eta.eta0, eta.t0, eta.power
+    return eta, 1.0, 0.0
+
+
+def _step_at(eta, t):
+    """eta_t of a checked step (a number or a :class:`DecayingEta`) at task t."""
+    return eta if not isinstance(eta, DecayingEta) else _eta_step_nb.py_func(
+        eta.eta0, eta.t0, eta.power, t)
+
+
+def _step_json(eta):
+    """A checked step as JSON: the number, or :meth:`DecayingEta.fields`."""
+    return eta.fields() if isinstance(eta, DecayingEta) else eta
+
+
+def _step_from_json(v, name):
+    """The step of :func:`_step_json` read back (a number or a schedule's object), checked."""
+    if isinstance(v, dict):
+        if v.get("schedule") != "decaying" or set(v) != {"schedule", "eta0", "t0", "power"}:
+            raise ValueError(f"{name} must be a number or an object with 'schedule': "
+                             f"'decaying', 'eta0', 't0' and 'power', got {v!r}")
+        return DecayingEta(v["eta0"], v["t0"], v["power"])
+    return _validate_step(v, name)
 
 
 class VirtualQueues:
@@ -5076,7 +5234,7 @@ class SimulationResult:
 
     policy: str
     capacities: tuple
-    eta: float
+    eta: float | DecayingEta
     runs: int
     seed: int
     engine: str
@@ -5230,17 +5388,20 @@ def _rng_states(policy_seeds):
 #: engine below), for the tests that prove it exact.
 _EARLY_EXIT = True
 #: The capacity rule of a run: shares ``alpha``, the mask of ``constrained``
-#: agents (Eq. 1), the penalty ``eta`` (Eq. 2), the mini-batch size ``batch``
-#: (0: online) and whether the ``early`` exit of forced runs is on.
-_Rule = namedtuple("_Rule", "alpha constrained eta batch early")
+#: agents (Eq. 1), the step of the penalty (Eq. 2) as ``eta``, ``t0`` and
+#: ``power`` (:func:`_step_parts`: power 0 is the constant eta), the
+#: mini-batch size ``batch`` (0: online) and whether the ``early`` exit of
+#: forced runs is on.
+_Rule = namedtuple("_Rule", "alpha constrained eta t0 power batch early")
 #: What one run writes: the agent and the queues at every step (empty arrays
 #: when not traced) and the tasks per agent.
 _RunOut = namedtuple("_RunOut", "assign queues counts")
 #: A checked call of :func:`simulate`, built once by :func:`_validate_simulation`
 #: and passed down as one value: the ``policy``, the capacities as given
 #: (``caps``, ``None`` for a free agent) and as the capacity ``rule`` of the
-#: runs (:data:`_Rule`), the model ``settings`` and the ``engine``.
-_Simulation = namedtuple("_Simulation", "policy caps rule settings engine")
+#: runs (:data:`_Rule`), the model ``settings``, the ``engine`` and the queue
+#: ``step`` as given (a number or a :class:`DecayingEta`).
+_Simulation = namedtuple("_Simulation", "policy caps rule settings engine step")
 
 
 def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings,
@@ -5254,7 +5415,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
     if "tree" in policy and X.shape[1] < 1:
         raise ValueError(f"X has no feature columns; policy {policy!r} needs at least one")
     alpha, constrained = _validate_capacities(capacities, R.shape[1])
-    eta = _validate_eta(eta)
+    eta = _validate_step(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
     _validate_settings(settings)
@@ -5267,8 +5428,9 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
             raise ValueError(f"batch_size must be at most the stream length T = "
                              f"{X.shape[0]}, got {batch_size}")
     caps = tuple(None if c is None else float(c) for c in capacities)
-    rule = _Rule(alpha, constrained, eta, batch_size or 0, bool(_EARLY_EXIT))
-    return X, _reward_array(R), runs, seed, _Simulation(policy, caps, rule, settings, engine)
+    rule = _Rule(alpha, constrained, *_step_parts(eta), batch_size or 0, bool(_EARLY_EXIT))
+    return X, _reward_array(R), runs, seed, _Simulation(policy, caps, rule, settings, engine,
+                                                        eta)
 
 
 #: The keyword group ``**execution`` of :func:`simulate`, with its defaults.
@@ -5308,8 +5470,10 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
           mean or one random tree (App. E.2);
         - ``"offline-logistic"`` / ``"offline-tree"``: the optimistic offline
           unconstrained benchmark (Sec. 4), see :func:`_offline_choices`.
-    eta : float
-        Queue penalty, >= 0 (default 0.5 as in the paper).
+    eta : float or DecayingEta
+        Queue penalty, >= 0 (default 0.5 as in the paper), or a shrinking
+        step :class:`DecayingEta`: Eq. 2 then charges eta_t Q_{t,a}, t the
+        tasks assigned before (the t of its first task for a whole batch).
     runs : int
         Number of randomised streams.
     seed : int
@@ -5359,6 +5523,12 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     >>> res = simulate(X, R, [0.5, 0.5], "logistic-greedy", runs=2)
     >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
     ([0.35, 0.38], [[0.498, 0.502], [0.5, 0.5]])
+
+    The same runs with the shrinking step instead of the paper's eta = 0.5:
+
+    >>> res = simulate(X, R, [0.5, 0.5], "logistic-greedy", runs=2, eta=DecayingEta())
+    >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
+    ([0.316, 0.34], [[0.494, 0.506], [0.498, 0.502]])
     """
     execution = _keyword_group(execution, _SIMULATE_EXECUTION, "simulate")
     X, R, runs, seed, sim = _validate_simulation(X, R, capacities, policy, eta, runs, seed,
@@ -5372,7 +5542,7 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
                                                   return_traces)
     T = R.shape[0]
     traces = dict(orders=orders, assignments=assign, queues=queues) if return_traces else {}
-    return SimulationResult(policy=policy, capacities=sim.caps, eta=sim.rule.eta, runs=runs,
+    return SimulationResult(policy=policy, capacities=sim.caps, eta=sim.step, runs=runs,
                             seed=seed, engine=sim.engine, errors=1.0 - rewards / T,
                             assigned=counts / T, batch_size=sim.rule.batch or None, **traces)
 
@@ -5440,7 +5610,7 @@ def _reference_run(X, R, order, sim, rng):
     chosen agent at every step and the queues in force at every decision.
     """
     T, A = R.shape
-    policy, eta, settings = sim.policy, sim.rule.eta, sim.settings
+    policy, eta, settings = sim.policy, sim.step, sim.settings
     queues = VirtualQueues(sim.caps)
     models = _make_models(X, A, policy, settings)
     thompson = policy.endswith("-ts")
@@ -5456,7 +5626,7 @@ def _reference_run(X, R, order, sim, rng):
                 mu = [m.sample(x, rng) for m in models]
             else:
                 mu = [m.predict(x) for m in models]
-            a = queues.select(mu, eta)
+            a = queues.select(mu, _step_at(eta, t))
         r = R[i, a]
         if isinstance(models, list):
             if policy.startswith("tree"):
@@ -5490,7 +5660,7 @@ def _reference_batch_run(X, R, order, sim, rng):
     """
     T, A = R.shape
     policy, settings = sim.policy, sim.settings
-    alpha, constrained, eta, B, _ = sim.rule
+    alpha, constrained, B = sim.rule.alpha, sim.rule.constrained, sim.rule.batch
     models = _make_models(X, A, policy, settings)
     thompson = policy.endswith("-ts")
     chosen = np.zeros(T, dtype=np.int32)
@@ -5508,7 +5678,7 @@ def _reference_batch_run(X, R, order, sim, rng):
                 mu = np.array([[m.sample(X[i], rng) for m in models] for i in idx])
             else:
                 mu = np.array([[m.predict(X[i]) for m in models] for i in idx])
-            agents = batch_assign(mu - eta * Q, N, constrained)
+            agents = batch_assign(mu - _step_at(sim.step, t0) * Q, N, constrained)
         for i, a in zip(idx, agents):
             r = R[i, a]
             if policy.startswith("tree"):
@@ -5546,7 +5716,9 @@ def _reference_batch_run(X, R, order, sim, rng):
 # agent loses to such a score only through the tie rule, i.e. when the agent
 # left has the lower index.  (The rule "eta Q_a > 1" alone would rarely fire:
 # at eta = 0.5 an unfitted greedy tree agent picked once has score exactly
-# 0.5 - 0.5 = 0 and is never picked again.)  Once at most one agent can still
+# 0.5 - 0.5 = 0 and is never picked again.)  Only a constant eta allows this:
+# a shrinking step (DecayingEta) lowers eta_t Q_a over time, so a run with a
+# schedule has no online early exit.  Once at most one agent can still
 # be chosen the rest of the run is forced: _forced_tail_nb adds that agent's
 # remaining rewards and fills the traces, without touching models or the rng,
 # which no longer influence anything.  In batch mode an agent with
@@ -5615,9 +5787,9 @@ def _initial_dead_nb(alpha, constrained, batch, random_policy):
 @_njit(cache=True, inline="always")
 def _may_die_nb(a, rule, dead):
     """Whether the early-exit test applies to agent ``a``, just chosen online (see above)."""
-    alpha, constrained, eta, batch, early = rule
-    return (batch == 0 and early and eta > 0.0 and constrained[a] and alpha[a] == 0.0
-            and dead[a] == 0)
+    alpha, constrained, eta, t0, power, batch, early = rule
+    return (batch == 0 and early and eta > 0.0 and power == 0.0 and constrained[a]
+            and alpha[a] == 0.0 and dead[a] == 0)
 
 
 @_njit(cache=True)
@@ -5676,16 +5848,18 @@ def _decision_scratch_nb(batch, A):
 
 
 @_njit(cache=True)
-def _choose_agents_nb(S, nb, rule, batched, Q, N, agent, upper):
-    """Agents for the ``nb`` tasks scored in ``S``: the online rule (Eq. 2)
-    when ``batched`` is None (``batch`` is 0), else the mini-batch counts and
-    exact assignment of Sec. 4.2 (``S`` is turned into adjusted scores in
-    place).  Compiled once per kind, so an online run types no batch solver."""
-    alpha, constrained, eta, batch, early = rule
+def _choose_agents_nb(S, nb, rule, t, batched, Q, N, agent, upper):
+    """Agents for the ``nb`` tasks scored in ``S``, t tasks assigned before
+    them: the online rule (Eq. 2) when ``batched`` is None (``batch`` is 0),
+    else the mini-batch counts and exact assignment of Sec. 4.2 (``S`` is
+    turned into adjusted scores in place), both at the step eta_t.  Compiled
+    once per kind, so an online run types no batch solver."""
+    alpha, constrained, eta, t0, power, batch, early = rule
+    eta_t = _eta_step_nb(eta, t0, power, t)
     if batched is None:
-        agent[0] = _select_nb(S[0], Q, eta)
+        agent[0] = _select_nb(S[0], Q, eta_t)
     else:
-        _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper)
+        _batch_choose_nb(S, nb, alpha, constrained, eta_t, Q, N, agent, upper)
 
 
 @_njit(cache=True)
@@ -5777,8 +5951,9 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, batched, rng, out
     one random tree per task and agent), in the run's ``work`` (:func:`_tree_work`). The
     agents are then chosen (Eq. 2, or the batch assignment), the rewards enter the chosen
     agents' models one by one, and the queues move (Eq. 1). Returns the total reward;
-    ``out`` receives the counts (and traces)."""
-    alpha, constrained, eta, batch, early = rule
+    ``out`` receives the counts (and traces).  The step of Eq. 2 is eta_t of
+    ``rule`` (:func:`_eta_step_nb`), t the tasks assigned before the step."""
+    alpha, constrained, eta, t0, power, batch, early = rule
     T = order.shape[0]
     A = R.shape[1]
     Q = np.zeros(A)
@@ -5823,7 +5998,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, batched, rng, out
                     if trees is not None:
                         S[jj, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a],
                                                trees.Xb[i], trees.thompson, rng)
-            _choose_agents_nb(S, nb, rule, batched, Q, N, agent, upper)
+            _choose_agents_nb(S, nb, rule, t, batched, Q, N, agent, upper)
         for a in range(A):
             Nb[a] = 0
         for jj in range(nb):
@@ -6743,8 +6918,10 @@ class Router(_Team):
         one is handled is described under :func:`simulate`.
     policy : str
         One of :data:`ONLINE_POLICIES` (default ``"tree-greedy"``).
-    eta : float
-        Queue penalty eta >= 0 (default 0.5, Sec. 4).
+    eta : float or DecayingEta
+        Queue penalty eta >= 0 (default 0.5, Sec. 4), or a shrinking step
+        :class:`DecayingEta` whose t is the router's task count
+        (:attr:`n_assigned`, saved with its state).
     seed : int
         Seed of every random draw (Thompson draws, Poisson bootstrap weights,
         the random policy).
@@ -10379,6 +10556,18 @@ class CapacityAdherence:
     burn_in: int
 
 
+def _step_trace(result):
+    """The step eta_t of every decision of a traced ``result``, to multiply its
+    queues (runs x T x A) by: the number itself for a constant eta, else the
+    steps of its :class:`DecayingEta` as shape (1, T, 1) (in a mini-batch every
+    task at the t of its batch's start, like its queues)."""
+    if not isinstance(result.eta, DecayingEta):
+        return result.eta
+    T = result.queues.shape[1]
+    B = result.batch_size or 1
+    return np.array([result.eta.at(t - t % B) for t in range(T)]).reshape(1, T, 1)
+
+
 def _traced(result, need_queues=False):
     if not isinstance(result, SimulationResult):
         raise TypeError(f"result must be a SimulationResult, got {type(result).__name__}")
@@ -10469,8 +10658,8 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     move by Eq. 1; a free agent keeps Q = 0.  The task orders are those of
     :func:`simulate` with the same ``seed``, so run k here and run k of any
     simulated policy process the same stream.  This separates what the online
-    policies lose by learning mu from what the fixed queue penalty eta costs
-    even when mu is known.
+    policies lose by learning mu from what the queue penalty eta costs even
+    when mu is known (with a :class:`DecayingEta`, the step eta_t of task t).
 
     ``mu`` and ``R`` are T x A (true expected rewards and realised 0/1
     rewards).  Returns a :class:`SimulationResult` with ``policy="known-mu"``
@@ -10496,16 +10685,19 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
     >>> res = simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2)
     >>> res.policy, round(res.error, 3), res.assigned.mean(axis=0).round(3).tolist()
     ('known-mu', 0.255, [0.307, 0.693])
+    >>> res = simulate_known_mu(task.mu, task.R, (0.3, 0.7), runs=2, eta=DecayingEta())
+    >>> round(res.error, 3), res.assigned.mean(axis=0).round(3).tolist()
+    (0.228, [0.312, 0.688])
     """
     mu = _validate_matrix(mu, "mu", min_rows=1)
     R = _validate_rewards(R, "R", shape=mu.shape)
     alpha, constrained = _validate_capacities(capacities, mu.shape[1])
-    eta = _validate_eta(eta)
+    eta = _validate_step(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
     T, A = mu.shape
     orders, _ = _stream_orders(seed, runs, T)
-    assign, queues = _known_mu_runs_nb(mu, orders, alpha, constrained, eta)
+    assign, queues = _known_mu_runs_nb(mu, orders, alpha, constrained, *_step_parts(eta))
     rewards = R[orders, assign].sum(axis=1)
     counts = np.stack([np.bincount(assign[k], minlength=A) for k in range(runs)])
     caps = tuple(None if c is None else float(c) for c in capacities)
@@ -10516,8 +10708,9 @@ def simulate_known_mu(mu, R, capacities, *, eta=DEFAULT_ETA, runs=100, seed=0):
 
 
 @_njit(cache=True)
-def _known_mu_runs_nb(mu, orders, alpha, constrained, eta):
-    """Eq. 2 and Eq. 1 with the true ``mu`` (T x A) on every run's task order:
+def _known_mu_runs_nb(mu, orders, alpha, constrained, eta, t0, power):
+    """Eq. 2 and Eq. 1 with the true ``mu`` (T x A) on every run's task order,
+    at the steps eta_t of (``eta``, ``t0``, ``power``) (:func:`_step_parts`):
     the assignments and the queues in force at every decision (see
     :func:`simulate_known_mu`)."""
     runs, T = orders.shape
@@ -10527,7 +10720,8 @@ def _known_mu_runs_nb(mu, orders, alpha, constrained, eta):
         Q = np.zeros(mu.shape[1])
         for t in range(T):
             queues[k, t] = Q
-            assign[k, t] = _online_step_nb(mu[orders[k, t]], Q, eta, alpha, constrained)
+            assign[k, t] = _online_step_nb(mu[orders[k, t]], Q, _eta_step_nb(eta, t0, power, t),
+                                           alpha, constrained)
     return assign, queues
 
 
@@ -10647,7 +10841,7 @@ def regret_curve(result, mu, shadow_prices):
     reward = np.cumsum(np.take_along_axis(mu_t, best, axis=2)[..., 0] - got, axis=1)
     modified = None
     if result.queues is not None:
-        madj = mu_t - result.eta * result.queues
+        madj = mu_t - _step_trace(result) * result.queues
         modified = np.cumsum(madj.max(axis=2)
                              - np.take_along_axis(madj, chosen, axis=2)[..., 0], axis=1)
     return RegretCurves(policy=result.policy, shadow_prices=lam.copy(), lagrangian=lagr,
@@ -10738,7 +10932,7 @@ class PriceTracking:
     """
 
     policy: str
-    eta: float
+    eta: float | DecayingEta
     reference: int
     shadow_prices: np.ndarray
     tracked: np.ndarray
@@ -10796,14 +10990,143 @@ def price_tracking(result, shadow_prices, *, reference=None, tail=0.5):
         reference = int(np.argmin(lam))
     reference = _validate_int(reference, "reference (an agent index)", 0, A - 1)
     tail = _check_level(tail, "tail")
-    P = result.eta * (result.queues - result.queues[:, :, reference:reference + 1])
+    P = _step_trace(result) * (result.queues - result.queues[:, :, reference:reference + 1])
     start = min(T - 1, int(math.floor((1.0 - tail) * T)))
     late = P[:, start:, :].reshape(-1, A)
     return PriceTracking(
-        policy=result.policy, eta=float(result.eta), reference=int(reference),
+        policy=result.policy, eta=result.eta, reference=int(reference),
         shadow_prices=lam - lam[reference], tracked=P.mean(axis=0),
         low=np.quantile(P, 0.1, axis=0), high=np.quantile(P, 0.9, axis=0),
         tail_mean=late.mean(axis=0), tail_sd=late.std(axis=0), tail=tail)
+
+
+# --- choosing the step schedule on synthetic streams (DecayingEta) -----------
+
+#: The result of :func:`tune_eta_schedule`: the chosen :class:`DecayingEta`
+#: (``schedule``) and the ``table`` of every candidate's scores.
+EtaTuning = namedtuple("EtaTuning", "schedule table")
+
+
+def _known_mu_scores(mu, R, caps, eta, runs, seed, burn_in):
+    """Mean error gap to the constrained optimum (in expected rewards) and
+    worst share deviation after ``burn_in`` decisions of the known-mu rule."""
+    value = optimal_assignment(mu, caps).value
+    res = simulate_known_mu(mu, R, caps, eta=eta, runs=runs, seed=seed)
+    got = np.take_along_axis(mu[res.orders], res.assignments[..., None].astype(np.int64), 2)
+    gap = value - float(got[..., 0].mean())
+    return gap, float(capacity_adherence(res, burn_in=burn_in).max_deviation.max())
+
+
+def _tuning_streams(T, seed):
+    """The two streams of :func:`tune_eta_schedule` for one seed:
+    ``(name, mu, R, capacities)``, slack first."""
+    _, R, mu = synthetic_stream(T, seed=seed)
+    share = np.bincount(np.argmax(mu, axis=1), minlength=2) / T
+    return (("slack", mu, R, (float(share[0]), float(share[1]))),
+            ("tight", mu, R, (0.2, 0.8)))
+
+
+def tune_eta_schedule(eta0s=(0.1, 0.25, 0.5, 1.0, 2.0), t0s=(1, 10, 100, 1000), *, power=0.5,
+                      T=20_000, seeds=(0, 1, 2, 3, 4), runs=4, max_deviation=0.01,
+                      from_task=1000, tie=0.0005):
+    """Choose eta0 and t0 of a :class:`DecayingEta` on synthetic streams (the rule of its defaults).
+
+    The rule, fixed before any real-task result was looked at: for every
+    seed s, the stream ``synthetic_stream(T, seed=s)`` (two agents, d = 12,
+    true accuracies known) is run twice with the true mu
+    (:func:`simulate_known_mu`, ``runs`` orderings, seed s): at the *slack*
+    capacities, the shares of the unconstrained best agent on the stream
+    (the capacities do not bind: shadow prices 0), and at the *tight*
+    capacities (0.2, 0.8) (agent 1 is the better one on about half of the
+    tasks, so its capacity binds: lambda_1 about 0.35).  Each candidate
+    (eta0, t0) of the grid is scored by
+
+    - ``gap``: the error above the constrained optimum, in expected
+      rewards, v* - (1/T) sum_t mu_{a_t}(x_t) with v* the value of
+      :func:`optimal_assignment` on the stream's own contexts, averaged over
+      seeds and runs; the worst of the two streams counts;
+    - ``deviation``: the largest share deviation max_a |N_{t,a}/t - alpha_a|
+      over every t >= ``from_task``, every run, seed and stream
+      (:func:`capacity_adherence`).
+
+    Among the candidates with deviation <= ``max_deviation`` the smallest
+    worst gap wins; gaps within ``tie`` of it count as tied, and a tie goes to
+    the largest final step eta_T (the schedule that still reacts most at the
+    end of the stream), then to the larger eta0.
+
+    Parameters
+    ----------
+    eta0s, t0s : sequence of float
+        The grid.
+    power : float
+        The decay exponent of every candidate.
+    T : int
+        Tasks per stream.
+    seeds : sequence of int
+        Stream seeds (each also seeds its orderings).
+    runs : int
+        Orderings per stream.
+    max_deviation : float
+        The share deviation allowed from task ``from_task`` on.
+    from_task : int
+        The first task at which the deviation is measured.
+    tie : float
+        Gaps closer than this to the best count as tied.
+
+    Returns
+    -------
+    EtaTuning
+        ``schedule``: the chosen :class:`DecayingEta` (``None`` if no candidate
+        meets the deviation bound); ``table``: a ``pandas.DataFrame`` with a row
+        per candidate: ``eta0``, ``t0``, ``gap_slack``, ``gap_tight``,
+        ``gap`` (the worst), ``dev_slack``, ``dev_tight``, ``deviation`` (the
+        worst), ``eta_T``, ``feasible`` and ``chosen``.
+
+    Examples
+    --------
+    A small grid on short streams (the defaults are the rule):
+
+    >>> tuning = tune_eta_schedule((0.25, 1.0), (10,), T=3000, seeds=(0,), runs=2,
+    ...                            from_task=500, max_deviation=0.02)
+    >>> tuning.schedule                        # eta0 = 0.25 drifts too far from alpha
+    DecayingEta(eta0=1.0, t0=10.0, power=0.5)
+    >>> tuning.table[["eta0", "gap", "deviation"]].round(4).values.tolist()
+    [[0.25, 0.0025, 0.0247], [1.0, 0.0095, 0.0092]]
+    """
+    import pandas as pd
+
+    power = _validate_real(power, "power", 0.0, 1.0, lo_open=True)
+    cands = [DecayingEta(e, t, power) for e in eta0s for t in t0s]
+    T = _validate_int(T, "T", lo=2)
+    from_task = _validate_int(from_task, "from_task", 1, T)
+    runs = _validate_int(runs, "runs", lo=1)
+    max_deviation = _validate_real(max_deviation, "max_deviation", lo=0.0)
+    tie = _validate_real(tie, "tie", lo=0.0)
+    seeds = [_validate_int(s, "seeds", lo=0) for s in seeds]
+    if not seeds or not cands:
+        raise ValueError("seeds, eta0s and t0s must each hold at least one value")
+    gaps = np.zeros((len(cands), 2, len(seeds)))
+    devs = np.zeros((len(cands), 2, len(seeds)))
+    for j, s in enumerate(seeds):
+        for k, (_, mu, R, caps) in enumerate(_tuning_streams(T, s)):
+            for i, c in enumerate(cands):
+                gaps[i, k, j], devs[i, k, j] = _known_mu_scores(mu, R, caps, c, runs, s,
+                                                                from_task - 1)
+    gap_s, dev_s = gaps.mean(axis=2), devs.max(axis=2)
+    table = pd.DataFrame({
+        "eta0": [c.eta0 for c in cands], "t0": [c.t0 for c in cands],
+        "gap_slack": gap_s[:, 0], "gap_tight": gap_s[:, 1], "gap": gap_s.max(axis=1),
+        "dev_slack": dev_s[:, 0], "dev_tight": dev_s[:, 1], "deviation": dev_s.max(axis=1),
+        "eta_T": [c.at(T - 1) for c in cands]})
+    table["feasible"] = table["deviation"] <= max_deviation
+    table["chosen"] = False
+    ok = table[table["feasible"]]
+    if ok.empty:
+        return EtaTuning(None, table)
+    tied = ok[ok["gap"] <= ok["gap"].min() + tie]
+    best = tied.sort_values(["eta_T", "eta0"], ascending=False, kind="stable").index[0]
+    table.loc[best, "chosen"] = True
+    return EtaTuning(cands[best], table)
 
 
 #: The online policies (every policy but the offline benchmarks).
