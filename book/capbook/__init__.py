@@ -54,9 +54,10 @@ from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECOR
 from .sources import Source, show_source
 from .spreads import (SPREADS_PATH, read_table4_spreads, spreads_errors, spreads_settings,
                       write_table4_spreads)
-from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, SCORECARD_TOL, SIMILAR_TOL,
-                       VERDICT_KINDS, ExperimentAnalysis, analyse_experiment, paper_claims,
-                       scorecard_verdict, verdict_class, verdict_kind)
+from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, POWER_MULTIPLE, SCORECARD_TOL,
+                       SIMILAR_TOL, VERDICT_KINDS, VERDICTS, Z_INTERVAL, ExperimentAnalysis,
+                       analyse_experiment, paper_claims, scorecard_se, scorecard_verdict,
+                       verdict_class, verdict_kind)
 from .cli import main
 
 __all__ = [
@@ -69,7 +70,8 @@ __all__ = [
     # the chapters' read-outs (readouts)
     "SIMILAR_TOL", "paper_claims", "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis",
     "analyse_experiment", "SCORECARD_TOL", "scorecard_verdict", "ITEM_BASES",
-    "VERDICT_KINDS", "verdict_kind", "verdict_class",
+    "VERDICT_KINDS", "VERDICTS", "verdict_kind", "verdict_class", "scorecard_se",
+    "Z_INTERVAL", "POWER_MULTIPLE",
     # the engine validation (engines)
     "ENGINE_VALIDATION_PATH", "validate_engines", "read_engine_validation",
     "engine_validation",
