@@ -129,7 +129,8 @@ def test_headline_counts_only_results():
               and it["kind"] == "range"]
     assert len(cells) == 60 and len(ranges) == 60
     seed2 = [it for it in cells if "-s2-" in it["id"]]
-    assert len(seed2) == 12 and all(it["kind"] == "error" and it["se"] == "sd_se_hi"
+    assert len(seed2) == 12 and all(it["kind"] == "error"
+                                    and it["se"] == {"value": "sd_se_hi", "decimals": 4}
                                     and re.fullmatch(r"sd_\w+_m_(random|lg|tg)", it["ours"])
                                     for it in seed2)
     assert all(it["kind"] == "range" for it in cells if "-s2-" not in it["id"])
@@ -181,6 +182,12 @@ def test_the_number_rule_states_its_power():
     assert cb.scorecard_verdict({k: v for k, v in it.items() if k != "se"},
                                 {"x": 0.2085})[0] == "reproduced"
     assert cb.scorecard_verdict(it, {"x": 0.203})[0] == "pending"   # s not stored
+    # a standard error stored rounded stays an upper bound: half a unit is added, which
+    # turns an interval that just clears the tolerance into an inconclusive one
+    rounded = dict(it, se={"value": "s", "decimals": 4})
+    assert cb.scorecard_se(rounded, {"s": 0.0022}) > cb.scorecard_se(it, {"s": 0.0022})
+    assert cb.scorecard_verdict(it, {"x": 0.2162, "s": 0.0022})[0] == "differs"
+    assert cb.scorecard_verdict(rounded, {"x": 0.2162, "s": 0.0022})[0] == "inconclusive"
 
 
 def test_the_claim_rule_states_its_power():

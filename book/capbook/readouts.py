@@ -420,10 +420,12 @@ def scorecard_se(item, values):
     """Standard error of an item's estimate (the rules of the scorecard's "How a verdict
     is reached"), or None when the item states none.
 
-    ``se`` is a stored name (or number) of our standard error, or a dict ``{sd, runs}``:
-    the largest across-run standard deviation of a cell and the run count, giving
-    ``2 * sd / sqrt(runs)``, a bound on the standard error of a difference (or gap) of
-    two means of paired runs whatever their correlation.  For a number against the
+    ``se`` is a stored name (or number) of our standard error; a dict ``{value,
+    decimals}``: a standard error the chapter stored rounded to ``decimals``
+    decimals, raised by half a unit of the last one so that it stays an upper bound;
+    or a dict ``{sd, runs}``: the largest across-run standard deviation of a cell and
+    the run count, giving ``2 * sd / sqrt(runs)``, a bound on the standard error of a
+    difference (or gap) of two means of paired runs whatever their correlation.  For a number against the
     paper (kinds of :data:`SCORECARD_TOL`) the paper's standard error is taken equal to
     ours and its rounding to ``paper_decimals`` (default 3) decimals is added:
     ``sqrt(2 s**2 + (10**-decimals)**2 / 12)``.
@@ -435,11 +437,17 @@ def scorecard_se(item, values):
     0.001
     >>> round(scorecard_se({"kind": "error", "se": 0.002}, {}), 6)
     0.002843
+    >>> round(scorecard_se({"kind": "claim", "se": {"value": "s", "decimals": 4}},
+    ...                    {"s": 0.0022}), 6)
+    0.00225
     """
     spec = item.get("se")
     if spec is None:
         return None
-    if isinstance(spec, dict):
+    if isinstance(spec, dict) and "value" in spec:
+        s = _glued(spec["value"], values)
+        s = None if s is None else s + 0.5 * 10.0 ** -int(spec["decimals"])
+    elif isinstance(spec, dict):
         sd, runs = _glued(spec["sd"], values), _glued(spec["runs"], values)
         s = None if sd is None or runs is None else 2 * sd / float(np.sqrt(runs))
     else:
