@@ -32,11 +32,15 @@ Modules, in the order a chapter meets them:
 ``spreads``
     the stored errors of Table 4's policies on every construction seed
     matched to a row of the paper's Table 4 (``book/results/table4_spreads.json``);
+``depth``
+    the stored paired runs of Coupon's tree greedy at two depths against
+    logistic greedy (``book/results/coupon_depth.json``);
 ``pipeline``
     the chapter tools of a checkout: papermill re-execution, the
     source/notebook drift check, prose sync, a chapter's glued values;
 ``cli``
-    ``python -m capbook reproduce | sync-text | validate-engines | table4-spreads``.
+    ``python -m capbook reproduce | sync-text | validate-engines | table4-spreads |
+    coupon-depth``.
 
 The public API is ``__all__``; every name in it is available here.
 """
@@ -52,6 +56,7 @@ from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECOR
                       figure_png, fold_text, glue, legend_outside, paired_table, show_table,
                       smallest_font)
 from .sources import Source, show_source
+from .depth import DEPTH_PATH, depth_gaps, depth_settings, read_coupon_depth, write_coupon_depth
 from .spreads import (SPREADS_PATH, read_table4_spreads, spreads_errors, spreads_settings,
                       write_table4_spreads)
 from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, POWER_MULTIPLE, SCORECARD_TOL,
@@ -78,6 +83,8 @@ __all__ = [
     # Table 4's matched-seed spreads (spreads)
     "SPREADS_PATH", "spreads_settings", "write_table4_spreads", "read_table4_spreads",
     "spreads_errors",
+    # Coupon's tree depth (depth)
+    "DEPTH_PATH", "depth_settings", "write_coupon_depth", "read_coupon_depth", "depth_gaps",
     # the notebook pipeline of a checkout (pipeline)
     "BOOK_DIR", "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce",
     "chapter_drift", "sync_text", "glued_values",

@@ -430,6 +430,19 @@ def scorecard_se(item, values):
     ours and its rounding to ``paper_decimals`` (default 3) decimals is added:
     ``sqrt(2 s**2 + (10**-decimals)**2 / 12)``.
 
+    Parameters
+    ----------
+    item : dict
+        A scorecard item: ``kind``, optionally ``se`` and ``paper_decimals``.
+    values : dict
+        The chapter's values, from :func:`~capbook.pipeline.glued_values`.
+
+    Returns
+    -------
+    float or None
+        The standard error of the item's estimate (for a number: of ours minus the
+        paper's), or None when the item states none or a name is not stored.
+
     Examples
     --------
     >>> round(scorecard_se({"kind": "claim", "se": {"sd": "s", "runs": "n"}},
