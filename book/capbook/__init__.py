@@ -35,12 +35,15 @@ Modules, in the order a chapter meets them:
 ``depth``
     the stored paired runs of Coupon's tree greedy at two depths against
     logistic greedy (``book/results/coupon_depth.json``);
+``fullstream``
+    the stored runs of the two engines on the whole Coupon stream
+    (``book/results/coupon_full_stream.json``);
 ``pipeline``
     the chapter tools of a checkout: papermill re-execution, the
     source/notebook drift check, prose sync, a chapter's glued values;
 ``cli``
     ``python -m capbook reproduce | sync-text | validate-engines | table4-spreads |
-    coupon-depth``.
+    coupon-depth | full-stream``.
 
 The public API is ``__all__``; every name in it is available here.
 """
@@ -57,6 +60,8 @@ from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECOR
                       smallest_font)
 from .sources import Source, show_source
 from .depth import DEPTH_PATH, depth_gaps, depth_settings, read_coupon_depth, write_coupon_depth
+from .fullstream import (FULL_STREAM_PATH, engine_gap, full_stream_settings, read_full_stream,
+                         write_full_stream)
 from .spreads import (SPREADS_PATH, read_table4_spreads, spreads_errors, spreads_settings,
                       write_table4_spreads)
 from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, POWER_MULTIPLE, SCORECARD_TOL,
@@ -85,6 +90,9 @@ __all__ = [
     "spreads_errors",
     # Coupon's tree depth (depth)
     "DEPTH_PATH", "depth_settings", "write_coupon_depth", "read_coupon_depth", "depth_gaps",
+    # the two engines on one full stream (fullstream)
+    "FULL_STREAM_PATH", "full_stream_settings", "write_full_stream", "read_full_stream",
+    "engine_gap",
     # the notebook pipeline of a checkout (pipeline)
     "BOOK_DIR", "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce",
     "chapter_drift", "sync_text", "glued_values",
