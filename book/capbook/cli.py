@@ -64,21 +64,19 @@ def _cmd_spreads(args):
     print(f"wrote {done}" if done else "partial files complete for " + ", ".join(tasks))
 
 
-def _cmd_depth(args):
-    if args.check:
-        obj = depth.read_coupon_depth(args.out, check_data=True)
-        print(f"{args.out}: ok, depths {obj['settings']['depths']}, "
-              f"{obj['settings']['runs']} runs at {len(obj['errors'])} capacities")
-        return
-    print(f"wrote {depth.write_coupon_depth(args.out)}")
+def _coupon_command(read, write):
+    """The command of one Coupon results file: ``--check`` verifies it, else it is written."""
+    def run(args):
+        if args.check:
+            obj = read(args.out, check_data=True)
+            print(f"{args.out}: ok, {obj['settings']['runs']} runs per cell")
+        else:
+            print(f"wrote {write(args.out)}")
+    return run
 
 
-def _cmd_full_stream(args):
-    if args.check:
-        obj = fullstream.read_full_stream(args.out, check_data=True)
-        print(f"{args.out}: ok, {obj['settings']['runs']} runs per engine")
-        return
-    print(f"wrote {fullstream.write_full_stream(args.out)}")
+_cmd_depth = _coupon_command(depth.read_coupon_depth, depth.write_coupon_depth)
+_cmd_full_stream = _coupon_command(fullstream.read_full_stream, fullstream.write_full_stream)
 
 
 _CHAPTERS_ARG = _opt("chapters", nargs="*", metavar="CHAPTER",

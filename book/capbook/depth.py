@@ -96,7 +96,6 @@ def write_coupon_depth(path=DEPTH_PATH, *, runs=ca.PAPER_RUNS, out=print):
     ValueError: runs must be an integer >= 1, got 0
     """
     ca._validate_int(runs, "runs", lo=1)
-    path = Path(path)
     say = out or (lambda *a: None)
     st = depth_settings(runs)
     task = ca.load_task(st["task"], coding=st["coding"])
@@ -111,12 +110,35 @@ def write_coupon_depth(path=DEPTH_PATH, *, runs=ca.PAPER_RUNS, out=print):
                 task.X, task.R, (a, 1 - a), "tree-greedy", settings=settings, **kw).errors.tolist()
         errors[str(a)] = cell
         say(f"alpha_1 = {a}: " + ", ".join(f"{k} {np.mean(v):.4f}" for k, v in cell.items()))
-    payload = {"schema": DEPTH_SCHEMA, "settings": st, "digest": _task_digest(task.X, task.R),
+    return _write_results(path, DEPTH_SCHEMA, st, task, errors)
+
+
+def _write_results(path, schema, settings, task, errors):
+    """Write a Coupon results file: schema, settings, the task's data hash, the per-run
+    errors and the checksum of it all; return its path."""
+    path = Path(path)
+    payload = {"schema": schema, "settings": settings, "digest": _task_digest(task.X, task.R),
                "errors": errors}
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_text_atomic(path, json.dumps(dict(payload, sha256=_json_digest(payload)),
                                         sort_keys=True, indent=1) + "\n")
     return path
+
+
+def _read_results(path, schema, settings_now, command, check_data):
+    """A Coupon results file, verified: checksum and schema, settings equal to
+    ``settings_now(stored settings)`` and, with ``check_data``, the task's data hash."""
+    path = Path(path)
+    obj, _ = _read_checksummed(path, schema)
+    st = obj["settings"]
+    if st != json.loads(_canonical_json(settings_now(st))):
+        raise ValueError(f"{path}: computed with other settings; re-run "
+                         f"python -m capbook {command}")
+    if check_data:
+        task = ca.load_task(st["task"], coding=st["coding"])
+        if _task_digest(task.X, task.R) != obj["digest"]:
+            raise ValueError(f"{path}: Coupon differs from the data it was computed on")
+    return obj
 
 
 def read_coupon_depth(path=DEPTH_PATH, *, check_data=False):
@@ -143,18 +165,10 @@ def read_coupon_depth(path=DEPTH_PATH, *, check_data=False):
     >>> obj["settings"]["depths"], len(obj["errors"])
     ([3, 5], 5)
     """
-    path = Path(path)
-    obj, _ = _read_checksummed(path, DEPTH_SCHEMA)
-    st = obj["settings"]
-    now = depth_settings(st["runs"], st["eta"], st["seed"], st["depths"])
-    if st != json.loads(_canonical_json(now)):
-        raise ValueError(f"{path}: computed with other settings; re-run "
-                         f"python -m capbook coupon-depth")
-    if check_data:
-        task = ca.load_task(st["task"], coding=st["coding"])
-        if _task_digest(task.X, task.R) != obj["digest"]:
-            raise ValueError(f"{path}: Coupon differs from the data it was computed on")
-    return obj
+    return _read_results(path, DEPTH_SCHEMA,
+                         lambda st: depth_settings(st["runs"], st["eta"], st["seed"],
+                                                   st["depths"]),
+                         "coupon-depth", check_data)
 
 
 def depth_gaps(obj):

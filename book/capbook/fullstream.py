@@ -19,15 +19,11 @@ difference of two independent means.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 
 import capassign as ca
-from capassign import _canonical_json, _json_digest, _task_digest, _write_text_atomic
 
-from .engines import _read_checksummed
+from .depth import _read_results, _write_results
 from .pipeline import BOOK_DIR
 
 #: The results file (committed).
@@ -90,7 +86,6 @@ def write_full_stream(path=FULL_STREAM_PATH, *, runs=60, out=print):
     ValueError: runs must be an integer >= 2, got 1
     """
     ca._validate_int(runs, "runs", lo=2)
-    path = Path(path)
     say = out or (lambda *a: None)
     st = full_stream_settings(runs)
     task = ca.load_task(st["task"], coding=st["coding"])
@@ -100,12 +95,7 @@ def write_full_stream(path=FULL_STREAM_PATH, *, runs=60, out=print):
                           runs=runs, seed=st["seed"], engine=engine)
         errors[engine] = res.errors.tolist()
         say(f"{engine}: {res.error:.4f}")
-    payload = {"schema": FULL_STREAM_SCHEMA, "settings": st,
-               "digest": _task_digest(task.X, task.R), "errors": errors}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_text_atomic(path, json.dumps(dict(payload, sha256=_json_digest(payload)),
-                                        sort_keys=True, indent=1) + "\n")
-    return path
+    return _write_results(path, FULL_STREAM_SCHEMA, st, task, errors)
 
 
 def read_full_stream(path=FULL_STREAM_PATH, *, check_data=False):
@@ -131,18 +121,9 @@ def read_full_stream(path=FULL_STREAM_PATH, *, check_data=False):
     >>> sorted(read_full_stream()["errors"])
     ['fast', 'reference']
     """
-    path = Path(path)
-    obj, _ = _read_checksummed(path, FULL_STREAM_SCHEMA)
-    st = obj["settings"]
-    if st != json.loads(_canonical_json(full_stream_settings(st["runs"], st["eta"],
-                                                             st["seed"]))):
-        raise ValueError(f"{path}: computed with other settings; re-run "
-                         f"python -m capbook full-stream")
-    if check_data:
-        task = ca.load_task(st["task"], coding=st["coding"])
-        if _task_digest(task.X, task.R) != obj["digest"]:
-            raise ValueError(f"{path}: Coupon differs from the data it was computed on")
-    return obj
+    return _read_results(path, FULL_STREAM_SCHEMA,
+                         lambda st: full_stream_settings(st["runs"], st["eta"], st["seed"]),
+                         "full-stream", check_data)
 
 
 def engine_gap(obj):
