@@ -16,6 +16,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -23,7 +24,7 @@ import capassign as ca
 import capbook as cb
 
 ITEMS_PATH = cb.ROOT / "book" / "scorecard.yml"
-VERDICTS = ("reproduced", "differs", "not re-run", "pending")
+VERDICTS = cb.VERDICTS
 KINDS = (*cb.SCORECARD_TOL, "range", "claim")
 TASK_LABELS = {"bank": "Bank", "credit": "Credit", "coupon": "Coupon", "cardio": "Cardio",
                "mmlu": "MMLU", "imagenet16h": "ImageNet-16H"}
@@ -52,11 +53,12 @@ def test_items_are_well_formed():
         assert it["expect"] in VERDICTS, it
         assert it.get("basis", "result") in cb.ITEM_BASES, it
         assert it.get("cause", "unknown") in ("tested", "unknown"), it
+        assert "inconclusive" not in it or it["kind"] == "claim", it
         sources = [k for k in ("ours", "needs", "not_rerun") if k in it]
         assert len(sources) == 1, f"{it['id']}: exactly one of ours / needs / not_rerun"
         if it["kind"] == "claim":
             assert isinstance(it["paper"], str), it
-            assert "not_rerun" in it or re.fullmatch(
+            assert "not_rerun" in it or "inconclusive" in it or re.fullmatch(
                 r"(all of|most of|<|<=|>|>=|==) \S+|true", str(it.get("holds", ""))), it
         else:
             assert isinstance(it["paper"], (int, float)), it
@@ -69,7 +71,8 @@ def test_the_page_is_run_after_the_chapters_it_reads():
     import jupytext
 
     meta = jupytext.read(cb.CHAPTER_DIR / "scorecard.md").metadata["capassign"]
-    assert sorted(meta["reads"]) == sorted({it["chapter"] for it in ITEMS})
+    # the items' chapters, and fast_engine (the power of the engine validation, stated)
+    assert sorted(meta["reads"]) == sorted({it["chapter"] for it in ITEMS} | {"fast_engine"})
     assert meta["needs_data"] == []
 
 
@@ -99,24 +102,118 @@ def test_verdicts_match_the_committed_list():
 
 
 def test_every_difference_has_a_reason():
+    """Every verdict that is not an agreement says why (ranges are context, not verdicts)."""
     for it in ITEMS:
+        if it["kind"] == "range":
+            continue
         if it["expect"] == "differs":
             assert it.get("why", "").strip(), f"{it['id']} differs without a reason"
+        if it["expect"] == "inconclusive":
+            assert (it.get("why") or it.get("inconclusive", "")).strip(), \
+                f"{it['id']} is inconclusive without a reason"
 
 
 def test_headline_counts_only_results():
-    """Settings, matched values, substitutes, Camelyon17 and pending items never enter the
-    count of results reproduced / differing, and every Table 4 cell is a range item."""
+    """Settings, matched values, substitutes, context, Camelyon17 and pending items never
+    enter the count of results; no range item is a verdict; Table 4's seed-2 row is judged
+    cell by cell against the matched agents with a standard error, its other rows only by
+    their patterns."""
     kinds = {it["id"]: cb.verdict_kind(it, it["expect"]) for it in ITEMS}
     for it in ITEMS:
         if it.get("basis", "result") != "result":
             assert not kinds[it["id"]].startswith("result"), it["id"]
-    t4 = [it for it in ITEMS if re.fullmatch(r"T4-\w+-s\d-(random|lg|tg)", it["id"])]
-    assert len(t4) == 60 and all(it["kind"] == "range" for it in t4)
-    assert all(it.get("basis") == "construction" for it in t4 if it["id"].endswith("-random"))
+        if it["kind"] == "range":
+            assert kinds[it["id"]] == "context only", it["id"]
+    cells = [it for it in ITEMS if re.fullmatch(r"T4-\w+-s\d-(random|lg|tg)", it["id"])]
+    ranges = [it for it in ITEMS if re.fullmatch(r"T4-\w+-s\d-(random|lg|tg)(-range)?", it["id"])
+              and it["kind"] == "range"]
+    assert len(cells) == 60 and len(ranges) == 60
+    seed2 = [it for it in cells if "-s2-" in it["id"]]
+    assert len(seed2) == 12 and all(it["kind"] == "error"
+                                    and it["se"] == {"value": "sd_se_hi", "decimals": 4}
+                                    and re.fullmatch(r"sd_\w+_m_(random|lg|tg)", it["ours"])
+                                    for it in seed2)
+    assert all(it["kind"] == "range" for it in cells if "-s2-" not in it["id"])
+    assert all(it.get("basis") == "construction" for it in cells if it["id"].endswith("-random"))
     assert all(by["id"].startswith(("F3e-", "T3-mmlu-acc", "F5", "F6-", "F8-", "F1-"))
                or by["id"] in ("S4-sd-mmlu", "H4-endpoints")
                for by in ITEMS if by.get("basis") == "substitute")
+
+
+#: Items a skeptical reading found true by construction, a reading of labels, or unable
+#: to fail with these agents: never counted as results (issue of the scorecard's rules).
+NOT_RESULTS = ("F4b-small", "F7b-small", "F4b-large", "F7b-large", "T3-order", "S4-not-both",
+               "S4-offline-bound", "F8-eta0")
+
+
+def test_no_result_is_true_by_construction():
+    by_id = {it["id"]: it for it in ITEMS}
+    for iid in NOT_RESULTS:
+        assert by_id[iid].get("basis", "result") in ("setting", "construction"), iid
+    assert "S4-exploration" not in by_id and "H5-mechanism" not in by_id
+    # the rule catches an injected example: a forced outcome left as a result
+    injected = dict(by_id["F4b-small"], basis="result")
+    assert cb.verdict_kind(injected, "reproduced") == "result reproduced"
+    assert injected.get("basis") not in ("setting", "construction")
+
+
+def test_items_that_change_with_the_coding_show_both_codings():
+    """Cardio's and Coupon's 'contextual beats random' is shown under both codings."""
+    by_id = {it["id"]: it for it in ITEMS}
+    for iid in ("F3a-ctx", "F3c-ctx"):
+        assert by_id[f"{iid}-codes"]["ours"].startswith(by_id[iid]["ours"].split("_wins")[0])
+        assert "before" in by_id[f"{iid}-codes"]["ours"]
+
+
+def test_the_number_rule_states_its_power():
+    """A paper number against ours with a standard error: reproduced only when the 95 %
+    interval lies within the tolerance, differs only when it lies beyond, inconclusive in
+    between or when 2.8 s exceeds the tolerance; each outcome on an injected example."""
+    it = {"kind": "error", "paper": 0.200, "ours": "x", "se": "s"}
+    s = cb.scorecard_se(it, {"s": 0.001})
+    assert s == pytest.approx(np.sqrt(2e-6 + 1e-6 / 12))
+    assert cb.scorecard_verdict(it, {"x": 0.203, "s": 0.001})[0] == "reproduced"
+    assert cb.scorecard_verdict(it, {"x": 0.2085, "s": 0.001})[0] == "inconclusive"
+    assert cb.scorecard_verdict(it, {"x": 0.215, "s": 0.001})[0] == "differs"
+    assert cb.scorecard_verdict(it, {"x": 0.185, "s": 0.001})[0] == "differs"
+    # too noisy to resolve the tolerance: inconclusive even at a zero difference
+    assert cb.scorecard_verdict(it, {"x": 0.200, "s": 0.003})[0] == "inconclusive"
+    # without a standard error the old point rule would call 0.2085 reproduced
+    assert cb.scorecard_verdict({k: v for k, v in it.items() if k != "se"},
+                                {"x": 0.2085})[0] == "reproduced"
+    assert cb.scorecard_verdict(it, {"x": 0.203})[0] == "pending"   # s not stored
+    # a standard error stored rounded stays an upper bound: half a unit is added, which
+    # turns an interval that just clears the tolerance into an inconclusive one
+    rounded = dict(it, se={"value": "s", "decimals": 4})
+    assert cb.scorecard_se(rounded, {"s": 0.0022}) > cb.scorecard_se(it, {"s": 0.0022})
+    assert cb.scorecard_verdict(it, {"x": 0.2162, "s": 0.0022})[0] == "differs"
+    assert cb.scorecard_verdict(rounded, {"x": 0.2162, "s": 0.0022})[0] == "inconclusive"
+
+
+def test_the_claim_rule_states_its_power():
+    """A claim 'OP b' with a standard error: reproduced when the interval is on the paper's
+    side of b, differs on the other side, inconclusive when it contains b."""
+    le = {"kind": "claim", "paper": "similar", "holds": "<= 0.01", "ours": "g",
+          "se": {"sd": "sd", "runs": "n"}}
+    vals = {"sd": 0.005, "n": 100}                   # s = 0.001, interval +- 0.00196
+    assert cb.scorecard_verdict(le, {**vals, "g": 0.007})[0] == "reproduced"
+    assert cb.scorecard_verdict(le, {**vals, "g": 0.0095})[0] == "inconclusive"
+    assert cb.scorecard_verdict(le, {**vals, "g": 0.013})[0] == "differs"
+    gt = {"kind": "claim", "paper": "trail", "holds": "> 0", "ours": "d", "se": 0.001}
+    assert cb.scorecard_verdict(gt, {"d": 0.003})[0] == "reproduced"
+    assert cb.scorecard_verdict(gt, {"d": 0.0015})[0] == "inconclusive"
+    assert cb.scorecard_verdict(gt, {"d": -0.003})[0] == "differs"
+    assert cb.scorecard_se({"kind": "claim", "se": {"sd": "sd", "runs": "n"}}, vals) == \
+        pytest.approx(0.001)
+
+
+def test_a_quantity_not_measured_is_inconclusive():
+    item = {"kind": "claim", "paper": "sublinear", "ours": "r", "inconclusive": "other regret"}
+    assert cb.scorecard_verdict(item, {"r": 0.9}) == ("inconclusive", 0.9)
+    assert cb.verdict_kind(item, "inconclusive") == "result inconclusive"
+    by_id = {it["id"]: it for it in ITEMS}
+    for iid in ("G-regret", "F4a-size", "F8-eta0-err"):
+        assert by_id[iid]["expect"] == "inconclusive", iid
 
 
 def test_verdict_kinds_and_ranges():
@@ -124,7 +221,11 @@ def test_verdict_kinds_and_ranges():
     assert cb.verdict_kind({"basis": "substitute"}, "reproduced") == \
         "on substitute agents or data"
     assert cb.verdict_kind({}, "reproduced") == "result reproduced"
+    assert cb.verdict_kind({}, "inconclusive") == "result inconclusive"
     assert cb.verdict_kind({"basis": "construction"}, "not re-run") == "not re-run"
+    # a range is context whatever its basis and its check (injected: a result range)
+    assert cb.verdict_kind({"kind": "range"}, "reproduced") == "context only"
+    assert cb.verdict_kind({"kind": "range", "basis": "result"}, "differs") == "context only"
     assert len({cb.verdict_class(k) for k in cb.VERDICT_KINDS}) == len(cb.VERDICT_KINDS)
     with pytest.raises(ValueError, match="basis"):
         cb.verdict_kind({"basis": "copied"}, "reproduced")

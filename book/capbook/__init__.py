@@ -32,11 +32,18 @@ Modules, in the order a chapter meets them:
 ``spreads``
     the stored errors of Table 4's policies on every construction seed
     matched to a row of the paper's Table 4 (``book/results/table4_spreads.json``);
+``depth``
+    the stored paired runs of Coupon's tree greedy at two depths against
+    logistic greedy (``book/results/coupon_depth.json``);
+``fullstream``
+    the stored runs of the two engines on the whole Coupon stream
+    (``book/results/coupon_full_stream.json``);
 ``pipeline``
     the chapter tools of a checkout: papermill re-execution, the
     source/notebook drift check, prose sync, a chapter's glued values;
 ``cli``
-    ``python -m capbook reproduce | sync-text | validate-engines | table4-spreads``.
+    ``python -m capbook reproduce | sync-text | validate-engines | table4-spreads |
+    coupon-depth | full-stream``.
 
 The public API is ``__all__``; every name in it is available here.
 """
@@ -52,11 +59,15 @@ from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECOR
                       figure_png, fold_text, glue, legend_outside, paired_table, show_table,
                       smallest_font)
 from .sources import Source, show_source
+from .depth import DEPTH_PATH, depth_gaps, depth_settings, read_coupon_depth, write_coupon_depth
+from .fullstream import (FULL_STREAM_PATH, engine_gap, full_stream_settings, read_full_stream,
+                         write_full_stream)
 from .spreads import (SPREADS_PATH, read_table4_spreads, spreads_errors, spreads_settings,
                       write_table4_spreads)
-from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, SCORECARD_TOL, SIMILAR_TOL,
-                       VERDICT_KINDS, ExperimentAnalysis, analyse_experiment, paper_claims,
-                       scorecard_verdict, verdict_class, verdict_kind)
+from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, POWER_MULTIPLE, SCORECARD_TOL,
+                       SIMILAR_TOL, VERDICT_KINDS, VERDICTS, Z_INTERVAL, ExperimentAnalysis,
+                       analyse_experiment, paper_claims, scorecard_se, scorecard_verdict,
+                       verdict_class, verdict_kind)
 from .cli import main
 
 __all__ = [
@@ -69,13 +80,19 @@ __all__ = [
     # the chapters' read-outs (readouts)
     "SIMILAR_TOL", "paper_claims", "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis",
     "analyse_experiment", "SCORECARD_TOL", "scorecard_verdict", "ITEM_BASES",
-    "VERDICT_KINDS", "verdict_kind", "verdict_class",
+    "VERDICT_KINDS", "VERDICTS", "verdict_kind", "verdict_class", "scorecard_se",
+    "Z_INTERVAL", "POWER_MULTIPLE",
     # the engine validation (engines)
     "ENGINE_VALIDATION_PATH", "validate_engines", "read_engine_validation",
     "engine_validation",
     # Table 4's matched-seed spreads (spreads)
     "SPREADS_PATH", "spreads_settings", "write_table4_spreads", "read_table4_spreads",
     "spreads_errors",
+    # Coupon's tree depth (depth)
+    "DEPTH_PATH", "depth_settings", "write_coupon_depth", "read_coupon_depth", "depth_gaps",
+    # the two engines on one full stream (fullstream)
+    "FULL_STREAM_PATH", "full_stream_settings", "write_full_stream", "read_full_stream",
+    "engine_gap",
     # the notebook pipeline of a checkout (pipeline)
     "BOOK_DIR", "ROOT", "CHAPTER_DIR", "EXECUTED_DIR", "chapter_names", "reproduce",
     "chapter_drift", "sync_text", "glued_values",

@@ -3,7 +3,8 @@
 ``reproduce`` re-executes chapters through papermill, ``sync-text`` copies
 prose-only edits into the executed notebooks, ``validate-engines`` computes
 the stored comparison of the two engines, ``table4-spreads`` Table 4's policies on
-every matched construction seed.  The library's own commands
+every matched construction seed, ``coupon-depth`` Coupon's trees at two depths against
+logistic greedy, ``full-stream`` the two engines on the whole Coupon stream.  The library's own commands
 (``simulate``, ``sweep``, ``bench``, ``data``) are ``python -m capassign``;
 both command lines report an expected failure the same way, in one line on
 stderr with exit status 2.
@@ -17,7 +18,7 @@ import json
 from capassign import (TABULAR_TASKS, _add_commands, _int_opt, _opt, _run_command,
                        _split_names, _validate_int, _validate_names)
 
-from . import engines, pipeline, spreads
+from . import depth, engines, fullstream, pipeline, spreads
 
 
 def _cmd_reproduce(args):
@@ -61,6 +62,21 @@ def _cmd_spreads(args):
     tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
     done = spreads.write_table4_spreads(args.out, tasks=tasks)
     print(f"wrote {done}" if done else "partial files complete for " + ", ".join(tasks))
+
+
+def _coupon_command(read, write):
+    """The command of one Coupon results file: ``--check`` verifies it, else it is written."""
+    def run(args):
+        if args.check:
+            obj = read(args.out, check_data=True)
+            print(f"{args.out}: ok, {obj['settings']['runs']} runs per cell")
+        else:
+            print(f"wrote {write(args.out)}")
+    return run
+
+
+_cmd_depth = _coupon_command(depth.read_coupon_depth, depth.write_coupon_depth)
+_cmd_full_stream = _coupon_command(fullstream.read_full_stream, fullstream.write_full_stream)
 
 
 _CHAPTERS_ARG = _opt("chapters", nargs="*", metavar="CHAPTER",
@@ -112,6 +128,25 @@ _COMMANDS = [
               help=f"comma-separated subset of {','.join(TABULAR_TASKS)} (default: all)"),
          _opt("--check", action="store_true",
               help="verify the stored file, data hashes included (minutes), and exit")]),
+    ("coupon-depth",
+     "Coupon: tree greedy at depths 3 and 5 against logistic greedy -> a checksummed file",
+     "Paired runs of logistic greedy and tree greedy (depths 3 and 5) on Coupon at the "
+     "interior capacities of the paper's grid, 100 runs each as exp_tabular (about two "
+     "CPU-minutes); writes the file the scorecard reads.", _cmd_depth, [
+         _opt("--out", default=str(depth.DEPTH_PATH),
+              help="results file (default book/results/coupon_depth.json)"),
+         _opt("--check", action="store_true",
+              help="verify the stored file and the task's data hash, and exit")]),
+    ("full-stream",
+     "Coupon, tree greedy: fast against reference engine on the whole stream -> a "
+     "checksummed file",
+     "60 runs of tree greedy at alpha = (0.5, 0.5) on the whole Coupon stream on each "
+     "engine (the persistent Poisson bootstrap against a fresh resample at each refit; a "
+     "few CPU-minutes); writes the file the scorecard reads.", _cmd_full_stream, [
+         _opt("--out", default=str(fullstream.FULL_STREAM_PATH),
+              help="results file (default book/results/coupon_full_stream.json)"),
+         _opt("--check", action="store_true",
+              help="verify the stored file and the task's data hash, and exit")]),
 ]
 
 

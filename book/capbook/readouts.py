@@ -328,16 +328,26 @@ def analyse_experiment(results):
 SCORECARD_TOL = {"accuracy": MATCH_TOL, "error": 0.01, "rough": 0.01, "count": 0}
 
 #: What an item of the scorecard is (its ``basis``) and the verdict kind it gets:
-#: only ``result`` items count as results reproduced or differing.
+#: only ``result`` items count as results reproduced, differing or inconclusive;
+#: ``context`` items (Table 4's ranges over matched seeds) are shown, never judged.
 ITEM_BASES = {"result": None, "setting": "setting copied",
               "construction": "matched by construction",
-              "substitute": "on substitute agents or data"}
+              "substitute": "on substitute agents or data",
+              "context": "context only"}
 
 #: The verdict kinds of the scorecard, in the order the page lists them (their CSS
 #: classes: :func:`verdict_class`).
-VERDICT_KINDS = ("result reproduced", "result differs", "setting copied",
-                 "matched by construction", "on substitute agents or data", "not re-run",
-                 "pending")
+VERDICT_KINDS = ("result reproduced", "result differs", "result inconclusive",
+                 "setting copied", "matched by construction", "on substitute agents or data",
+                 "context only", "not re-run", "pending")
+
+#: The verdicts :func:`scorecard_verdict` returns.
+VERDICTS = ("reproduced", "differs", "inconclusive", "not re-run", "pending")
+
+#: Two-sided 95 % normal quantile (the interval of a verdict) and the multiple of a
+#: standard error that a test at the 5 % level detects with 80 % probability (its power).
+Z_INTERVAL = 1.96
+POWER_MULTIPLE = 2.8
 
 
 def verdict_kind(item, verdict):
@@ -348,8 +358,9 @@ def verdict_kind(item, verdict):
     item : dict
         A scorecard item; ``basis`` (a key of :data:`ITEM_BASES`, default
         ``"result"``) says whether its number is a result of the experiment, a
-        setting we copied from the paper, a value our agents were matched on,
-        or one obtained on substitute agents or data.
+        setting we copied from the paper, a value fixed by construction, one
+        obtained on substitute agents or data, or context shown beside a verdict.
+        A ``range`` item is context whatever its basis.
     verdict : str
         From :func:`scorecard_verdict`.
 
@@ -362,12 +373,16 @@ def verdict_kind(item, verdict):
     --------
     >>> verdict_kind({"basis": "setting"}, "reproduced")
     'setting copied'
-    >>> verdict_kind({}, "differs")
-    'result differs'
+    >>> verdict_kind({}, "inconclusive")
+    'result inconclusive'
+    >>> verdict_kind({"kind": "range"}, "reproduced")
+    'context only'
     """
     basis = _validate_choice(item.get("basis", "result"), ITEM_BASES, "item['basis']")
     if verdict in ("not re-run", "pending"):
         return verdict
+    if item.get("kind") == "range":
+        return ITEM_BASES["context"]
     return ITEM_BASES[basis] or f"result {verdict}"
 
 
@@ -390,42 +405,128 @@ def verdict_class(kind):
     ('sc-differs', 'sc-setting')
     """
     _validate_choice(kind, VERDICT_KINDS, "kind")
-    return "sc-" + ("result", "differs", "setting", "construction", "substitute", "notrerun",
-                    "pending")[VERDICT_KINDS.index(kind)]
+    return "sc-" + ("result", "differs", "inconclusive", "setting", "construction", "substitute",
+                    "context", "notrerun", "pending")[VERDICT_KINDS.index(kind)]
+
+
+def _glued(x, values):
+    """A number of an item: a literal, or the name of a stored value (None if not stored)."""
+    if isinstance(x, (int, float)):
+        return float(x)
+    return float(values[x]) if x in values else None
+
+
+def scorecard_se(item, values):
+    """Standard error of an item's estimate (the rules of the scorecard's "How a verdict
+    is reached"), or None when the item states none.
+
+    ``se`` is a stored name (or number) of our standard error; a dict ``{value,
+    decimals}``: a standard error the chapter stored rounded to ``decimals``
+    decimals, raised by half a unit of the last one so that it stays an upper bound;
+    or a dict ``{sd, runs}``: the largest across-run standard deviation of a cell and
+    the run count, giving ``2 * sd / sqrt(runs)``, a bound on the standard error of a
+    difference (or gap) of two means of paired runs whatever their correlation.  For a number against the
+    paper (kinds of :data:`SCORECARD_TOL`) the paper's standard error is taken equal to
+    ours and its rounding to ``paper_decimals`` (default 3) decimals is added:
+    ``sqrt(2 s**2 + (10**-decimals)**2 / 12)``.
+
+    Parameters
+    ----------
+    item : dict
+        A scorecard item: ``kind``, optionally ``se`` and ``paper_decimals``.
+    values : dict
+        The chapter's values, from :func:`~capbook.pipeline.glued_values`.
+
+    Returns
+    -------
+    float or None
+        The standard error of the item's estimate (for a number: of ours minus the
+        paper's), or None when the item states none or a name is not stored.
+
+    Examples
+    --------
+    >>> round(scorecard_se({"kind": "claim", "se": {"sd": "s", "runs": "n"}},
+    ...                    {"s": 0.005, "n": 100}), 6)
+    0.001
+    >>> round(scorecard_se({"kind": "error", "se": 0.002}, {}), 6)
+    0.002843
+    >>> round(scorecard_se({"kind": "claim", "se": {"value": "s", "decimals": 4}},
+    ...                    {"s": 0.0022}), 6)
+    0.00225
+    """
+    spec = item.get("se")
+    if spec is None:
+        return None
+    if isinstance(spec, dict) and "value" in spec:
+        s = _glued(spec["value"], values)
+        s = None if s is None else s + 0.5 * 10.0 ** -int(spec["decimals"])
+    elif isinstance(spec, dict):
+        sd, runs = _glued(spec["sd"], values), _glued(spec["runs"], values)
+        s = None if sd is None or runs is None else 2 * sd / float(np.sqrt(runs))
+    else:
+        s = _glued(spec, values)
+    if s is None or item.get("kind") == "claim":
+        return s
+    rounding = 10.0 ** -int(item.get("paper_decimals", 3))
+    return float(np.sqrt(2 * s ** 2 + rounding ** 2 / 12))
+
+
+def _interval_verdict(low, high, inside_low, inside_high):
+    """reproduced / differs / inconclusive for an interval against the paper's region."""
+    if inside_low <= low and high <= inside_high:
+        return "reproduced"
+    if high < inside_low or low > inside_high:
+        return "differs"
+    return "inconclusive"
 
 
 def scorecard_verdict(item, values):
     """Verdict of one item of the reproduction scorecard (the paper's Sec. 4 and App. H).
 
-    A number is reproduced when ``|ours - paper| <= tol`` (``tol`` by kind,
-    :data:`SCORECARD_TOL`); a claim when our value satisfies its rule.
+    The rules are those of the scorecard's "How a verdict is reached".  A number
+    without a standard error is reproduced when ``|ours - paper| <= tol`` (``tol``
+    by kind, :data:`SCORECARD_TOL`).  With one (``se``, :func:`scorecard_se`, giving
+    ``s``), the 95 % interval ``d +- 1.96 s`` of ``d = ours - paper`` decides:
+    reproduced inside ``[-tol, tol]``, differs outside, inconclusive across its
+    edge or when the test cannot resolve the tolerance (``2.8 s > tol``).  A claim
+    holds when our value satisfies its rule; with ``se``, a claim ``OP b`` is
+    reproduced when the interval lies on the paper's side of ``b``, differs when it
+    lies on the other, inconclusive when it contains ``b``.
 
     Parameters
     ----------
     item : dict
         ``kind`` (a key of :data:`SCORECARD_TOL`, or ``"claim"``); for a number
-        ``paper`` (and optionally ``tol``), for a claim ``holds``: ``"all of NAME"``
-        (ours equals NAME), ``"most of NAME"`` (more than half), ``"OP X"`` with OP
-        in ``< <= > >= ==`` and X a number or glue name, or ``"true"``; and one of
-        ``ours`` (a glue name), ``needs`` (one not stored yet), ``not_rerun`` (why).
+        ``paper`` (and optionally ``tol``, ``se``), for a claim ``holds``:
+        ``"all of NAME"`` (ours equals NAME), ``"most of NAME"`` (more than half),
+        ``"OP X"`` with OP in ``< <= > >= ==`` and X a number or glue name, or
+        ``"true"`` (optionally ``se``); and one of ``ours`` (a glue name),
+        ``needs`` (one not stored yet), ``not_rerun`` (why).  ``inconclusive``
+        (a reason) marks a claim whose quantity the book does not measure.
         Kind ``"range"``: ``ours`` names a stored dict with ``low``, ``high``
-        and ``seeds`` (our range over the matched seeds); reproduced when
-        ``low <= paper <= high``.
+        and ``seeds`` (our range over the matched seeds); "reproduced" when
+        ``low <= paper <= high`` (context only: :func:`verdict_kind`).
     values : dict
         The chapter's values, from :func:`~capbook.pipeline.glued_values`.
 
     Returns
     -------
     tuple
-        ``(verdict, ours)``: "reproduced", "differs", "not re-run" or "pending"
-        (a glue name is not stored yet), and our value (None if there is none).
+        ``(verdict, ours)``: one of :data:`VERDICTS` ("pending" when a glue name
+        is not stored yet), and our value (None if there is none).
 
     Examples
     --------
     >>> scorecard_verdict({"kind": "error", "paper": 0.171, "ours": "e"}, {"e": 0.1834})
     ('differs', 0.1834)
+    >>> scorecard_verdict({"kind": "error", "paper": 0.171, "ours": "e", "se": 0.002},
+    ...                   {"e": 0.1834})[0]
+    'inconclusive'
     >>> scorecard_verdict({"kind": "claim", "holds": "all of n", "ours": "k"}, {"k": 20, "n": 20})
     ('reproduced', 20)
+    >>> scorecard_verdict({"kind": "claim", "holds": "<= 0", "ours": "d", "se": 0.001},
+    ...                   {"d": 0.0015})[0]
+    'inconclusive'
     >>> scorecard_verdict({"kind": "range", "paper": 0.335, "ours": "r"},
     ...                   {"r": {"low": 0.334, "high": 0.354, "seeds": 20}})[0]
     'reproduced'
@@ -437,13 +538,23 @@ def scorecard_verdict(item, values):
     if "ours" not in item or item["ours"] not in values:
         return "pending", None
     v = values[item["ours"]]
+    if "inconclusive" in item:
+        return "inconclusive", v
     if kind == "range":
         inside = v["seeds"] > 0 and v["low"] <= float(item["paper"]) <= v["high"]
         return ("reproduced" if inside else "differs"), v
+    s = scorecard_se(item, values)
+    if "se" in item and s is None:
+        return "pending", v              # the standard error is not stored yet
     if kind != "claim":
         tol = float(item.get("tol", SCORECARD_TOL[kind]))
-        return ("reproduced" if abs(float(v) - float(item["paper"])) <= tol + 1e-9
-                else "differs"), v
+        d = float(v) - float(item["paper"])
+        if s is None:
+            return ("reproduced" if abs(d) <= tol + 1e-9 else "differs"), v
+        if POWER_MULTIPLE * s > tol:
+            return "inconclusive", v
+        h = Z_INTERVAL * s
+        return _interval_verdict(d - h, d + h, -tol, tol), v
     ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
            "==": operator.eq, "all": operator.eq,
            "most": lambda a, b: 2 * a > b, "true": lambda a, _: bool(a)}
@@ -457,4 +568,8 @@ def scorecard_verdict(item, values):
             x = float(rhs or 0)
         except ValueError:
             return "pending", v          # the rule names a value not stored yet
+    if s is not None and rel in ("<", "<=", ">", ">="):
+        h = Z_INTERVAL * s
+        side = (-np.inf, x) if rel in ("<", "<=") else (x, np.inf)
+        return _interval_verdict(float(v) - h, float(v) + h, *side), v
     return ("reproduced" if ops[rel](v, x) else "differs"), v
