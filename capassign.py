@@ -12028,6 +12028,41 @@ def _cmd_data_embed(args):
     print(f"wrote {embed_mmlu_questions(args.out)}")
 
 
+#: The tasks and policies of ``bench --tabular``: the two widest tabular tasks,
+#: where the tree policies cost most per decision (credit 90 columns, bank 57).
+_TABULAR_BENCH = (("bank", "credit"), ("tree-greedy", "tree-ts", "logistic-greedy", "random"))
+
+
+def _benchmark_tabular(runs, seed, policies=None, out=print):
+    """Microseconds per decision of online policies on the real tabular tasks
+    of :data:`_TABULAR_BENCH` (task seed 0, capacities (0.5, 0.5), eta 0.5):
+    CPU time of the process (all threads) and wall time, after a first call on
+    a short prefix (compilation or cache load, not counted)."""
+    import numba
+
+    tasks, default = _TABULAR_BENCH
+    out(f"capassign bench --tabular: {runs} runs per policy, capacities (0.5, 0.5), "
+        f"eta {DEFAULT_ETA}; numba threads={numba.get_num_threads()} "
+        f"(cpu_count={os.cpu_count()})")
+    header = f"{'task':<8}{'T':>7}{'d':>4}  {'policy':<17}{'cpu us/dec':>11}{'wall us/dec':>12}"
+    out(header)
+    out("-" * len(header))
+    rows = {}
+    for name in tasks:
+        task = load_task(name, seed=0)
+        X, R = task.X, task.R
+        for policy in policies or default:
+            simulate(X[:300], R[:300], [0.5, 0.5], policy, runs=1, seed=seed)
+            w0, c0 = time.perf_counter(), time.process_time()
+            simulate(X, R, [0.5, 0.5], policy, runs=runs, seed=seed)
+            w1, c1 = time.perf_counter(), time.process_time()
+            n = runs * R.shape[0]
+            rows[name, policy] = ((c1 - c0) / n * 1e6, (w1 - w0) / n * 1e6)
+            out(f"{name:<8}{R.shape[0]:>7}{X.shape[1]:>4}  {policy:<17}"
+                f"{rows[name, policy][0]:>11.3f}{rows[name, policy][1]:>12.3f}")
+    return rows
+
+
 def _cmd_bench(args):
     if args.reference_T is not None:
         _validate_int(args.reference_T, "--reference-T", lo=1)
@@ -12050,6 +12085,8 @@ def _cmd_bench(args):
     elif args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed,
                          policies=kwargs.get("policies", ONLINE_POLICIES))
+    elif args.tabular:
+        _benchmark_tabular(args.fast_runs, args.seed, kwargs.get("policies"))
     else:
         benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs,
                           reference_runs=args.reference_runs, reference_T=ref_T, seed=args.seed,
@@ -12174,6 +12211,10 @@ _COMMANDS = [
          _opt("--startup", action="store_true",
               help="time 'import capassign' and the first call of the Router and of "
                    "simulate, cold (empty numba cache) and warm, each in a fresh process"),
+         _opt("--tabular", action="store_true",
+              help="time the tree, logistic and random policies on the real tasks bank and "
+                   "credit instead (microseconds per decision; --fast-runs runs each; needs "
+                   "their data)"),
          _opt("--router", action="store_true",
               help="time the streaming Router instead (microseconds per assign + update, per "
                    "policy, on T tasks)"),
