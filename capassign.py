@@ -5486,19 +5486,35 @@ def _memo_load(path):
 
 
 def _memoised(func):
-    """``func`` (:func:`simulate`) through the memo of :data:`MEMO_ENV`, when set."""
+    """``func`` (:func:`simulate`) through the memo of :data:`MEMO_ENV`, when set.
+
+    A call without traces is also answered by the kept result of the same call
+    with ``return_traces=True``, its traces dropped (the traces are only
+    recorded, they change no number of the runs)."""
+    import dataclasses
+
+    def kept(folder, args, kwargs):
+        key = _memo_key(func, args, kwargs, _SIMULATE_EXECUTION)
+        if key is None:
+            return None, None
+        path = Path(folder).expanduser() / f"{key}.npz"
+        return path, _memo_load(path) if path.is_file() else None
+
     @functools.wraps(func)
     def call(*args, **kwargs):
         folder = os.environ.get(MEMO_ENV, "").strip()
-        key = _memo_key(func, args, kwargs, _SIMULATE_EXECUTION) if folder else None
-        if key is None:
+        if not folder:
             return func(*args, **kwargs)
-        path = Path(folder).expanduser() / f"{key}.npz"
-        kept = _memo_load(path) if path.is_file() else None
-        if kept is not None:
-            return kept
-        result = func(*args, **kwargs)
-        _memo_save(path, result)
+        path, result = kept(folder, args, kwargs)
+        if path is None:
+            return func(*args, **kwargs)
+        if result is None and kwargs.get("return_traces", False) is False:
+            traced = kept(folder, args, {**kwargs, "return_traces": True})[1]
+            if traced is not None:
+                result = dataclasses.replace(traced, orders=None, assignments=None, queues=None)
+        if result is None:
+            result = func(*args, **kwargs)
+            _memo_save(path, result)
         return result
 
     return call

@@ -65,7 +65,7 @@ def test_identical_call_is_read_back(memo, counted, stream):
 
 @pytest.mark.parametrize("change", [
     dict(seed=4), dict(runs=3), dict(eta=0.25), dict(capacities=[0.5, 0.5]),
-    dict(policy="tree-ts"), dict(batch_size=10), dict(return_traces=False),
+    dict(policy="tree-ts"), dict(batch_size=10),
     dict(settings=ca.ModelSettings(discount=0.99)), dict(engine="reference"),
     dict(X="changed"), dict(R="changed")])
 def test_changed_argument_misses(memo, counted, stream, change):
@@ -135,3 +135,29 @@ def test_keys_tell_kinds_apart():
     assert key([1.0, 0.0], np.zeros((2, 1), np.float32)) != key([1.0, 0.0])
     assert key([1.0, 0.0], np.zeros((1, 2))) != key([1.0, 0.0])
     assert key([1.0, 0.0], -np.zeros((2, 1))) != key([1.0, 0.0])      # -0.0: other bytes
+
+
+def test_traced_result_answers_a_call_without_traces(memo, counted, stream):
+    X, R = stream
+    traced = ca.simulate(X, R, [0.4, 0.6], "tree-ts", runs=2, seed=3, return_traces=True)
+    plain = ca.simulate(X, R, [0.4, 0.6], "tree-ts", runs=2, seed=3)
+    assert counted == ["tree-ts"]
+    assert plain.orders is None and traced.orders is not None
+    # not the other way round: a call with traces needs them
+    ca.simulate(X, R, [0.4, 0.6], "marginal", runs=2, seed=3)
+    ca.simulate(X, R, [0.4, 0.6], "marginal", runs=2, seed=3, return_traces=True)
+    assert counted == ["tree-ts", "marginal", "marginal"]
+    _same(plain, ca.simulate.__wrapped__(X, R, [0.4, 0.6], "tree-ts", runs=2, seed=3))
+
+
+@pytest.mark.parametrize("policy", ca.POLICIES)
+@pytest.mark.parametrize("batch_size", [None, 7])
+def test_traces_change_no_number(stream, policy, batch_size):
+    # what lets a traced result answer an untraced call
+    X, R = stream
+    if batch_size and policy in ca.OFFLINE_POLICIES:
+        return
+    kw = dict(runs=2, seed=1, batch_size=batch_size)
+    a = ca.simulate(X, R, [0.3, 0.7], policy, **kw)
+    b = ca.simulate(X, R, [0.3, 0.7], policy, return_traces=True, **kw)
+    _same(a, dataclasses.replace(b, orders=None, assignments=None, queues=None))
