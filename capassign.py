@@ -3567,37 +3567,23 @@ def _tree_predict_nb(feat, thr, val, xb):
     return 0.0 if v < 0.0 else (1.0 if v > 1.0 else v)
 
 
-#: A threshold's split score S_L^2/n_L + S_R^2/n_R = num / den is compared
-#: with a tree's best score so far, ``best``, without a division first: it
-#: cannot beat ``best`` when ``num < best den (1 - 2^-40)`` (the rounding of
-#: these two products is below 2^-52 of them, so then num / den < best and the
-#: rounded quotient is at most ``best``).  Only the thresholds that pass this
-#: test (a new best, or within 2^-40 of one) are divided, exactly as before, so
-#: the same splits are chosen, near-ties included (:func:`_scan_feature_nb`).
-_SCORE_FILTER = 1.0 - 2.0 ** -40
-
-
 @_njit(cache=True, inline="always")
 def _scan_feature_nb(HC, u, o, nb, ml, r, B):
     """Score every threshold of the feature whose nb bins are the columns
     o..o+nb-1 of node u's histograms, in trees 0..B-1 (see
     :func:`_split_node_nb`), updating their best score and position in the
-    :data:`_Refit` scratch ``r``.
-
-    The score of a threshold is the quotient ``(S_L^2 n_R + S_R^2 n_L) /
-    max(n_L n_R, 1)`` (-1 with less than ``min_leaf`` weight on a side), and
-    it replaces a tree's best when strictly larger, so the first threshold
-    (lowest feature, then lowest bin) wins ties.  A first pass over the trees
-    accumulates the left sums and tells, by :data:`_SCORE_FILTER`, whether
-    any tree may improve at this threshold; only then does a second pass
-    divide, for the trees that may, and compare the quotients as before.
-    """
+    :data:`_Refit` scratch ``r``.  (A division-free comparison, by
+    cross-multiplication, measured slower here: the packed division is not
+    what bounds this loop.)"""
     cl, sl, best, bpos, tot_c, tot_s = r.cl, r.sl, r.best, r.bpos, r.tot_c, r.tot_s
     for b in range(B):
         cl[b] = 0.0
         sl[b] = 0.0
     for col in range(o, o + nb - 1):
-        maybe = False
+        fcol = float(col)
+        # branch-free scoring of this threshold in every tree (an empty bin
+        # repeats the previous threshold's score, which is never strictly
+        # better, so the first threshold wins ties)
         for b in range(B):
             c_l = cl[b] + HC[u, col, b]
             s_l = sl[b] + HC[u, col, B + b]
@@ -3605,23 +3591,13 @@ def _scan_feature_nb(HC, u, o, nb, ml, r, B):
             sl[b] = s_l
             c_r = tot_c[b] - c_l
             s_r = tot_s[b] - s_l
-            num = s_l * s_l * c_r + s_r * s_r * c_l
-            den = max(c_l * c_r, 1.0)
-            maybe = maybe | ((min(c_l, c_r) >= ml)
-                             & (num >= best[b] * den * _SCORE_FILTER))
-        if maybe:
-            fcol = float(col)
-            for b in range(B):
-                c_l = cl[b]
-                s_l = sl[b]
-                c_r = tot_c[b] - c_l
-                s_r = tot_s[b] - s_l
-                if min(c_l, c_r) >= ml:
-                    # S_L^2/n_L + S_R^2/n_R over one division
-                    pr = (s_l * s_l * c_r + s_r * s_r * c_l) / max(c_l * c_r, 1.0)
-                    if pr > best[b]:
-                        best[b] = pr
-                        bpos[b] = fcol
+            # S_L^2/n_L + S_R^2/n_R over one division
+            pr = (s_l * s_l * c_r + s_r * s_r * c_l) / max(c_l * c_r, 1.0)
+            if min(c_l, c_r) < ml:
+                pr = -1.0
+            b0 = best[b]
+            best[b] = max(pr, b0)
+            bpos[b] = fcol if pr > b0 else bpos[b]
 
 
 @_njit(cache=True, inline="always")
