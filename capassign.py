@@ -3759,7 +3759,12 @@ def _online_add_row_nb(xb, y, k, max_depth, n_bins, f):
     internal nodes on the row's path through the current tree.  Also files
     row k in the per-feature bin lists ``head[j, bin]`` / ``nxt[j, k]``
     (linked lists of the agent's rows by bin) that let a refit find the rows
-    of a bin range.
+    of a bin range.  The weights (and weighted rewards) of the trees whose
+    path passes an internal node are gathered in one row of 2B numbers, 0 for
+    the other trees, and added to that node's row of ``HC`` in each of the
+    row's bins, a whole row at once: adding 0 changes no count and no sum (a
+    sum is never -0.0), so every histogram is what adding the row tree by
+    tree gives.
     """
     W, HC, node_c, node_s, feat, thr, head, nxt = (f.W, f.HC, f.node_c, f.node_s, f.feat,
                                                    f.thr, f.head, f.nxt)
