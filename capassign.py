@@ -113,7 +113,7 @@ __all__ = [
     "ROUTER_STREAM_CUTS", "ROUTER_STATE_LIMITS",
     # simulation engine (section 6)
     "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES",
-    "SimulationResult", "synthetic_stream", "simulate", "OFFLINE_MAX_BINS",
+    "SimulationResult", "synthetic_stream", "simulate", "OFFLINE_MAX_BINS", "MEMO_ENV",
     "benchmark_engines",
     # streaming router (section 7)
     "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "benchmark_startup", "benchmark_router",
@@ -3660,11 +3660,16 @@ def _bin_contexts(X, max_bins):
 
 #: One agent's online forest of B trees (App. E.2; see the notes above
 #: :func:`_poisson1_nb`): ``W[b, k]`` the weight of the agent's row k in tree b,
-#: ``H[u, j * max_bins + bin, b]`` / ``HS`` the (weight, reward sum) histograms of
-#: internal node u per feature bin, ``node_c[u, b]`` / ``node_s[u, b]`` the node
-#: totals, ``feat[b, u]`` (-1 for a leaf), ``thr[b, u]``, ``val[b, u]`` the trees
+#: ``HC[u, o_j + bin, b]`` and ``HC[u, o_j + bin, B + b]`` the (weight, reward
+#: sum) histograms of internal node u per feature bin in tree b, the counts and
+#: sums of all B trees side by side in one row of 2B numbers (what an
+#: observation adds to, and a split search reads, at one node and bin), feature
+#: j's bins from column o_j = n_bins[0] + ... + n_bins[j - 1] on (no column for
+#: a bin a feature does not have: a one-hot feature takes two),
+#: ``node_c[u, b]`` / ``node_s[u, b]`` the node totals, ``feat[b, u]`` (-1 for a
+#: leaf), ``thr[b, u]``, ``val[b, u]`` the trees
 #: in heap order, and ``head[j, bin]`` / ``nxt[j, k]`` the rows filed by bin.
-_Forest = namedtuple("_Forest", "W H HS node_c node_s feat thr val head nxt")
+_Forest = namedtuple("_Forest", "W HC node_c node_s feat thr val head nxt")
 #: The forests of all A agents (every field of :data:`_Forest` with a leading
 #: agent axis), with each agent's rows ``Xa[a, k]`` (bins), ``ya[a, k]``
 #: (reward), their number ``nobs[a]`` and whether the agent was ever refit.
@@ -3678,9 +3683,10 @@ _Refit = namedtuple("_Refit", "stale can cl sl best bpos tot_c tot_s nfeat nthr 
 #: ``Sigma[a]``, and the spare normal draw ``gauss = [has_spare, spare]``.
 _Logistic = namedtuple("_Logistic", "theta Sigma gauss")
 #: Zero-length arrays whose dtypes are those of a forest's rewards ``y`` (of
-#: ``ya``), reward-sum histograms ``hist`` (of ``HS``) and node sums ``node``
-#: (of ``node_s``): uint8, int32 and int64 for rewards in {0, 1}, float64 for
-#: graded rewards (:func:`_reward_sums`).  The histogram of rewards of a
+#: ``ya``), (weight, reward sum) histograms ``hist`` (of ``HC``) and node sums
+#: ``node`` (of ``node_s``): uint8, int32 and int64 for rewards in {0, 1},
+#: float64 for graded rewards (:func:`_reward_sums`; the weights, integers, are
+#: then held exactly as floats).  The histogram of rewards of a
 #: tree is then a histogram of reward sums: a graded reward r of a row of
 #: weight w adds w r, and the squared-error split score and the leaf means
 #: (S / C) are unchanged in form.  The sums of squares need no histogram: a
@@ -3708,7 +3714,7 @@ def _new_refit_nb(B, max_depth, stats):
 @_njit(cache=True, inline="always")
 def _agent_forest_nb(F, a):
     """Agent a's :data:`_Forest` out of the :data:`_Forests` ``F``."""
-    return _Forest(F.W[a], F.H[a], F.HS[a], F.node_c[a], F.node_s[a], F.feat[a], F.thr[a],
+    return _Forest(F.W[a], F.HC[a], F.node_c[a], F.node_s[a], F.feat[a], F.thr[a],
                    F.val[a], F.head[a], F.nxt[a])
 
 
@@ -3725,23 +3731,25 @@ def _tree_predict_nb(feat, thr, val, xb):
 
 
 @_njit(cache=True, inline="always")
-def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, r, B):
-    """Score every threshold of feature j at node u in trees 0..B-1 (see
+def _scan_feature_nb(HC, u, o, nb, ml, r, B):
+    """Score every threshold of the feature whose nb bins are the columns
+    o..o+nb-1 of node u's histograms, in trees 0..B-1 (see
     :func:`_split_node_nb`), updating their best score and position in the
-    :data:`_Refit` scratch ``r``."""
+    :data:`_Refit` scratch ``r``.  (A division-free comparison, by
+    cross-multiplication, measured slower here: the packed division is not
+    what bounds this loop.)"""
     cl, sl, best, bpos, tot_c, tot_s = r.cl, r.sl, r.best, r.bpos, r.tot_c, r.tot_s
     for b in range(B):
         cl[b] = 0.0
         sl[b] = 0.0
-    for q in range(nb - 1):
-        col = j * max_bins + q
+    for col in range(o, o + nb - 1):
         fcol = float(col)
         # branch-free scoring of this threshold in every tree (an empty bin
         # repeats the previous threshold's score, which is never strictly
         # better, so the first threshold wins ties)
         for b in range(B):
-            c_l = cl[b] + H[u, col, b]
-            s_l = sl[b] + HS[u, col, b]
+            c_l = cl[b] + HC[u, col, b]
+            s_l = sl[b] + HC[u, col, B + b]
             cl[b] = c_l
             sl[b] = s_l
             c_r = tot_c[b] - c_l
@@ -3756,11 +3764,12 @@ def _scan_feature_nb(H, HS, u, j, nb, max_bins, ml, r, B):
 
 
 @_njit(cache=True, inline="always")
-def _split_node_nb(f, u, n_bins, max_bins, min_leaf, r):
+def _split_node_nb(f, u, n_bins, min_leaf, r):
     """Best split of heap node ``u`` in every tree of the forest ``f``, side by side.
 
-    ``H[u, j * max_bins + bin, b]`` and ``HS`` hold node u's histogram of
-    (weighted count, weighted reward sum) per feature bin in tree b, and
+    ``HC[u, o_j + bin, b]`` and ``HC[u, o_j + bin, B + b]`` hold node u's
+    histogram of (weighted count, weighted reward sum) per feature bin in tree b
+    (:data:`_Forest`), and
     ``node_c[u, b]``, ``node_s[u, b]`` its totals.  A node is split when it
     has at least ``2 min_leaf`` weight and mixed rewards; it takes the bin
     threshold maximising ``S_L^2/n_L + S_R^2/n_R`` with at least ``min_leaf``
@@ -3771,7 +3780,7 @@ def _split_node_nb(f, u, n_bins, max_bins, min_leaf, r):
     totals (0 under a leaf).  The result for tree b depends on tree b's
     histogram alone, so equal histograms give identical trees.
     """
-    H, HS, node_c, node_s = f.H, f.HS, f.node_c, f.node_s
+    HC, node_c, node_s = f.HC, f.node_c, f.node_s
     can, best, bpos, tot_c, tot_s, nfeat, nthr = (r.can, r.best, r.bpos, r.tot_c, r.tot_s,
                                                   r.nfeat, r.nthr)
     B = can.shape[0]
@@ -3790,22 +3799,28 @@ def _split_node_nb(f, u, n_bins, max_bins, min_leaf, r):
         tot_c[b] = C if can[b] else -1.0
         tot_s[b] = S
     if any_can:
+        o = 0
         for j in range(d):
             if B == 20:
                 # the paper's B: a constant trip count vectorises fully
-                _scan_feature_nb(H, HS, u, j, n_bins[j], max_bins, ml, r, 20)
+                _scan_feature_nb(HC, u, o, n_bins[j], ml, r, 20)
             else:
-                _scan_feature_nb(H, HS, u, j, n_bins[j], max_bins, ml, r, B)
+                _scan_feature_nb(HC, u, o, n_bins[j], ml, r, B)
+            o += n_bins[j]
     for b in range(B):
         if bpos[b] >= 0.0:
-            pos = int(bpos[b])
-            j = pos // max_bins
-            q = pos - j * max_bins
-            n_l = 0
+            pos = int(bpos[b])       # the column o_j + q of the threshold "bin <= q"
+            j = 0
+            o = 0
+            while o + n_bins[j] <= pos:
+                o += n_bins[j]
+                j += 1
+            q = pos - o
+            n_l = np.int64(0)
             m_l = 0
-            for qq in range(q + 1):
-                n_l += H[u, j * max_bins + qq, b]
-                m_l += HS[u, j * max_bins + qq, b]
+            for c in range(o, pos + 1):
+                n_l += np.int64(HC[u, c, b])
+                m_l += HC[u, c, B + b]
             nfeat[b] = j
             nthr[b] = q
             node_c[2 * u + 1, b] = n_l
@@ -3868,17 +3883,19 @@ def _poisson1_nb(rng):
 
 
 @_njit(cache=True, inline="always")
-def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
+def _path_add_nb(xb, y, w, b, start, n_int, n_bins, HC, feat, thr):
     """Add weight w of a row to tree b's histograms from node ``start`` down
     its path through the tree's current splits (internal-level nodes only)."""
     d = xb.shape[0]
+    B = HC.shape[2] // 2
     u = start
     while u < n_int:
+        col = 0
         for j in range(d):
-            col = j * max_bins + xb[j]
-            H[u, col, b] += w
+            HC[u, col + xb[j], b] += w
             if y:
-                HS[u, col, b] += w * y
+                HC[u, col + xb[j], B + b] += w * y
+            col += n_bins[j]
         f = feat[b, u]
         if f < 0:
             break
@@ -3886,7 +3903,7 @@ def _path_add_nb(xb, y, w, b, start, n_int, max_bins, H, HS, feat, thr):
 
 
 @_njit(cache=True, inline="always")
-def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, f):
+def _online_observe_nb(xb, y, k, max_depth, n_bins, rng, f):
     """Add row k (bins ``xb``, reward ``y``) to one agent's online forest ``f``.
 
     Draws its Poisson(1) weight ``f.W[b, k]`` in every tree b, then adds the
@@ -3894,27 +3911,34 @@ def _online_observe_nb(xb, y, k, max_depth, max_bins, rng, f):
     """
     for b in range(f.W.shape[0]):
         f.W[b, k] = _poisson1_nb(rng)
-    _online_add_row_nb(xb, y, k, max_depth, max_bins, f)
+    _online_add_row_nb(xb, y, k, max_depth, n_bins, f)
 
 
 @_njit(cache=True)
-def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
+def _online_add_row_nb(xb, y, k, max_depth, n_bins, f):
     """Add row k, with its weights ``f.W[:, k]`` already drawn, to an online forest.
 
     Adds each tree's weight to the root totals and to the histograms of the
     internal nodes on the row's path through the current tree.  Also files
     row k in the per-feature bin lists ``head[j, bin]`` / ``nxt[j, k]``
     (linked lists of the agent's rows by bin) that let a refit find the rows
-    of a bin range.
+    of a bin range.  The weights (and weighted rewards) of the trees whose
+    path passes an internal node are gathered in one row of 2B numbers, 0 for
+    the other trees, and added to that node's row of ``HC`` in each of the
+    row's bins, a whole row at once: adding 0 changes no count and no sum (a
+    sum is never -0.0), so every histogram is what adding the row tree by
+    tree gives.
     """
-    W, H, HS, node_c, node_s, feat, thr, head, nxt = (f.W, f.H, f.HS, f.node_c, f.node_s,
-                                                      f.feat, f.thr, f.head, f.nxt)
+    W, HC, node_c, node_s, feat, thr, head, nxt = (f.W, f.HC, f.node_c, f.node_s, f.feat,
+                                                   f.thr, f.head, f.nxt)
     B = W.shape[0]
     d = xb.shape[0]
     n_int = 2 ** max_depth - 1
     for j in range(d):
         nxt[j, k] = head[j, xb[j]]
         head[j, xb[j]] = k
+    wv = np.zeros((n_int, 2 * B), dtype=HC.dtype)
+    live = np.zeros(n_int, dtype=np.bool_)
     for b in range(B):
         w = np.int64(W[b, k])
         if w == 0:
@@ -3922,11 +3946,27 @@ def _online_add_row_nb(xb, y, k, max_depth, max_bins, f):
         node_c[0, b] += w
         if y:
             node_s[0, b] += w * y
-        _path_add_nb(xb, y, w, b, 0, n_int, max_bins, H, HS, feat, thr)
+        u = 0
+        while u < n_int:
+            wv[u, b] = w
+            wv[u, B + b] = w * y
+            live[u] = True
+            fu = feat[b, u]
+            if fu < 0:
+                break
+            u = 2 * u + 1 if xb[fu] <= thr[b, u] else 2 * u + 2
+    col = 0
+    for j in range(d):
+        col += xb[j]
+        for u in range(n_int):
+            if live[u]:
+                for e in range(2 * B):
+                    HC[u, col, e] += wv[u, e]
+        col += n_bins[j] - xb[j]
 
 
 @_njit(cache=True, inline="always")
-def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins):
+def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, n_bins):
     """Node u of tree b moved its threshold on feature j across bins lo+1..hi.
 
     The rows of node u in those bins change sides (to the left child if
@@ -3935,7 +3975,7 @@ def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins)
     refit) splits of the descendants, so that the histograms of u's whole
     subtree are again exact for u's new split.
     """
-    W, H, HS, feat, thr, head, nxt = f.W, f.H, f.HS, f.feat, f.thr, f.head, f.nxt
+    W, HC, feat, thr, head, nxt = f.W, f.HC, f.feat, f.thr, f.head, f.nxt
     for q in range(lo + 1, hi + 1):
         k = head[j, q]
         while k >= 0:
@@ -3947,14 +3987,14 @@ def _shift_split_nb(Xa, ya, f, b, u, level, j, lo, hi, to_left, n_int, max_bins)
                 if v == u:
                     w32 = np.int32(w)
                     src = 2 * u + 2 if to_left else 2 * u + 1
-                    _path_add_nb(Xa[k], ya[k], -w32, b, src, n_int, max_bins, H, HS, feat, thr)
-                    _path_add_nb(Xa[k], ya[k], w32, b, 4 * u + 3 - src, n_int, max_bins,
-                                 H, HS, feat, thr)
+                    _path_add_nb(Xa[k], ya[k], -w32, b, src, n_int, n_bins, HC, feat, thr)
+                    _path_add_nb(Xa[k], ya[k], w32, b, 4 * u + 3 - src, n_int, n_bins, HC,
+                                 feat, thr)
             k = nxt[j, k]
 
 
 @_njit(cache=True, inline="always")
-def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
+def _rebuild_level_nb(Xa, ya, n, n_bins, level, forest, r):
     """Rebuild the histograms of the stale pairs of ``level`` in a refit of
     :func:`_online_refit_nb` (the children of a node whose split was rebuilt).
 
@@ -3964,17 +4004,17 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
     tree's weight is picked, and of the rows in those bins only those that
     reach the parent are kept.  The child is summed into a small contiguous
     histogram (cache-resident), then written, with its sibling, into the
-    tree's strided column of H and HS.
+    tree's strided pairs of HC.
     """
-    W, H, HS, node_c, node_s, feat, thr, val, head, nxt = forest
+    W, HC, node_c, node_s, feat, thr, val, head, nxt = forest
     stale, stats = r.stale, r.stats
     B = W.shape[0]
     d = Xa.shape[1]
-    n_cols = H.shape[1]
+    n_cols = HC.shape[1]
     first = 2 ** level - 1
     last = 2 ** (level + 1) - 1
     acc = np.empty(n_cols, dtype=np.int32)
-    accs = np.empty(n_cols, dtype=HS.dtype)
+    accs = np.empty(n_cols, dtype=HC.dtype)
     for b in range(B):
         for u in range(first, last, 2):
             if not stale[u, b]:
@@ -3983,9 +4023,12 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
             par = (u - 1) // 2
             f = feat[b, par]
             q = thr[b, par]
+            o = 0
+            for jj in range(f):
+                o += n_bins[jj]
             w_left = 0
-            for qq in range(q + 1):
-                w_left += H[0, f * max_bins + qq, b]
+            for c in range(o, o + q + 1):
+                w_left += np.int64(HC[0, c, b])
             lf = 2 * w_left <= node_c[0, b]
             for c in range(n_cols):
                 acc[c] = 0
@@ -4000,26 +4043,28 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r):
                             x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
                         if x == par:
                             y = ya[k]
+                            col = 0
                             if y:
                                 for j in range(d):
-                                    col = j * max_bins + Xa[k, j]
-                                    acc[col] += w
-                                    accs[col] += w * y
+                                    acc[col + Xa[k, j]] += w
+                                    accs[col + Xa[k, j]] += w * y
+                                    col += n_bins[j]
                             else:
                                 for j in range(d):
-                                    acc[j * max_bins + Xa[k, j]] += w
+                                    acc[col + Xa[k, j]] += w
+                                    col += n_bins[j]
                     k = nxt[f, k]
             t = u if lf else u + 1
             o = 2 * u + 1 - t
             for c in range(n_cols):
-                H[t, c, b] = acc[c]
-                HS[t, c, b] = accs[c]
-                H[o, c, b] = H[par, c, b] - acc[c]
-                HS[o, c, b] = HS[par, c, b] - accs[c]
+                HC[t, c, b] = acc[c]
+                HC[t, c, B + b] = accs[c]
+                HC[o, c, b] = HC[par, c, b] - acc[c]
+                HC[o, c, B + b] = HC[par, c, B + b] - accs[c]
 
 
 @_njit(cache=True)
-def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r):
+def _online_refit_nb(Xa, ya, n, n_bins, max_depth, min_leaf, forest, r):
     """Refit one agent's online ``forest`` on its first n rows, incrementally.
 
     ``Xa[k]``, ``ya[k]``: bins and reward of the agent's k-th row;
@@ -4036,20 +4081,20 @@ def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r
     those whose subtree was updated by moving only the rows that crossed the
     threshold.
     """
-    W, H, HS, node_c, node_s, feat, thr, val, head, nxt = forest
+    W, HC, node_c, node_s, feat, thr, val, head, nxt = forest
     stale, nfeat, nthr, stats = r.stale, r.nfeat, r.nthr, r.stats
     B = W.shape[0]
     n_nodes = feat.shape[1]
-    n_int = H.shape[0]
+    n_int = HC.shape[0]
     for b in range(B):
         stale[0, b] = False
     for level in range(max_depth):
         first = 2 ** level - 1
         last = 2 ** (level + 1) - 1
         if level > 0:
-            _rebuild_level_nb(Xa, ya, n, n_bins, max_bins, level, forest, r)
+            _rebuild_level_nb(Xa, ya, n, n_bins, level, forest, r)
         for u in range(first, last):
-            _split_node_nb(forest, u, n_bins, max_bins, min_leaf, r)
+            _split_node_nb(forest, u, n_bins, min_leaf, r)
             for b in range(B):
                 C = node_c[u, b]
                 val[b, u] = node_s[u, b] / C if C > 0 else 0.0
@@ -4070,7 +4115,7 @@ def _online_refit_nb(Xa, ya, n, n_bins, max_bins, max_depth, min_leaf, forest, r
                         stats[2 * max_depth + level] += 1
                         to_left = q > q_old      # moved right: rows join the left child
                         _shift_split_nb(Xa, ya, forest, b, u, level, f, min(q, q_old),
-                                        max(q, q_old), to_left, n_int, max_bins)
+                                        max(q, q_old), to_left, n_int, n_bins)
                     rebuild = f >= 0 and (moved or stale[u, b]) and not shift
                     stale[2 * u + 1, b] = rebuild
                     stale[2 * u + 2, b] = rebuild
@@ -4107,16 +4152,15 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf, sums):
     d = Xb.shape[1]
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
-    f = _Forest(W, np.zeros((n_int, d * max_bins, n_trees), dtype=np.int32),
-                np.zeros((n_int, d * max_bins, n_trees), dtype=sums.hist.dtype),
+    f = _Forest(W, np.zeros((n_int, n_bins.sum(), 2 * n_trees), dtype=sums.hist.dtype),
                 np.zeros((n_nodes, n_trees), dtype=np.int64),
                 np.zeros((n_nodes, n_trees), dtype=sums.node.dtype),
                 np.full((n_trees, n_nodes), -1, dtype=np.int32),
                 np.zeros((n_trees, n_nodes), dtype=np.int32), np.zeros((n_trees, n_nodes)),
                 np.full((d, max_bins), -1, dtype=np.int32), np.empty((d, n), dtype=np.int32))
     for k in range(n):
-        _online_add_row_nb(Xb[k], y[k], k, max_depth, max_bins, f)
-    _online_refit_nb(Xb, y, n, n_bins, max_bins, max_depth, min_leaf, f,
+        _online_add_row_nb(Xb[k], y[k], k, max_depth, n_bins, f)
+    _online_refit_nb(Xb, y, n, n_bins, max_depth, min_leaf, f,
                      _new_refit_nb(n_trees, max_depth, np.zeros(3 * max_depth, np.int64)))
     return f.feat, f.thr, f.val
 
@@ -4171,8 +4215,7 @@ def _thin_forest_nb(F, a, cfg, rng):
                 fa.node_c[0, b] -= dw
                 if y:
                     fa.node_s[0, b] -= dw * y
-                _path_add_nb(xb, y, -dw, b, 0, n_int, cfg.max_bins, fa.H, fa.HS, fa.feat,
-                             fa.thr)
+                _path_add_nb(xb, y, -dw, b, 0, n_int, cfg.n_bins, fa.HC, fa.feat, fa.thr)
 
 
 @_njit(cache=True)
@@ -4200,12 +4243,12 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
         F.Xa[a, k, j] = xb[j]
     F.ya[a, k] = y
     fa = _agent_forest_nb(F, a)
-    _online_observe_nb(xb, y, k, cfg.max_depth, cfg.max_bins, rng, fa)
+    _online_observe_nb(xb, y, k, cfg.max_depth, cfg.n_bins, rng, fa)
     F.nobs[a] = k + 1
     if F.nobs[a] % cfg.refit_every == 0:
         _forget_nb(F, a, cfg, rng, cfg.discount)
-        _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                         cfg.min_leaf, fa, r)
+        _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_depth, cfg.min_leaf,
+                         fa, r)
         F.fitted[a] = True
 
 
@@ -4457,10 +4500,10 @@ def _router_tree_replay_nb(a, n, cfg, F, r, every_refit):
     fa = _agent_forest_nb(F, a)
     m = (n // cfg.refit_every) * cfg.refit_every
     for k in range(n):
-        _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.max_bins, fa)
+        _online_add_row_nb(F.Xa[a, k], F.ya[a, k], k, cfg.max_depth, cfg.n_bins, fa)
         if (k + 1) % cfg.refit_every == 0 and (every_refit or k + 1 == m):
-            _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_bins, cfg.max_depth,
-                             cfg.min_leaf, fa, r)
+            _online_refit_nb(F.Xa[a], F.ya[a], k + 1, cfg.n_bins, cfg.max_depth, cfg.min_leaf,
+                             fa, r)
             F.fitted[a] = True
 
 
@@ -4786,7 +4829,7 @@ class _TreeModel(_RewardModel):
     and ``_nxt`` hold room for ``_cap`` rows per agent and double when full.
     With stream bins, ``_seen`` keeps the contexts seen and ``_raw`` each
     agent's raw rows until the last cut of :data:`ROUTER_STREAM_CUTS`.
-    The rewards and their sums (``_ya``, ``_HS``, ``_node_s``) are integers
+    The rewards and their sums (``_ya``, ``_HC``, ``_node_s``) are integers
     while every reward is 0 or 1 and turn to floats, exactly, at the first
     graded reward (:data:`_Sums`).
     """
@@ -4795,8 +4838,8 @@ class _TreeModel(_RewardModel):
     kernels = ("_router_tree_mu_nb", "_router_tree_update_nb")
     #: The stored rows: state key -> (attribute, row axis of an agent's array).
     ROWS = (("bins", "_Xa", 0), ("rewards", "_ya", 0), ("weights", "_W", 1))
-    PER_AGENT = ("_feat", "_thr", "_val", "_fitted", "_nobs", "_node_c", "_node_s", "_H",
-                 "_HS", "_head", "_Xa", "_ya", "_W", "_nxt")
+    PER_AGENT = ("_feat", "_thr", "_val", "_fitted", "_nobs", "_node_c", "_node_s", "_HC",
+                 "_head", "_Xa", "_ya", "_W", "_nxt")
 
     def __init__(self, config, rng, Q):
         super().__init__(config, rng, Q)
@@ -4824,7 +4867,7 @@ class _TreeModel(_RewardModel):
         self._node_c = np.zeros((A, n_nodes, B), dtype=np.int64)
         self._node_s = np.zeros((A, n_nodes, B), dtype=np.int64)
         self._max_bins = 0
-        self._install_edges(edges)            # with the histograms H, HS and bin lists head
+        self._install_edges(edges)            # with the histograms HC and bin lists head
         self._refit = _new_refit_nb(B, settings.max_depth,
                                  np.zeros(3 * settings.max_depth, dtype=np.int64))
         self._cap = 0
@@ -4889,12 +4932,11 @@ class _TreeModel(_RewardModel):
         for j, e in enumerate(edges):
             self._edges[j, :len(e)] = e
         self._n_bins = n_bins
-        if fresh or max_bins != self._max_bins:
+        if fresh or max_bins != self._max_bins or n_bins.sum() != self._HC.shape[2]:
             A, B = self.A, self.settings.n_trees
             n_int = 2 ** self.settings.max_depth - 1
             self._max_bins = max_bins
-            self._H = np.zeros((A, n_int, d * max_bins, B), dtype=np.int32)
-            self._HS = np.zeros(self._H.shape, dtype=self._sums.hist.dtype)
+            self._HC = np.zeros((A, n_int, n_bins.sum(), 2 * B), dtype=self._sums.hist.dtype)
             self._head = np.full((A, d, max_bins), -1, dtype=np.int32)
         self._tree_args = None
 
@@ -4910,7 +4952,7 @@ class _TreeModel(_RewardModel):
             self._tree_args = (
                 (self._n_bins, self._max_bins, s.n_trees, s.max_depth, s.min_samples_leaf,
                  s.refit_every, float(s.discount)),
-                (self._W, self._H, self._HS, self._node_c, self._node_s, self._feat, self._thr,
+                (self._W, self._HC, self._node_c, self._node_s, self._feat, self._thr,
                  self._val, self._head, self._nxt, self._Xa, self._ya, self._nobs,
                  self._fitted), tuple(self._refit),
                 (self._feat, self._thr, self._val, self._fitted))
@@ -4937,7 +4979,7 @@ class _TreeModel(_RewardModel):
         so far are converted exactly)."""
         self._sums, self._graded = _reward_sums(True), True
         self._ya = self._ya.astype(np.float64)
-        self._HS = self._HS.astype(np.float64)
+        self._HC = self._HC.astype(np.float64)
         self._node_s = self._node_s.astype(np.float64)
         self._tree_args = None
 
@@ -4987,7 +5029,7 @@ class _TreeModel(_RewardModel):
                 self._raw = None
 
     #: What a re-cut replaces (:meth:`_recut`): the edges and every forest array.
-    RECUT = ("_edges_list", "_n_edges", "_n_bins", "_max_bins", "_edges", "_H", "_HS", "_head",
+    RECUT = ("_edges_list", "_n_edges", "_n_bins", "_max_bins", "_edges", "_HC", "_head",
              "_feat", "_thr", "_val", "_node_c", "_node_s", "_nxt", "_fitted", "_Xa", "_refit",
              "_tree_args")
 
@@ -5454,6 +5496,191 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
 _SIMULATE_EXECUTION = {"engine": "fast", "return_traces": False}
 
 
+# --- Memo of simulations ----------------------------------------------------------
+#
+# A book or a test run that asks twice for the same simulation (the same code,
+# data and arguments) may compute it once: with MEMO_ENV set, simulate keeps
+# each result in that folder under a key that hashes everything it depends on
+# - this module's source as imported, the versions of Python, numpy and numba,
+# the early-exit switch and every argument, arrays by dtype, shape and bytes -
+# and returns a kept result instead of computing it again.  A changed argument,
+# datum or line of code gives another key, so a kept result is never stale; an
+# argument that cannot be hashed exactly (an object of another kind) is simply
+# not memoised.  Off unless the variable is set (the test run and
+# ``capbook reproduce`` set it to a fresh folder, so every number is still
+# computed from the code under test, once).
+
+#: Environment variable: a folder where :func:`simulate` keeps its results
+#: (created if missing) and reads them back for an identical call; unset, the
+#: default, every call computes.
+MEMO_ENV = "CAPASSIGN_MEMO"
+
+
+def _source_digest():
+    """sha256 of this module's source, read once at import (the code that runs)."""
+    try:
+        return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    except (OSError, NameError):  # pragma: no cover - no readable source: no memo
+        return None
+
+
+_SOURCE_SHA256 = _source_digest()
+
+
+class _NotMemoisable(Exception):
+    """An argument of a kind the memo cannot hash exactly."""
+
+
+def _memo_feed(h, v):
+    """Add value v to the hash h, tagged by kind (so that 1, 1.0, True and "1" differ)."""
+    import dataclasses
+
+    if v is None:
+        h.update(b"N")
+    elif isinstance(v, (bool, np.bool_)):
+        h.update(b"B1" if v else b"B0")
+    elif isinstance(v, (int, np.integer)):
+        h.update(b"I%d;" % int(v))
+    elif isinstance(v, (float, np.floating)):
+        h.update(b"F" + float(v).hex().encode() + b";")
+    elif isinstance(v, str):
+        data = v.encode("utf-8")
+        h.update(b"S%d:" % len(data) + data)
+    elif isinstance(v, np.ndarray):
+        if v.dtype.hasobject:
+            raise _NotMemoisable(v.dtype)
+        h.update(f"A{v.dtype.str}{v.shape}:".encode())
+        h.update(np.ascontiguousarray(v).tobytes())
+    elif isinstance(v, (list, tuple)):
+        h.update(b"L%d(" % len(v))
+        for x in v:
+            _memo_feed(h, x)
+        h.update(b")")
+    elif isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        h.update(b"D%d(" % len(v))
+        for k in sorted(v):
+            _memo_feed(h, k)
+            _memo_feed(h, v[k])
+        h.update(b")")
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+        _memo_feed(h, type(v).__qualname__)
+        _memo_feed(h, {f.name: getattr(v, f.name) for f in dataclasses.fields(v)})
+    else:
+        raise _NotMemoisable(type(v))
+
+
+def _memo_key(func, args, kwargs, extra=None):
+    """The key of a call of ``func``: a hex sha256, or ``None`` when not memoisable.
+
+    ``extra`` holds the defaults of its ``**`` keyword group (given names win)."""
+    import inspect
+    from importlib.metadata import version
+
+    try:
+        bound = inspect.signature(func).bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        for p in inspect.signature(func).parameters.values():
+            if p.kind is p.VAR_KEYWORD:
+                arguments[p.name] = {**(extra or {}), **arguments[p.name]}
+        h = hashlib.sha256(b"capassign memo 1")
+        for part in (_SOURCE_SHA256, sys.version, np.__version__, version("numba"),
+                     bool(_EARLY_EXIT), func.__qualname__, arguments):
+            _memo_feed(h, part)
+    except (_NotMemoisable, TypeError, ImportError):
+        return None
+    return h.hexdigest()
+
+
+#: The fields of a kept :class:`SimulationResult` that are not arrays, and
+#: their types (a result whose fields have other types is not kept, so that a
+#: result read back is equal to the computed one in value and type).
+_MEMO_FIELDS = {"policy": (str,), "capacities": (tuple,), "eta": (float,), "runs": (int,),
+                "seed": (int,), "engine": (str,), "batch_size": (int, type(None))}
+
+
+def _memo_save(path, result):
+    """Keep ``result`` in ``path`` (an .npz file, written atomically), if it
+    holds only fields of :data:`_MEMO_FIELDS`'s types and arrays."""
+    import dataclasses
+
+    meta, arrays = {}, {}
+    for f in dataclasses.fields(result):
+        v = getattr(result, f.name)
+        if f.name in _MEMO_FIELDS:
+            ok = type(v) in _MEMO_FIELDS[f.name] and (
+                f.name != "capacities" or all(c is None or type(c) is float for c in v))
+            if not ok:
+                return
+            meta[f.name] = list(v) if f.name == "capacities" else v
+        elif isinstance(v, np.ndarray) and not v.dtype.hasobject:
+            arrays[f.name] = v
+        elif v is None:
+            meta[f.name] = None
+        else:
+            return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, _meta=np.array(json.dumps(meta)), **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _memo_load(path):
+    """The :class:`SimulationResult` kept in ``path``, or ``None`` if there is none."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            fields = json.loads(str(z["_meta"]))
+            fields.update({k: z[k] for k in z.files if k != "_meta"})
+    except (OSError, ValueError, KeyError):
+        return None
+    fields["capacities"] = tuple(fields["capacities"])
+    return SimulationResult(**fields)
+
+
+def _memoised(func):
+    """``func`` (:func:`simulate`) through the memo of :data:`MEMO_ENV`, when set.
+
+    A call without traces is also answered by the kept result of the same call
+    with ``return_traces=True``, its traces dropped (the traces are only
+    recorded, they change no number of the runs)."""
+    import dataclasses
+
+    def kept(folder, args, kwargs):
+        key = _memo_key(func, args, kwargs, _SIMULATE_EXECUTION)
+        if key is None:
+            return None, None
+        path = Path(folder).expanduser() / f"{key}.npz"
+        return path, _memo_load(path) if path.is_file() else None
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        folder = os.environ.get(MEMO_ENV, "").strip()
+        if not folder:
+            return func(*args, **kwargs)
+        path, result = kept(folder, args, kwargs)
+        if path is None:
+            return func(*args, **kwargs)
+        if result is None and kwargs.get("return_traces", False) is False:
+            traced = kept(folder, args, {**kwargs, "return_traces": True})[1]
+            if traced is not None:
+                result = dataclasses.replace(traced, orders=None, assignments=None, queues=None)
+        if result is None:
+            result = func(*args, **kwargs)
+            _memo_save(path, result)
+        return result
+
+    return call
+
+
+@_memoised
 def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
              settings=PAPER_SETTINGS, batch_size=None, **execution):
     """Run an assignment policy on a task stream, ``runs`` times (Algorithm 1).
@@ -5920,8 +6147,7 @@ def _new_forests(A, T, trees):
     n_nodes = 2 ** (max_depth + 1) - 1
     n_int = 2 ** max_depth - 1
     return _Forests(np.empty((A, B, T), dtype=np.uint8),
-                    np.zeros((A, n_int, d * max_bins, B), dtype=np.int32),
-                    np.zeros((A, n_int, d * max_bins, B), dtype=sums.hist.dtype),
+                    np.zeros((A, n_int, trees.n_bins.sum(), 2 * B), dtype=sums.hist.dtype),
                     np.zeros((A, n_nodes, B), dtype=np.int64),
                     np.zeros((A, n_nodes, B), dtype=sums.node.dtype),
                     np.full((A, B, n_nodes), -1, dtype=np.int32),
@@ -12175,6 +12401,41 @@ def _cmd_data_embed(args):
     print(f"wrote {embed_mmlu_questions(args.out)}")
 
 
+#: The tasks and policies of ``bench --tabular``: the two widest tabular tasks,
+#: where the tree policies cost most per decision (credit 90 columns, bank 57).
+_TABULAR_BENCH = (("bank", "credit"), ("tree-greedy", "tree-ts", "logistic-greedy", "random"))
+
+
+def _benchmark_tabular(runs, seed, policies=None, out=print):
+    """Microseconds per decision of online policies on the real tabular tasks
+    of :data:`_TABULAR_BENCH` (task seed 0, capacities (0.5, 0.5), eta 0.5):
+    CPU time of the process (all threads) and wall time, after a first call on
+    a short prefix (compilation or cache load, not counted)."""
+    import numba
+
+    tasks, default = _TABULAR_BENCH
+    out(f"capassign bench --tabular: {runs} runs per policy, capacities (0.5, 0.5), "
+        f"eta {DEFAULT_ETA}; numba threads={numba.get_num_threads()} "
+        f"(cpu_count={os.cpu_count()})")
+    header = f"{'task':<8}{'T':>7}{'d':>4}  {'policy':<17}{'cpu us/dec':>11}{'wall us/dec':>12}"
+    out(header)
+    out("-" * len(header))
+    rows = {}
+    for name in tasks:
+        task = load_task(name, seed=0)
+        X, R = task.X, task.R
+        for policy in policies or default:
+            simulate(X[:300], R[:300], [0.5, 0.5], policy, runs=1, seed=seed)
+            w0, c0 = time.perf_counter(), time.process_time()
+            simulate(X, R, [0.5, 0.5], policy, runs=runs, seed=seed)
+            w1, c1 = time.perf_counter(), time.process_time()
+            n = runs * R.shape[0]
+            rows[name, policy] = ((c1 - c0) / n * 1e6, (w1 - w0) / n * 1e6)
+            out(f"{name:<8}{R.shape[0]:>7}{X.shape[1]:>4}  {policy:<17}"
+                f"{rows[name, policy][0]:>11.3f}{rows[name, policy][1]:>12.3f}")
+    return rows
+
+
 def _cmd_bench(args):
     if args.reference_T is not None:
         _validate_int(args.reference_T, "--reference-T", lo=1)
@@ -12197,6 +12458,8 @@ def _cmd_bench(args):
     elif args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed, eta=args.eta,
                          policies=kwargs.get("policies", ONLINE_POLICIES))
+    elif args.tabular:
+        _benchmark_tabular(args.fast_runs, args.seed, kwargs.get("policies"))
     else:
         benchmark_engines(T=T, d=args.d, fast_runs=args.fast_runs,
                           reference_runs=args.reference_runs, reference_T=ref_T, seed=args.seed,
@@ -12340,6 +12603,10 @@ _COMMANDS = [
          _opt("--startup", action="store_true",
               help="time 'import capassign' and the first call of the Router and of "
                    "simulate, cold (empty numba cache) and warm, each in a fresh process"),
+         _opt("--tabular", action="store_true",
+              help="time the tree, logistic and random policies on the real tasks bank and "
+                   "credit instead (microseconds per decision; --fast-runs runs each; needs "
+                   "their data)"),
          _opt("--router", action="store_true",
               help="time the streaming Router instead (microseconds per assign + update, per "
                    "policy, on T tasks)"),

@@ -9,12 +9,21 @@ Before nbval re-executes such a chapter, the files it needs are located (the
 folder named by CAPASSIGN_DATA, else the download cache) and, when missing,
 fetched; if they cannot be had, the chapter's cells are skipped with the
 message that says how to get the data, instead of failing.
+
+The notebooks of one test run share a memo of simulations (``CAPASSIGN_MEMO``,
+a fresh empty folder per run, removed at its end): a simulation that several
+chapters run with the same code, data and arguments is computed once, by the
+first.  The unit tests run without it, so that each computes what it checks.
+At the end the run prints how long each chapter's re-execution took.
 """
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -73,3 +82,54 @@ def book_html(tmp_path_factory):
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     print(f"\nbook built in {time.perf_counter() - start:.1f} s into {out}")
     return out / "_build" / "html"
+
+
+# --- the memo of simulations, for the notebooks ----------------------------------
+
+_MEMO_ENV = "CAPASSIGN_MEMO"        # capassign.MEMO_ENV (capassign is imported lazily)
+_MEMO = {}
+
+
+def pytest_configure(config):
+    # set before any notebook kernel starts: nbval's kernels inherit this environment
+    _MEMO["old"] = os.environ.get(_MEMO_ENV)
+    _MEMO["dir"] = tempfile.mkdtemp(prefix="capassign-memo-")
+    os.environ[_MEMO_ENV] = _MEMO["dir"]
+
+
+def pytest_unconfigure(config):
+    if "dir" in _MEMO:
+        shutil.rmtree(_MEMO.pop("dir"), ignore_errors=True)
+        if _MEMO.get("old") is None:
+            os.environ.pop(_MEMO_ENV, None)
+        else:
+            os.environ[_MEMO_ENV] = _MEMO["old"]
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_compute(monkeypatch):
+    """Unit tests see no memo (tests/test_memo.py sets its own)."""
+    monkeypatch.delenv(_MEMO_ENV, raising=False)
+
+
+# --- where the time goes: each chapter's re-execution ----------------------------
+
+_NOTEBOOK_SECONDS = defaultdict(float)
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    if path.endswith(".ipynb"):
+        _NOTEBOOK_SECONDS[path] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _NOTEBOOK_SECONDS:
+        return
+    rows = sorted(_NOTEBOOK_SECONDS.items(), key=lambda kv: -kv[1])
+    terminalreporter.write_sep("=", "chapter re-execution times (nbval, all cells)")
+    width = max(len(Path(p).stem) for p, _ in rows)
+    for path, seconds in rows:
+        terminalreporter.write_line(f"{Path(path).stem:<{width}}  {seconds:8.1f} s")
+    total = sum(_NOTEBOOK_SECONDS.values())
+    terminalreporter.write_line(f"{'total':<{width}}  {total:8.1f} s ({len(rows)} chapters)")

@@ -256,22 +256,21 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
     y = np.ascontiguousarray(R[:, 0])
     rng = np.random.default_rng(seed).integers(1, 2**63, size=4).astype(np.uint64)
     W = np.zeros((B, T), np.uint8)
-    H = np.zeros((n_int, d * mb, B), np.int32)
-    HS = H.copy()
+    HC = np.zeros((n_int, n_bins.sum(), 2 * B), np.int32)
     nc, ns = np.zeros((n_nodes, B), np.int64), np.zeros((n_nodes, B), np.int64)
     feat, thr = np.full((B, n_nodes), -1, np.int32), np.zeros((B, n_nodes), np.int32)
     val = np.zeros((B, n_nodes))
     head, nxt = np.full((d, mb), -1, np.int32), np.zeros((d, T), np.int32)
-    forest = ca._Forest(W, H, HS, nc, ns, feat, thr, val, head, nxt)
+    forest = ca._Forest(W, HC, nc, ns, feat, thr, val, head, nxt)
     stats = np.zeros(3 * depth, np.int64)
     refit = ca._new_refit_nb(B, depth, stats)
     checked = 0
     for k in range(n_rows):
-        ca._online_observe_nb(Xb[k], y[k], k, depth, mb, rng, forest)
+        ca._online_observe_nb(Xb[k], y[k], k, depth, n_bins, rng, forest)
         if (k + 1) % every:
             continue
         n = k + 1
-        ca._online_refit_nb(Xb, y, n, n_bins, mb, depth, min_leaf, forest, refit)
+        ca._online_refit_nb(Xb, y, n, n_bins, depth, min_leaf, forest, refit)
         sfeat, sthr, sval = ca._fit_forest_nb(Xb, y, np.ascontiguousarray(W[:, :n], np.int32),
                                               n_bins, mb, depth, min_leaf,
                                               ca._reward_sums(False))

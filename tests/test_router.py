@@ -301,15 +301,14 @@ def test_stream_bins_refit_exactly_on_the_current_bins(stream, cut):
                                       err_msg=name)
     # the histograms of every node the trees can reach (the re-cut starts from
     # empty histograms, so nodes no longer in any tree hold nothing)
-    n_int = live._model._H.shape[1]
+    n_int = live._model._HC.shape[1]
     for a in range(2):
         for b in range(live.settings.n_trees):
             for u in range(n_int):
                 if u == 0 or ref._model._feat[a, b, (u - 1) // 2] >= 0:
-                    np.testing.assert_array_equal(live._model._H[a, u, :, b],
-                                                  ref._model._H[a, u, :, b])
-                    np.testing.assert_array_equal(live._model._HS[a, u, :, b],
-                                                  ref._model._HS[a, u, :, b])
+                    for col in (b, live.settings.n_trees + b):      # counts, sums
+                        np.testing.assert_array_equal(live._model._HC[a, u, :, col],
+                                                      ref._model._HC[a, u, :, col])
     later = range(n, 2 * cut - 1)            # contexts seen stay below the next cut
     assert [live.assign(X[t]) for t in later] == [ref.assign(X[t]) for t in later]
 

@@ -20,6 +20,7 @@ import json
 import math
 import numbers
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -265,6 +266,13 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
             str(Path(__file__).resolve().parents[1])]
     old_path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(here + ([old_path] if old_path else []))
+    # The chapters of this call share a memo of simulations (capassign.MEMO_ENV): one
+    # that several chapters run (same code, data and arguments) is computed once.
+    # A fresh folder unless the caller named one.
+    memo = (None if os.environ.get(capassign.MEMO_ENV)
+            else tempfile.mkdtemp(prefix="capassign-memo-"))
+    if memo:
+        os.environ[capassign.MEMO_ENV] = memo
     try:
         return [_execute_chapter(name, parameters, kernel_name, log_output)
                 for name in names]
@@ -273,6 +281,9 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = old_path
+        if memo:
+            os.environ.pop(capassign.MEMO_ENV, None)
+            shutil.rmtree(memo, ignore_errors=True)
 
 
 #: Seconds the executor waits for a cell's last outputs after the cell has finished
