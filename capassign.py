@@ -2903,6 +2903,8 @@ class ModelSettings:
     True
     >>> ModelSettings(n_trees=5).n_trees
     5
+    >>> type(ModelSettings(n_trees=np.int64(5)).n_trees).__name__   # NumPy numbers: Python's
+    'int'
     """
 
     gamma: float = 1.0
@@ -2927,6 +2929,10 @@ class ModelSettings:
                              ("max_bins", 2, 255)):
             _validate_int(getattr(self, name), f"settings.{name}", lo, hi)
         _validate_real(self.discount, "settings.discount", 0.0, 1.0, lo_open=True)
+        for name in self.__dataclass_fields__:   # NumPy numbers as Python's (JSON, sizes)
+            v = getattr(self, name)
+            if isinstance(v, np.generic):
+                object.__setattr__(self, name, v.item())
 
     def fields(self):
         """The settings as a plain dict, as saved states and sweeps store them;

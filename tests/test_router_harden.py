@@ -316,3 +316,17 @@ def test_every_saved_state_restores_a_router_that_decides_alike(policy, kw, step
     assert refused > 0 and r.n_assigned > 0
     if policy == "tree-ts":
         assert r.state_dict()["model"]["stream"]["n_seen"] > 256
+
+
+def test_numpy_typed_settings_are_python_numbers():
+    # a Router with n_trees=np.int64(20) saved no JSON (TypeError), and
+    # max_depth=np.uint8(2) overflowed in the forest size check
+    s = ca.ModelSettings(gamma=np.float32(0.5), kappa=np.float64(0.25), n_trees=np.int64(20),
+                         max_depth=np.uint8(2), max_bins=np.int16(16), discount=np.float64(0.99))
+    assert s == ca.ModelSettings(gamma=0.5, kappa=0.25, max_depth=2, max_bins=16, discount=0.99)
+    for policy in ca.ONLINE_POLICIES:
+        r = ca.Router(["a", "b"], [0.5, 0.5], policy, n_features=2, settings=s)
+        r.assign([0.0, 1.0])
+        r.update(r.last_task_id, None, 1)
+        assert _roundtrip(r).state_dict() == json.loads(json.dumps(r.state_dict()))
+    assert all(type(v) in (int, float) for v in s.fields().values())
