@@ -6787,9 +6787,9 @@ class _Team:
 
     def _rebalanced(self, keep, rebalance, factor):
         """The capacities of the agents ``keep`` after a change (class notes)."""
-        if isinstance(rebalance, str) and rebalance == "scale":
-            return [None if not self._constrained[a] else float(self._alpha[a]) * factor
-                    for a in keep]
+        if isinstance(rebalance, str) and rebalance == "scale":     # (1 + rounding: 1)
+            return [None if not self._constrained[a] else min(float(self._alpha[a]) * factor,
+                                                              1.0) for a in keep]
         try:
             caps = list(rebalance)
         except TypeError:
@@ -12197,8 +12197,17 @@ def _add_commands(sub, commands):
         p.set_defaults(func=func or (lambda a, p=p: p.print_help()))
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr, exit status 2, as
+    every other expected failure of the command lines (its sub-parsers too)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}; see "
+                     f"{self.prog} --help\n")
+
+
 def _build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _CommandParser(
         prog="capassign",
         description="Assign prediction tasks to agents with capacity constraints "
                     "(Wu, Kher & Smyth) - simulation, sweeps, data and benchmarks; the "
@@ -12273,7 +12282,12 @@ def _command_name(parser, args):
 
 def _error_line(exc):
     """One line saying what went wrong and, where the message does not, what to do."""
-    if isinstance(exc, (TimeoutError, ConnectionError)):
+    if isinstance(exc, BrokenPipeError):
+        msg = (f"{exc.strerror or exc}: the command's output was closed before it ended (e.g. "
+               f"piped into a program that stopped reading)")
+    elif isinstance(exc, (TimeoutError, ConnectionError)) or (
+            isinstance(exc, OSError) and exc.strerror is None
+            and any(w in str(exc).lower() for w in ("timed out", "timeout", "connect"))):
         msg = (f"{exc or type(exc).__name__}; check the address and that the other side (e.g. "
                f"the Dask scheduler) is running and reachable")
     elif isinstance(exc, OSError) and not isinstance(exc, (DataUnavailable, DataIntegrityError)):
