@@ -3439,10 +3439,11 @@ def _reward_sums(graded):
 
 
 #: A squared Cholesky pivot of the forgetting step at or below this fraction of
-#: the largest diagonal entry is taken as lost to rounding (condition numbers
-#: near 1 / (this) and beyond): the step then takes the factored form of
-#: :func:`_discount_factored_nb`.
-_PIVOT_TOL = 1e4 * _EPS
+#: the largest diagonal entry marks a Sigma too ill-conditioned for the plain
+#: inverses (whose error grows as the condition number times eps: 2e-7 at
+#: 1e11, NaN or a division by zero near 1e16): the step then takes the factored
+#: form of :func:`_discount_factored_nb` (error near eps at any condition).
+_PIVOT_TOL = 1e-8
 
 
 @_njit(cache=True)

@@ -196,3 +196,43 @@ def test_a_router_raises_on_a_nan_estimate(policy):
         router.assign(X[0])
     with pytest.raises(ValueError, match="estimated reward is NaN"):
         router.assign_batch(X[:4])
+
+
+def _one_step_sigma(x):
+    """Sigma of a logistic model after one Laplace step at context ``x`` (intercept first)."""
+    theta, Sigma = np.zeros(len(x)), np.eye(len(x))
+    ca._laplace_update_nb(theta, Sigma, np.asarray(x, float), 1.0, 1e-4, 0.25, np.empty(len(x)))
+    return Sigma
+
+
+def test_the_forgetting_step_takes_the_plain_inverses_where_they_are_exact():
+    # the paper-scale path: two Cholesky inverses, bit for bit as before the factored form
+    S = _one_step_sigma([1.0, 0.3, -1.2])
+    W = np.empty((4, 3, 3))
+    got = S.copy()
+    ca._discount_precision_nb(got, 0.99, 1.0, W)
+    V = np.empty((3, 3, 3))
+    ca._spd_inverse_nb(S, V)
+    P = 0.99 * V[2] + (1 - 0.99) * 1.0 * np.eye(3)
+    ca._spd_inverse_nb(P, V)
+    assert np.array_equal(got, V[2])
+
+
+def _rotated(eigenvalues, seed=0):
+    Q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(len(eigenvalues),) * 2))
+    S = Q @ np.diag(eigenvalues) @ Q.T
+    return (S + S.T) / 2
+
+
+@pytest.mark.parametrize("S", [
+    _one_step_sigma([1.0, 1.7e9, 1.6e9]),               # a variance lost to rounding
+    _rotated([1.0, 1e-11, 0.5])],                        # the plain inverses err by 2e-7
+    ids=["lost", "ill-conditioned"])
+def test_the_forgetting_step_is_factored_where_a_pivot_is_lost(S):
+    W = np.empty((4, 3, 3))
+    got = S.copy()
+    ca._discount_precision_nb(got, 0.99, 1.0, W)
+    want = S.copy()
+    W[3] = S
+    ca._discount_factored_nb(want, 0.99, (1 - 0.99) * 1.0, W)
+    assert np.array_equal(got, want) and _sigma_is_a_covariance(got)

@@ -244,3 +244,18 @@ def test_scaled_capacities_that_round_above_one_are_one():
     router.remove_agent("c")
     router.remove_agent("b")
     assert router.capacities == (1.0, None)
+
+
+def test_a_queue_that_rounds_above_its_start_plus_tasks_restores():
+    # an agent of capacity 0 joined at Q = 7.9 (rounded) and got 60 tasks: its
+    # queue, grown by 1 at a time, ends an ulp above 7.9 + 60
+    router = ca.Router(["a", "b"], [0.3, 0.7], "marginal", eta=0.0)
+    for _ in range(24):
+        router.assign([0.0])
+        router.update(router.last_task_id, None, 0)
+    router.add_agent("c", 0.0)
+    for _ in range(60):
+        a = router.assign([0.0])
+        router.update(router.last_task_id, None, 1 if a == "c" else 0)
+    assert router.Q[2] > router.changes[-1]["Q"] + router.assigned_counts[2]
+    assert _roundtrip(router).state_dict() == router.state_dict()
