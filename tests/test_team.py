@@ -166,6 +166,15 @@ def test_a_saved_queue_above_its_start_is_still_refused():
     st["changes"][0]["Q"] = 7.0                    # more than the 5 tasks before it
     with pytest.raises(ValueError, match=r"state\['changes'\]\[i\]\['Q'\]"):
         ca.Router.from_state(st)
+    # joined twice: the queue starts from the latest joining, not the sum of both
+    router.remove_agent("c")
+    router.add_agent("c", 0.2)
+    st = json.loads(json.dumps(router.state_dict()))
+    first, last = st["changes"][0]["Q"], st["changes"][-1]["Q"]
+    assert first > 0
+    st["Q"][2] = last + first / 2                  # within the sum of both starts
+    with pytest.raises(ValueError, match=r"state\['Q'\].*is impossible"):
+        ca.Router.from_state(st)
 
 
 @pytest.mark.parametrize("automatic", [False, True])
@@ -177,10 +186,11 @@ def test_a_departed_task_keeps_its_id(automatic):
     tid = 1 if automatic else "j"
     gone = router.assign([0.0], task_id=tid)
     router.remove_agent(gone)
-    if automatic:
+    if automatic:                              # 1 is the next sequence number
+        router.assign_batch([[0.0]] * 2)
+        assert router.pending[-2:] == [2, 3]
         router.assign([0.0])
-        assert router.last_task_id == 2
-        assert router.assign_batch([[0.0]] * 2) and router.last_task_id == 4
+        assert router.last_task_id == 4
     else:
         with pytest.raises(ValueError, match="task_id 'j' is already pending .*which left"):
             router.assign([0.0], task_id="j")
@@ -195,11 +205,12 @@ def test_a_departed_task_keeps_its_id(automatic):
 
 def test_a_departed_agents_tasks_expire_cancel_and_check_the_agent():
     # they never expired, could not be cancelled and took any agent name
-    router = ca.Router(["a", "b", "c"], [0.4, 0.3, 0.3], "random", max_age=5, seed=1)
-    agents = [router.assign([0.0]) for _ in range(3)]
-    leaving = agents[0]
-    router.remove_agent(leaving)
+    router = ca.Router(["a", "b", "c"], [0.4, 0.3, 0.3], "random", max_age=8, seed=1)
+    agents = [router.assign([0.0]) for _ in range(6)]
+    leaving = max(set(agents), key=agents.count)
     mine = [t for t, a in enumerate(agents) if a == leaving]
+    assert len(mine) >= 3
+    router.remove_agent(leaving)
     with pytest.raises(ValueError, match=f"does not match .*{leaving!r}, which left"):
         router.update(mine[0], "someone", 1.0)
     assert router.cancel(mine[0]) == leaving
@@ -207,14 +218,26 @@ def test_a_departed_agents_tasks_expire_cancel_and_check_the_agent():
     with pytest.raises(ValueError, match="not pending"):
         router.update(mine[0], None, 1.0)
     twin = _roundtrip(router)
-    for _ in range(6):
+    for _ in range(9):
         router.assign([0.0])
         twin.assign([0.0])
-    assert router.n_expired == twin.n_expired == 3 - 1
+        assert router.state_dict() == twin.state_dict()
+    assert router.n_expired == twin.n_expired == 6 - 1
     for t in mine[1:]:
         with pytest.raises(ValueError, match="not pending"):
             router.update(t, None, 1.0)
-    assert router.state_dict() == twin.state_dict()
+
+
+def test_departed_tasks_expire_oldest_first_after_a_restore():
+    router = ca.Router(["a", "b", "c"], [0.4, 0.3, 0.3], "random", max_pending=6, seed=1)
+    agents = [router.assign([0.0]) for _ in range(4)]
+    router.remove_agent(agents[0])                 # its tasks are the oldest waiting
+    twin = _roundtrip(router)
+    for _ in range(5):
+        router.assign([0.0])
+        twin.assign([0.0])
+        assert router.state_dict() == twin.state_dict()
+    assert router.n_expired > 0
 
 
 def test_max_pending_counts_a_departed_agents_tasks():
