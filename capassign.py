@@ -6700,9 +6700,12 @@ class _Team:
       a handicap (starved).  The other queues are not changed; a free agent
       has no queue.
     - *Pending tasks of a leaving agent.*  ``pending="accept"`` (default):
-      their rewards are still accepted by :meth:`Router.update` and dropped
-      (the agent's model is gone); ``pending="cancel"``: they are cancelled
-      at once (:meth:`Router.cancel`), so their update is refused.
+      their rewards are still accepted by :meth:`Router.update` (which checks
+      the agent named, if any) and dropped (the agent's model is gone); until
+      then they keep their ids in use, count towards ``max_pending``, expire
+      by ``max_pending`` and ``max_age`` and can be cancelled as any pending
+      task.  ``pending="cancel"``: they are cancelled at once
+      (:meth:`Router.cancel`), so their update is refused.
     - *Saved state.*  Every change is recorded in :attr:`changes` and saved;
       a restored router holds the agents as they are now and decides exactly
       as the live one.
@@ -7252,8 +7255,9 @@ class Router(_Team):
         :data:`ROUTER_STATE_LIMITS`, before anything is allocated; counts must
         be integers that agree with each other; Sigma must be symmetric and
         positive semi-definite up to rounding (:meth:`_LogisticModel._check_values`);
-        queues finite, >= 0 and at most their agent's count of tasks (a queue
-        grows by at most 1 per task assigned to its agent, Eq. 1); pending
+        queues finite, >= 0 and at most their agent's count of tasks plus the
+        queue it joined with (a queue grows by at most 1 per task assigned to
+        its agent, Eq. 1; :class:`_Team`); pending
         tasks, cancelled and expired ones at most the tasks assigned; running
         sums of rewards at most their counts.  Raises ``ValueError`` naming the
         offending field when the state is malformed or impossible, or was
