@@ -90,8 +90,9 @@ ENTRY_POINTS = {
         "simulate_grid": lambda v, p: ca.simulate_grid(X, R, ["random"], [[0.5, 0.5]], eta=v),
         "simulate_known_mu": lambda v, p: ca.simulate_known_mu(MU, R, [0.5, 0.5], eta=v),
         "Router": lambda v, p: ca.Router(2, [0.5, 0.5], "random", eta=v),
-        "select_agent": lambda v, p: ca.select_agent([0.2, 0.8], [0.0, 0.0], v),
     },
+    # the step of one decision: a number only (no schedule)
+    "eta_t": {"select_agent": lambda v, p: ca.select_agent([0.2, 0.8], [0.0, 0.0], v)},
     "alpha": {
         "two_agent_threshold": lambda v, p: ca.two_agent_threshold([-1.0, 1.0], v),
         "disagreement_gain": lambda v, p: ca.disagreement_gain([-1.0, 1.0], v),
@@ -139,8 +140,13 @@ def _cases():
     eta = "eta must be a finite number >= 0, got {!r}"
     cases += [("eta", v, err, eta.format(v)) for v, err in
               [(-1, ValueError), (-0.5, ValueError), (math.nan, ValueError),
-               (math.inf, ValueError), ("0.5", TypeError), (True, TypeError),
-               (None, TypeError)]]
+               (math.inf, ValueError)]]
+    # a value of the wrong kind: eta may also be a step schedule
+    eta_kind = "eta must be a finite number >= 0 or a DecayingEta, got {!r}"
+    cases += [("eta", v, TypeError, eta_kind.format(v)) for v in ("0.5", True, None)]
+    cases += [("eta_t", v, err, eta.format(v)) for v, err in
+              [(-1, ValueError), (math.nan, ValueError), ("0.5", TypeError),
+               (True, TypeError), (None, TypeError)]]
     alpha = "alpha must be a finite number in [0, 1], got {!r}"
     cases += [("alpha", v, err, alpha.format(v)) for v, err in
               [(1.5, ValueError), (-0.1, ValueError), (math.nan, ValueError),

@@ -344,9 +344,10 @@ VERDICT_KINDS = ("result reproduced", "result differs", "result inconclusive",
 #: The verdicts :func:`scorecard_verdict` returns.
 VERDICTS = ("reproduced", "differs", "inconclusive", "not re-run", "pending")
 
-#: Two-sided 95 % normal quantile (the interval of a verdict) and the multiple of a
-#: standard error that a test at the 5 % level detects with 80 % probability (its power).
+#: Two-sided 95 % normal quantile: the interval of a verdict.
 Z_INTERVAL = 1.96
+#: The multiple of a standard error that a test at the 5 % level detects with
+#: 80 % probability: the power a verdict states.
 POWER_MULTIPLE = 2.8
 
 
