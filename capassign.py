@@ -6641,8 +6641,24 @@ def _benchmark_grid(T, d, runs, seed, out, eta=DEFAULT_ETA):
 ROUTER_SCHEMA = "capassign.router"
 #: The current version of the saved router state (older versions still load).
 #: Version 4: ``eta`` may be a :class:`DecayingEta` (an object, see
-#: :meth:`DecayingEta.fields`); versions 1-3 hold a number.
-ROUTER_SCHEMA_VERSION = 4
+#: :meth:`DecayingEta.fields`); versions 1-3 hold a number.  Version 5: the
+#: ``log`` path (None without a log; versions 1-4 restore without one).
+ROUTER_SCHEMA_VERSION = 5
+
+#: The JSON lines a :class:`Router` with ``log=PATH`` appends to PATH (one
+#: object per line, each line flushed as written; the file is only ever
+#: appended to), and that :func:`evaluate_log` reads.  ``event`` tells which:
+#:
+#: - ``{"event": "router", "agents", "capacities", "policy", "eta", "seed"}``
+#:   each time a router starts logging (built, or restored by
+#:   :meth:`Router.from_state`);
+#: - ``{"event": "decision", "task_id", "agent", "propensity",
+#:   "propensity_se", "x"}`` per task assigned by :meth:`Router.assign`
+#:   (``x`` the context as a list of numbers; see :class:`Decision`);
+#: - ``{"event": "reward", "task_id", "agent", "reward"}`` per reward of an
+#:   assigned task fed to :meth:`Router.update` (observations given as a
+#:   context, not a task id, are not decisions and are not logged).
+LOG_FORMAT = ("router", "decision", "reward")
 
 #: The checked configuration of a :class:`Router` (:func:`_router_config`):
 #: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
@@ -6963,6 +6979,88 @@ class _TaskLedger:
             self._order = deque((e[2], tid) for tid, e in entries.items())
 
 
+def _read_only(attr, name, how):
+    """A read-only property of a :class:`Router` reading ``attr``; setting it
+    raises AttributeError saying ``how`` to change it."""
+    def refuse(self, value):
+        raise AttributeError(f"Router.{name} is read-only: {how}")
+    return property(lambda self: getattr(self, attr), refuse,
+                    doc=f"See the parameters (read-only: {how}).")
+
+
+#: Attributes of a pickled router from before the configuration became
+#: read-only: (old name, new name).
+_RENAMED_ATTRIBUTES = (("policy", "_policy"), ("eta", "_eta"), ("seed", "_seed"),
+                       ("settings", "_settings"), ("n_features", "_n_features"),
+                       ("capacities", "_caps"))
+
+
+def _log_path(log):
+    """The checked ``log`` argument of :class:`Router`: None or a path (str)."""
+    if log is None:
+        return None
+    if not isinstance(log, (str, os.PathLike)) or not str(log):
+        raise TypeError(f"log must be a file path (str or os.PathLike), got {log!r}")
+    return str(log)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision of a :class:`Router` explained (``Router.assign(x, explain=True)``).
+
+    Attributes
+    ----------
+    agent : int or str
+        The agent chosen (as :meth:`Router.assign` returns it).
+    task_id : int or str
+        The task's id.
+    propensity : float
+        The probability that the policy gave this agent at this task, given
+        everything before it.  Exact for the deterministic policies
+        (``marginal``, ``*-greedy``: 1, ties going to the lowest agent index,
+        not at random) and for ``random`` (the agent's selection share); for
+        Thompson sampling (``*-ts``) a Monte Carlo estimate: the share of
+        ``n_draws`` fresh posterior draws whose Eq. 2 choice is this agent.
+    propensity_se : float
+        The standard error of ``propensity``: sqrt(p (1 - p) / n_draws) for
+        Thompson sampling, 0 when exact.
+    n_draws : int
+        The Monte Carlo draws behind ``propensity`` (0 when exact).
+    estimates : tuple of float or None
+        mu_hat_a(x) per agent (order of :attr:`Router.agents`): the posterior
+        mean of the logistic models, the forest mean of the trees, the running
+        mean of ``marginal``; None for ``random``, which estimates nothing.
+    penalties : tuple of float
+        eta_t Q_{t,a} per agent before the decision (Eq. 2; 0 for a free
+        agent), eta_t the step of this task (:class:`DecayingEta`).
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(50, 3, seed=1)
+    >>> router = Router(2, [0.5, 0.5], "random")
+    >>> router.assign(X[0], explain=True).propensity
+    0.5
+    """
+
+    agent: object
+    task_id: object
+    propensity: float
+    propensity_se: float
+    n_draws: int
+    estimates: tuple
+    penalties: tuple
+
+
+#: The key that separates the propensity draws' stream from the decisions'
+#: (:meth:`Router.assign`): SeedSequence([seed, task number, this key]).
+_PROPENSITY_KEY = 0x70726F70
+
+#: Default number of Monte Carlo draws behind a Thompson-sampling propensity
+#: (:meth:`Router.assign` with ``explain=True``): standard error at most
+#: 0.5 / sqrt(2000) = 0.011.
+PROPENSITY_DRAWS = 2000
+
+
 class _Team:
     """Agents joining and leaving a running :class:`Router` (its base class).
 
@@ -7093,7 +7191,7 @@ class _Team:
         self._n_rewards = np.concatenate([self._n_rewards[keep],
                                           np.zeros(new, dtype=np.int64)])
         self._alpha, self._constrained, self._A = alpha, constrained, len(names)
-        self.capacities = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
+        self._caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
         self._names, self._index = names, {n: i for i, n in enumerate(names)}
         self._mu1 = np.empty((1, self._A))
         self._model.regroup(keep, fresh, alpha, constrained, self._Q)
@@ -7262,11 +7360,12 @@ class Router(_Team):
 
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
-                 max_age=None):
+                 max_age=None, log=None):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
                            settings, max_pending, max_age)
-        self.policy, self.eta, self.seed, self.settings = c.policy, c.eta, c.seed, c.settings
-        self.n_features, self.capacities, self._names = c.d, c.caps, c.names
+        self._policy, self._eta, self._seed, self._settings = c.policy, c.eta, c.seed, c.settings
+        self._n_features, self._caps, self._names = c.d, c.caps, c.names
+        self._log = _log_path(log)
         self._index = {n: i for i, n in enumerate(c.names)} if c.names else None
         self._alpha, self._constrained, self._A = c.alpha, c.constrained, c.A
         self._Q = np.zeros(c.A)
@@ -7281,11 +7380,19 @@ class Router(_Team):
         self._extra = self._tasks.expiry or self._model.sees
         self._config, self._changes, self._departed = c, [], {}   # agents joining, leaving
         self._lock = threading.Lock()         # one public call at a time (class notes)
+        self._write_log({"event": "router", "agents": self.agents,
+                         "capacities": list(self._caps), "policy": c.policy,
+                         "eta": _step_json(c.eta), "seed": c.seed})
 
     def __getstate__(self):                   # pickle and deepcopy: a new lock
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}
 
     def __setstate__(self, state):
+        state = dict(state)
+        for old, new in _RENAMED_ATTRIBUTES:      # a router pickled before they were read-only
+            if old in state:
+                state[new] = state.pop(old)
+        state.setdefault("_log", None)
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -7309,6 +7416,17 @@ class Router(_Team):
     n_expired = property(lambda self: self._tasks.n_expired, doc="Tasks expired.")
     max_pending = property(lambda self: self._tasks.max_pending, doc="See the parameters.")
     max_age = property(lambda self: self._tasks.max_age, doc="See the parameters.")
+    # The configuration is read-only: an assignment used to be accepted and then
+    # ignored by assign but used by assign_batch and state_dict (a restored router
+    # decided otherwise).  Each refusal says how to change the setting.
+    capacities = _read_only("_caps", "capacities", "change them with add_agent or "
+                            "remove_agent (rebalance=...), or build a new Router")
+    eta = _read_only("_eta", "eta", "build a new Router with the eta wanted")
+    policy = _read_only("_policy", "policy", "build a new Router with the policy wanted")
+    seed = _read_only("_seed", "seed", "build a new Router with the seed wanted")
+    settings = _read_only("_settings", "settings", "build a new Router with the settings wanted")
+    n_features = _read_only("_n_features", "n_features", "it is fixed by the contexts")
+    log = _read_only("_log", "log", "build a new Router with log=PATH")
 
     def _locked(self, f, *args):
         with self._lock:
@@ -7336,7 +7454,7 @@ class Router(_Team):
     def _agent_out(self, a):
         return self._names[a] if self._names else a
 
-    def assign(self, x, task_id=None):
+    def assign(self, x, task_id=None, *, explain=False, n_draws=PROPENSITY_DRAWS):
         """Assign one task with context ``x``; return the agent (Eq. 2).
 
         The queues advance at once (Eq. 1).  The task is then pending until
@@ -7346,7 +7464,31 @@ class Router(_Team):
         the first task this router assigns, then 1, 2, ...), or the next
         integer no pending task uses if a caller took that number (see the
         class notes); :attr:`last_task_id` holds the id given.
+
+        With ``explain=True`` the return value is a :class:`Decision`: the
+        agent with its propensity, the estimates mu_hat_a(x) and the penalties
+        eta_t Q_{t,a}.  A Thompson-sampling propensity is the share of
+        ``n_draws`` fresh posterior draws that choose the agent (standard
+        error sqrt(p (1 - p) / n_draws); each draw costs about one decision).
+        Those draws come from their own stream, seeded by the router's seed
+        and the task's sequence number, never from the decision stream: a
+        router explaining its decisions decides exactly as one that does not.
+        A router with ``log`` computes the propensity of every task (with
+        ``n_draws``) and writes it to the log, whatever ``explain`` says.
+
+        Examples
+        --------
+        >>> X, R, _ = synthetic_stream(50, 3, seed=1)
+        >>> router = Router(2, [0.5, 0.5], "logistic-greedy", n_features=3)
+        >>> d = router.assign(X[0], explain=True)
+        >>> d.agent, d.propensity, d.penalties
+        (0, 1.0, (0.0, 0.0))
         """
+        if explain is not False:
+            _validate_bool(explain, "explain")
+        explained = explain or self._log is not None
+        if explained:
+            n_draws = _validate_int(n_draws, "n_draws", lo=1)
         with self._lock:
             try:
                 x = np.array(x, dtype=float)
@@ -7361,12 +7503,62 @@ class Router(_Team):
                 if not _all_finite_nb(X):          # refused before it is kept
                     raise ValueError("x contains NaN or infinite values")
                 self._model.see(X, copy=False)     # X is this call's own array
+            if explained:
+                Q0, eta = self._Q.copy(), self._model._eta
+                eta_t = float(_eta_step_nb(eta[0], eta[1], eta[2], eta[3]))
             a = self._score(X, self._mu1, True)
             if a == -2:
                 raise ValueError("x contains NaN or infinite values")
             tasks.book(tid, a, X[0])
             self._counts[a] += 1
-            return self._names[a] if self._names else a
+            if not explained:
+                return self._names[a] if self._names else a
+            d = self._explain(X, a, Q0, eta_t, n_draws)
+            self._write_log({"event": "decision", "task_id": d.task_id, "agent": d.agent,
+                             "propensity": d.propensity, "propensity_se": d.propensity_se,
+                             "x": X[0].tolist()})
+            return d if explain else d.agent
+
+    def _explain(self, X, a, Q0, eta_t, n_draws):
+        """The :class:`Decision` of the task just assigned to agent ``a`` (see
+        :meth:`assign`): ``Q0`` the queues and ``eta_t`` the step before it."""
+        m, A = self._model, self._A
+        penalties = tuple(float(eta_t * q) for q in Q0)
+        p, se, draws, est = 1.0, 0.0, 0, None
+        if self._policy == "random":
+            p = float(_selection_shares(self._alpha, self._constrained)[a])
+        elif not m._thompson:
+            est = self._mu1[0].copy()
+        else:                                      # Monte Carlo, on a stream of its own
+            rng, gauss = m._rng, getattr(m, "_gauss", None)
+            spare = None if gauss is None else gauss.copy()
+            seq = np.random.SeedSequence([self._seed, self._tasks.n_assigned - 1, _PROPENSITY_KEY])
+            mu, counts = np.empty((1, A)), np.zeros(A, dtype=np.int64)
+            try:
+                m._rng = _rng_states([seq])[0]
+                if gauss is not None:
+                    gauss[:] = 0.0
+                for _ in range(n_draws):
+                    m.score(X, mu, False)
+                    counts[_select_nb(mu[0], Q0, eta_t)] += 1
+                m._thompson = False
+                m.score(X, mu, False)               # the posterior means
+                est = mu[0].copy()
+            finally:
+                m._rng, m._thompson = rng, True
+                if gauss is not None:
+                    gauss[:] = spare
+            p, draws = counts[a] / n_draws, n_draws
+            se = math.sqrt(p * (1.0 - p) / n_draws)
+        return Decision(self._agent_out(a), self._tasks.last_task_id, float(p), float(se), draws,
+                        None if est is None else tuple(float(v) for v in est), penalties)
+
+    def _write_log(self, line):
+        """Append one JSON line to the log (if any), flushed (see :data:`LOG_FORMAT`)."""
+        if self._log is not None:
+            with open(self._log, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+                f.flush()
 
     def assign_batch(self, X, task_ids=None):
         """Assign a mini-batch of tasks at once (the paper, Sec. 4.2, App. H.5).
@@ -7381,6 +7573,9 @@ class Router(_Team):
         :attr:`last_task_id` is the batch's last.  Returns the list of agents.
         """
         with self._lock:
+            if self._log is not None:
+                raise ValueError("log: assign_batch does not compute propensities; a router "
+                                 "with a log assigns with assign")
             X = _validate_contexts(X, self.n_features)
             n = X.shape[0]
             ids = self._tasks.batch_ids(n, task_ids)
@@ -7437,6 +7632,9 @@ class Router(_Team):
                 else:
                     r = _validate_reward(reward)
                 del self._pending[tid]
+                if self._log is not None:
+                    self._write_log({"event": "reward", "task_id": tid,
+                                     "agent": self._agent_out(a), "reward": r})
             elif isinstance(task, (bool, np.bool_)) or task is None:
                 raise TypeError(f"task must be a pending task id (int or str) or a context "
                                 f"vector, got {task!r}")
@@ -7456,7 +7654,7 @@ class Router(_Team):
         """The router's whole state as a plain JSON-serialisable dict.
 
         ``json.dumps`` works on it directly (no pickle).  It holds the schema
-        tag (``"schema": "capassign.router/4"``), the configuration, the
+        tag (``"schema": "capassign.router/5"``), the configuration, the
         random state, the queues, the pending tasks with their contexts, and
         the models: running sums (``marginal``), theta and Sigma
         (``logistic-*``), or each agent's binned rows, rewards and Poisson
@@ -7481,6 +7679,7 @@ class Router(_Team):
                 "settings": s.fields(),
                 "max_pending": tasks.max_pending,
                 "max_age": tasks.max_age,
+                "log": self._log,
                 "rng": [int(v) for v in self._rng],
                 "Q": [float(v) for v in self._Q],
                 "n_assigned": int(tasks.n_assigned),
@@ -7509,7 +7708,7 @@ class Router(_Team):
         sums of rewards at most their counts.  Raises ``ValueError`` naming the
         offending field when the state is malformed or impossible, or was
         written by a newer schema version than this module reads
-        (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 3 are read too).
+        (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 4 are read too).
         """
         version = _saved_schema_version(state)
         try:
@@ -7524,6 +7723,7 @@ class Router(_Team):
         get = (lambda k, default: st.get(k, default)) if version < 2 else (lambda k, _: st[k])
         agents, A, kw, model = _saved_config(st, get)
         checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
+        kw["log"] = _log_path(st["log"]) if version >= 5 else None
         router = cls(agents, st["capacities"], **kw)
         counters = _saved_counters(st, get, router._A, router._constrained,
                                    router._assigned_elsewhere(st))
