@@ -23,14 +23,17 @@ The module is organised in the order data flows through it:
                               path; mini-batches (Sec. 4.2)
 7. streaming router         - live assignment with delayed rewards and saved
                               state: a facade over the reward-model objects
-8. tasks                    - data registry, loaders, agent construction and
+8. off-policy evaluation    - IPS, self-normalised IPS, doubly robust and
+                              replay estimates of a policy from a router's log
+9. tasks                    - data registry, loaders, agent construction and
                               the search of its seeds
-9. experiments              - error-vs-capacity tables, the paper's numbers,
+10. experiments             - error-vs-capacity tables, the paper's numbers,
                               confidence intervals, paired tests, hindsight
-                              gaps, regret, capacity adherence
-10. resumable sweeps        - grids stored cell by cell, joblib or Dask
-11. plotting                - figures in the paper's style
-12. command line            - ``python -m capassign ...``
+                              gaps, regret, capacity adherence, the check of
+                              off-policy estimates
+11. resumable sweeps        - grids stored cell by cell, joblib or Dask
+12. plotting                - figures in the paper's style
+13. command line            - ``python -m capassign ...``
 
 The numbers quoted from the paper (``DEFAULT_ETA``, ``PAPER_*``) stand
 together before section 1, each with its place in the paper.  A section uses
@@ -116,8 +119,11 @@ __all__ = [
     "SimulationResult", "synthetic_stream", "simulate", "OFFLINE_MAX_BINS", "MEMO_ENV",
     "benchmark_engines",
     # streaming router (section 7)
-    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "benchmark_startup", "benchmark_router",
-    # tasks (section 8)
+    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "Decision", "PROPENSITY_DRAWS",
+    "LOG_FORMAT", "benchmark_startup", "benchmark_router",
+    # off-policy evaluation (section 8)
+    "OPE_ESTIMATORS", "OffPolicyEstimate", "LogEvaluation", "evaluate_log",
+    # tasks (section 9)
     "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
     "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
     "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
@@ -131,7 +137,7 @@ __all__ = [
     "load_task", "accuracy_by_context", "ENCODING_TOL", "paper_accuracies",
     "paper_logistic_targets", "write_tabular_agent_search", "tabular_agent_search",
     "encoding_evidence", "agent_evidence", "paper_agent_seed",
-    # experiments (section 9)
+    # experiments (section 10)
     "MATCH_TOL", "TABLE4_POLICIES", "TABLE4_RUNS", "table4_matched_seeds",
     "table4_seed_errors", "table4_spreads", "contrast_separation", "task_errors",
     "laplace_update_influence", "mean_ci",
@@ -139,13 +145,13 @@ __all__ = [
     "difference_ci", "runs_needed", "paired_tests", "hindsight_gaps",
     "CapacityAdherence", "capacity_adherence", "simulate_known_mu",
     "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
-    "EtaTuning", "tune_eta_schedule",
-    # resumable sweeps (section 10)
+    "EtaTuning", "tune_eta_schedule", "OffPolicyCheck", "off_policy_check",
+    # resumable sweeps (section 11)
     "SWEEP_SCHEMA", "SWEEP_BACKENDS", "sweep",
-    # plotting (section 11)
+    # plotting (section 12)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
     "plot_capacity_adherence", "plot_paired_differences",
-    # command line (section 12)
+    # command line (section 13)
     "main",
 ]
 
@@ -7999,7 +8005,370 @@ def _speed_tables(seed=0, out=print):
 
 
 # =============================================================================
-# 8. Tasks
+# 8. Off-policy evaluation (router logs)
+# =============================================================================
+#
+# A router's log (Router(..., log=PATH), :data:`LOG_FORMAT`) holds, per task,
+# the context, the agent chosen with the probability the logging policy gave
+# it, and - when it came - that agent's reward only.  From such a log alone
+# the value of another policy can be estimated (Dudik et al. 2011; Li et al.
+# 2011; the estimators of Open Bandit Pipeline's ``obp.ope``):
+#
+# - IPS, self-normalised IPS and doubly robust estimate the mean reward of
+#   the target *run along the log*: it decides every logged task in order,
+#   its queues advance at every task (Eq. 1), and it learns the reward of
+#   the tasks where it chose the logged agent.  Its choice pi_i at task i is
+#   fixed by the log before task i and by x_i, so that
+#   E[1{a_i = pi_i} r_i / p_i | past, x_i] = r_i(pi_i) and IPS is unbiased.
+# - Replay runs the target only on the tasks where it agrees with the log
+#   (accepted with probability p_min / p_i, so that every agent is equally
+#   likely to be logged among accepted tasks): its queues advance and it
+#   learns on those matched tasks only, and their mean reward estimates the
+#   target's online value over a stream of that many tasks - what
+#   :func:`simulate` measures on a stream of that length.
+
+#: The estimators of :func:`evaluate_log`.
+OPE_ESTIMATORS = ("ips", "snips", "dr", "replay")
+
+
+@dataclass(frozen=True)
+class OffPolicyEstimate:
+    """One estimate of :func:`evaluate_log`.
+
+    Attributes
+    ----------
+    estimator : str
+        One of :data:`OPE_ESTIMATORS`.
+    value : float
+        The estimated mean reward of the target policy.
+    se : float
+        Its standard error: the sample standard deviation of the per-task
+        terms over sqrt(n) (IPS, DR, replay), the delta-method one for
+        self-normalised IPS.
+    low, high : float
+        The normal-approximation interval ``value -+ z se`` at ``level``.
+    n : int
+        Tasks behind the estimate (for replay, the matched tasks).
+    level : float
+        The interval's nominal coverage.
+    """
+
+    estimator: str
+    value: float
+    se: float
+    low: float
+    high: float
+    n: int
+    level: float
+
+
+@dataclass(frozen=True)
+class LogEvaluation:
+    """The result of :func:`evaluate_log`.
+
+    Attributes
+    ----------
+    policy : str
+        The target policy, with its ``eta``.
+    eta : float or DecayingEta
+    estimates : dict
+        Estimator name -> :class:`OffPolicyEstimate`.
+    actions : ndarray of int, shape (n,)
+        The target's choice pi_i at every logged task with a reward, when run
+        along the log (agent indices; ``None`` without IPS, SNIPS or DR).
+    matched : ndarray of bool, shape (n,)
+        The tasks replay used (``None`` without replay).
+    """
+
+    policy: str
+    eta: object
+    estimates: dict
+    actions: np.ndarray | None = None
+    matched: np.ndarray | None = None
+
+    def __getitem__(self, estimator):
+        return self.estimates[estimator]
+
+
+def _log_lines(log):
+    """The lines of a log: a path (JSON lines) or an iterable of dicts."""
+    if isinstance(log, (str, os.PathLike)):
+        with open(log, encoding="utf-8") as f:
+            for i, text in enumerate(f, 1):
+                if text.strip():
+                    try:
+                        yield i, json.loads(text)
+                    except json.JSONDecodeError:
+                        raise ValueError(f"log line {i} is not JSON") from None
+        return
+    try:
+        lines = iter(log)
+    except TypeError:
+        raise TypeError(f"log must be a path or an iterable of dicts, got "
+                        f"{type(log).__name__}") from None
+    yield from enumerate(lines, 1)
+
+
+def _read_log(log, agents=None):
+    """Decisions joined with their rewards: ``(X, a, p, r, agents)``.
+
+    Decisions whose reward never came are dropped; a reward without its
+    decision, a decision without a usable propensity, an unknown agent or a
+    context of the wrong length raise ValueError naming the log line.
+    """
+    names = None if agents is None else list(agents)
+    pending, rows = {}, []
+    for i, line in _log_lines(log):
+        if not isinstance(line, dict) or line.get("event") not in LOG_FORMAT:
+            raise ValueError(f"log line {i} must be an object with 'event' one of "
+                             f"{', '.join(LOG_FORMAT)}")
+        event = line["event"]
+        if event == "router":
+            if names is None:
+                names = list(line.get("agents", []))
+            continue
+        if names is None:
+            raise ValueError(f"log line {i}: no 'router' line before it names the agents; "
+                             f"give agents")
+        agent = line.get("agent")
+        if agent not in names or isinstance(agent, bool):
+            raise ValueError(f"log line {i}: unknown agent {agent!r}; agents are {names}")
+        a = names.index(agent)
+        tid = line.get("task_id")
+        if event == "decision":
+            p = line.get("propensity")
+            if p is None:
+                raise ValueError(f"log line {i}: a decision without a 'propensity'")
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+                raise ValueError(f"log line {i}: propensity of the logged agent must be in "
+                                 f"(0, 1], got {p!r}")
+            try:
+                x = np.asarray(line["x"], dtype=float)
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"log line {i}: a decision without a context 'x' "
+                                 f"(a list of numbers)") from None
+            if x.ndim != 1 or (rows and x.shape[0] != rows[0][0].shape[0]) \
+                    or not np.all(np.isfinite(x)):
+                raise ValueError(f"log line {i}: 'x' must be a finite context of the same "
+                                 f"length as the others")
+            pending[tid] = (x, a, float(p))
+        else:
+            if tid not in pending:
+                raise ValueError(f"log line {i}: a reward for task {tid!r}, which has no "
+                                 f"decision before it")
+            x, a0, p = pending.pop(tid)
+            if a0 != a:
+                raise ValueError(f"log line {i}: task {tid!r} was assigned to {names[a0]!r}, "
+                                 f"not {agent!r}")
+            rows.append((x, a, p, _validate_reward(line.get("reward"), f"log line {i}: reward")))
+    if not rows:
+        raise ValueError("log holds no decision with its reward")
+    X = np.array([r[0] for r in rows])
+    return (X, np.array([r[1] for r in rows], dtype=np.int64),
+            np.array([r[2] for r in rows]), np.array([r[3] for r in rows]), names)
+
+
+def _normal_estimate(name, value, se, n, level):
+    """An :class:`OffPolicyEstimate` with the normal interval value -+ z se."""
+    from scipy.stats import norm
+    z = float(norm.ppf(0.5 + level / 2))
+    return OffPolicyEstimate(name, float(value), float(se), float(value - z * se),
+                             float(value + z * se), int(n), float(level))
+
+
+def _mean_estimate(name, terms, level):
+    """The mean of per-task terms with its normal interval (sample variance)."""
+    n = terms.shape[0]
+    se = float(terms.std(ddof=1) / math.sqrt(n)) if n > 1 else float("inf")
+    return _normal_estimate(name, terms.mean(), se, n, level)
+
+
+def _target_router(A, capacities, policy, eta, seed, X, settings):
+    """A fresh router for the target policy (bins from the logged contexts, as
+    :func:`simulate` takes them from the whole stream)."""
+    kw = {} if policy in ("random", "marginal") else {"X_reference": X}
+    return Router(A, capacities, policy, eta=eta, seed=seed, settings=settings, **kw)
+
+
+def _target_choice(router, x, mu):
+    """The target router's choice for context ``x`` by Eq. 2, its queues and
+    step left as they are (its random stream moves on for a random draw)."""
+    X = x.reshape(1, -1)
+    router._model.score(X, mu, False)
+    if router._policy == "random":
+        return int(np.argmax(mu[0]))            # the drawn agent's indicator
+    e = router._model._eta
+    return int(_select_nb(mu[0], router._Q, _eta_step_nb(e[0], e[1], e[2], e[3])))
+
+
+def _target_commit(router, a):
+    """The target assigned a task to agent ``a``: Eq. 1 and its step's t."""
+    _queue_update_one_nb(router._Q, router._alpha, router._constrained, a)
+    router._model._eta[3] += 1.0
+    router._counts[a] += 1
+
+
+def _run_target(router, X, a_log, r_log, use=None):
+    """Run the target along the log: its choice at every task (or the tasks
+    ``use``, replay's), learning where it agrees with the log.  Along the log
+    (``use`` None) it assigns every task; in replay only the matched ones."""
+    n, A = X.shape[0], router._A
+    mu = np.empty((1, A))
+    pi = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        if use is not None and not use[i]:
+            continue
+        a = _target_choice(router, X[i], mu)
+        pi[i] = a
+        match = a == a_log[i]
+        if use is None or match:
+            _target_commit(router, a)
+        if match:
+            router.update(X[i], a, float(r_log[i]))
+    return pi
+
+
+def _cross_fitted(X, a_log, r_log, A, folds, seed, model, settings):
+    """Direct-method estimates mu_hat[i, a], cross-fitted: the model of fold k
+    is capassign's reward model (``model``-greedy's) fed the logged rewards of
+    the other folds, in log order."""
+    n = X.shape[0]
+    fold = np.random.default_rng(np.random.SeedSequence([seed, 0x646D])).permutation(n) % folds
+    mu = np.empty((n, A))
+    for k in range(folds):
+        r = _target_router(A, [1.0 / A] * A, f"{model}-greedy", DEFAULT_ETA, seed, X, settings)
+        for i in np.flatnonzero(fold != k):
+            r.update(X[i], int(a_log[i]), float(r_log[i]))
+        held = np.flatnonzero(fold == k)
+        if held.size:
+            out = np.empty((held.size, A))
+            r._model.score(np.ascontiguousarray(X[held]), out, False)
+            mu[held] = out
+    return mu
+
+
+def _evaluate(data, policy, capacities, eta, seed, estimators, level, settings, mu_dm):
+    """:func:`evaluate_log` on a read log ``data`` = (X, a, p, r, names)."""
+    X, a_log, p, r, names = data
+    A, n = len(names), X.shape[0]
+    est, pi, matched = {}, None, None
+    if {"ips", "snips", "dr"} & set(estimators):
+        pi = _run_target(_target_router(A, capacities, policy, eta, seed, X, settings),
+                         X, a_log, r)
+        w = (pi == a_log) / p
+        if "ips" in estimators:
+            est["ips"] = _mean_estimate("ips", w * r, level)
+        if "snips" in estimators:
+            v = float((w * r).sum() / w.sum()) if w.sum() > 0 else 0.0
+            se = (math.sqrt(float((w ** 2 * (r - v) ** 2).sum())) / w.sum()
+                  if w.sum() > 0 else float("inf"))
+            est["snips"] = _normal_estimate("snips", v, se, n, level)
+        if "dr" in estimators:
+            rows = np.arange(n)
+            est["dr"] = _mean_estimate("dr", mu_dm[rows, pi] + w * (r - mu_dm[rows, a_log]),
+                                       level)
+    if "replay" in estimators:
+        u = np.random.default_rng(np.random.SeedSequence([seed, 0x7270])).random(n)
+        use = u < p.min() / p
+        pi_r = _run_target(_target_router(A, capacities, policy, eta, seed, X, settings),
+                           X, a_log, r, use)
+        matched = use & (pi_r == a_log)
+        if matched.sum() < 2:
+            raise ValueError(f"log: replay matched {int(matched.sum())} tasks; it needs at "
+                             f"least 2")
+        est["replay"] = _mean_estimate("replay", r[matched], level)
+    return LogEvaluation(policy, eta, {k: est[k] for k in estimators}, pi, matched)
+
+
+def evaluate_log(log, policy, capacities, *, eta=DEFAULT_ETA, estimators=OPE_ESTIMATORS,
+                 agents=None, seed=0, folds=5, dm_model="logistic", level=0.95,
+                 settings=PAPER_SETTINGS):
+    """Estimate a policy's mean reward from a router's log alone (off-policy evaluation).
+
+    The log (:data:`LOG_FORMAT`) knows the reward of the logged agent only.
+    The target is an online policy of :func:`simulate` with its capacities
+    and ``eta`` (Eq. 1-2), learning from scratch.  Estimators (see the notes
+    of this section for what each estimates):
+
+    - ``"ips"``: mean of 1{a_i = pi_i} r_i / p_i over the n logged tasks with
+      a reward, pi_i the target's choice when run along the log;
+    - ``"snips"``: the same, self-normalised (divided by the mean weight);
+    - ``"dr"``: doubly robust, mu_hat(x_i, pi_i) + 1{a_i = pi_i} / p_i
+      (r_i - mu_hat(x_i, a_i)), with mu_hat capassign's own reward model
+      (``dm_model``: ``"logistic"`` or ``"tree"``, greedy estimates) fed the
+      logged rewards of the other ``folds`` - 1 folds (cross-fitting: no task's
+      estimate has seen its reward);
+    - ``"replay"``: the mean reward of the tasks where the target, run on the
+      accepted tasks only, chose the logged agent; its queues advance and it
+      learns only on those matched tasks.
+
+    The intervals are normal approximations: IPS, DR and replay use the
+    sample variance of their per-task terms, self-normalised IPS the delta
+    method.  Replay's tasks are an adaptive learner's, so its interval
+    ignores the drift of the target's mean reward as it learns, and it
+    estimates the value over a stream as long as its matched tasks (about
+    n p_min per task); its bias against the value over n tasks is the
+    learning curve between the two lengths.
+
+    Parameters
+    ----------
+    log : path or iterable of dict
+        A router's log file, or its lines as dicts.
+    policy : str
+        The target, one of :data:`ONLINE_POLICIES`.
+    capacities : sequence
+        The target's capacities (as :class:`Router` takes them).
+    eta : float or DecayingEta
+        The target's queue penalty.
+    estimators : sequence of str
+        Among :data:`OPE_ESTIMATORS`.
+    agents : sequence, optional
+        The agents, in order; by default those of the log's first ``router`` line.
+    seed : int
+        Seeds the target, the folds and replay's acceptance draws.
+    folds : int
+        Folds of the cross-fitted direct method (>= 2).
+    dm_model : str
+        ``"logistic"`` or ``"tree"``.
+    level : float
+        Nominal coverage of the intervals.
+    settings : ModelSettings
+        Hyper-parameters of the target's and the direct method's models.
+
+    Returns
+    -------
+    LogEvaluation
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(400, 3, seed=1)
+    >>> logger = Router(2, [0.5, 0.5], "random", seed=2)
+    >>> lines = [{"event": "router", "agents": [0, 1]}]
+    >>> for i in range(400):
+    ...     d = logger.assign(X[i], explain=True)
+    ...     lines += [{"event": "decision", "task_id": i, "agent": d.agent,
+    ...                "propensity": d.propensity, "x": X[i].tolist()},
+    ...               {"event": "reward", "task_id": i, "agent": d.agent,
+    ...                "reward": float(R[i, d.agent])}]
+    >>> ev = evaluate_log(lines, "logistic-greedy", [0.5, 0.5])
+    >>> ev["ips"].low < ev["ips"].value < ev["ips"].high
+    True
+    """
+    _validate_choice(policy, ONLINE_POLICIES, "policy")
+    estimators = list(_validate_names(estimators, OPE_ESTIMATORS, "estimators", unique=True))
+    folds = _validate_int(folds, "folds", lo=2)
+    _validate_choice(dm_model, ("logistic", "tree"), "dm_model")
+    level = _validate_real(level, "level", 0, 1, lo_open=True, hi_open=True)
+    seed = _validate_int(seed, "seed")
+    data = _read_log(log, agents)
+    _validate_capacities(capacities, len(data[4]))
+    mu_dm = (_cross_fitted(data[0], data[1], data[3], len(data[4]), folds, seed, dm_model,
+                           settings) if "dr" in estimators else None)
+    return _evaluate(data, policy, capacities, eta, seed, estimators, level, settings, mu_dm)
+
+
+# =============================================================================
+# 9. Tasks
 # =============================================================================
 
 
@@ -9971,7 +10340,7 @@ def paper_agent_seed(name, path=None, *, encoding=None, subset=None, scaling=Non
 
 
 # =============================================================================
-# 9. Experiments
+# 10. Experiments
 # =============================================================================
 
 
@@ -11608,8 +11977,124 @@ def tune_eta_schedule(eta0s=(0.1, 0.25, 0.5, 1.0, 2.0), t0s=(1, 10, 100, 1000), 
 #: The online policies (every policy but the offline benchmarks).
 
 
+@dataclass(frozen=True)
+class OffPolicyCheck:
+    """The check of :func:`off_policy_check`: estimates from logs against the truth.
+
+    Attributes
+    ----------
+    rows : list of dict
+        One per (target policy, estimator): ``policy``, ``eta``,
+        ``estimator``, ``estimate`` (mean over replications), ``truth``
+        (mean), ``bias``, ``rmse``, ``coverage`` (share of replications whose
+        interval holds the truth), ``width`` (mean interval width) and
+        ``n`` (mean tasks behind an estimate).
+    replications, T : int
+        Logs drawn, and their length.
+    level : float
+        The intervals' nominal coverage.
+    """
+
+    rows: list
+    replications: int
+    T: int
+    level: float
+
+
+def off_policy_check(X, R, capacities, targets, *, logging_capacities=None, replications=100,
+                     estimators=OPE_ESTIMATORS, level=0.95, seed=0, truth_runs=100,
+                     settings=PAPER_SETTINGS):
+    """Check :func:`evaluate_log` where the truth is known (full-information rewards).
+
+    Each replication logs the whole stream ``X, R`` (every agent's reward
+    known) in a fresh random order with the ``random`` policy of a
+    :class:`Router` (agent a with probability ``logging_capacities[a]``,
+    default ``capacities``; every propensity positive), keeping only the
+    logged agent's reward, then estimates each target from that log.  The
+    truth of IPS, SNIPS and DR is the target's mean true reward when run
+    along that log (its choices pi_i on the full-information rewards,
+    R[i, pi_i]); the truth of replay is the target's mean reward over its
+    first K tasks in :func:`simulate` (``truth_runs`` runs on the same
+    stream), K the tasks replay matched.
+
+    Parameters
+    ----------
+    X, R : arrays (T, d) and (T, A)
+        A full-information stream (e.g. :func:`synthetic_stream`, a task).
+    capacities : sequence
+        The targets' capacities.
+    targets : sequence of (policy, eta)
+        Target policies of :data:`ONLINE_POLICIES` with their eta.
+    logging_capacities : sequence, optional
+        The logging policy's selection shares.
+    replications : int
+        Logs drawn (seeded by ``seed`` and the replication).
+    estimators, level, settings
+        As in :func:`evaluate_log`.
+    truth_runs : int
+        Runs of :func:`simulate` behind replay's truth.
+
+    Returns
+    -------
+    OffPolicyCheck
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(300, 3, seed=1)
+    >>> chk = off_policy_check(X, R, [0.5, 0.5], [("random", 0.5)], replications=2,
+    ...                        estimators=["ips"], truth_runs=2)
+    >>> [(r["policy"], r["estimator"]) for r in chk.rows]
+    [('random', 'ips')]
+    """
+    X = _validate_matrix(X, "X")
+    R = _validate_rewards(R, "R")
+    if R.shape[0] != X.shape[0] or R.shape[1] < 2:
+        raise ValueError(f"R must have one row per row of X and a column per agent (2 or "
+                         f"more), got shape {R.shape}")
+    T, A = R.shape
+    replications = _validate_int(replications, "replications", lo=1)
+    truth_runs = _validate_int(truth_runs, "truth_runs", lo=1)
+    estimators = list(_validate_names(estimators, OPE_ESTIMATORS, "estimators", unique=True))
+    logging_capacities = capacities if logging_capacities is None else logging_capacities
+    curves = {}
+    if "replay" in estimators:
+        for policy, eta in targets:
+            res = simulate(X, R, capacities, policy, eta=eta, runs=truth_runs, seed=seed,
+                           settings=settings, return_traces=True)
+            rew = R[res.orders, res.assignments].mean(axis=0)
+            curves[policy, _step_json(eta)] = np.cumsum(rew) / np.arange(1, T + 1)
+    acc = {}
+    for k in range(replications):
+        ss = np.random.SeedSequence([seed, k, 0x6F7065])
+        order = np.random.default_rng(ss).permutation(T)
+        logger = Router(A, logging_capacities, "random", seed=int(ss.generate_state(1)[0]))
+        Xo, Ro = X[order], R[order]
+        a_log = np.array([logger.assign(Xo[i]) for i in range(T)], dtype=np.int64)
+        p = _selection_shares(*_validate_capacities(logging_capacities, A))[a_log]
+        data = (Xo, a_log, p, Ro[np.arange(T), a_log].astype(float), list(range(A)))
+        mu_dm = (_cross_fitted(Xo, a_log, data[3], A, 5, k, "logistic", settings)
+                 if "dr" in estimators else None)
+        for policy, eta in targets:
+            ev = _evaluate(data, policy, capacities, eta, k, estimators, level, settings, mu_dm)
+            for name, e in ev.estimates.items():
+                truth = (curves[policy, _step_json(eta)][e.n - 1] if name == "replay"
+                         else float(Ro[np.arange(T), ev.actions].mean()))
+                acc.setdefault((policy, _step_json(eta), name), []).append(
+                    (e.value, truth, e.low <= truth <= e.high, e.high - e.low, e.n))
+    rows = []
+    for (policy, eta, name), v in acc.items():
+        v = np.array(v, dtype=float)
+        rows.append({"policy": policy, "eta": eta, "estimator": name,
+                     "estimate": float(v[:, 0].mean()), "truth": float(v[:, 1].mean()),
+                     "bias": float((v[:, 0] - v[:, 1]).mean()),
+                     "rmse": float(np.sqrt(((v[:, 0] - v[:, 1]) ** 2).mean())),
+                     "coverage": float(v[:, 2].mean()), "width": float(v[:, 3].mean()),
+                     "n": float(v[:, 4].mean())})
+    return OffPolicyCheck(rows, replications, T, float(level))
+
+
 # =============================================================================
-# 10. Resumable sweeps
+# 11. Resumable sweeps
 # =============================================================================
 #
 # A sweep is a grid of cells (task, policy, capacities, block of runs).  Each
@@ -12264,7 +12749,7 @@ def _sweep_locked(out_dir, plan, ex):
 
 
 # =============================================================================
-# 11. Plotting
+# 12. Plotting
 # =============================================================================
 
 #: Colours, line styles and labels of the policies, shared by every plot below.
@@ -12566,7 +13051,7 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
 
 
 # =============================================================================
-# 12. Command line
+# 13. Command line
 # =============================================================================
 
 def _cmd_data_list(args):
