@@ -8051,6 +8051,12 @@ class OffPolicyEstimate:
         Tasks behind the estimate (for replay, the matched tasks).
     level : float
         The interval's nominal coverage.
+
+    Examples
+    --------
+    >>> e = OffPolicyEstimate("ips", 0.7, 0.01, 0.68, 0.72, 1000, 0.95)
+    >>> e.low <= e.value <= e.high
+    True
     """
 
     estimator: str
@@ -8078,6 +8084,13 @@ class LogEvaluation:
         along the log (agent indices; ``None`` without IPS, SNIPS or DR).
     matched : ndarray of bool, shape (n,)
         The tasks replay used (``None`` without replay).
+
+    Examples
+    --------
+    >>> ev = LogEvaluation("marginal", 0.5, {"ips": OffPolicyEstimate(
+    ...     "ips", 0.7, 0.01, 0.68, 0.72, 1000, 0.95)})
+    >>> ev["ips"].value
+    0.7
     """
 
     policy: str
@@ -11993,6 +12006,11 @@ class OffPolicyCheck:
         Logs drawn, and their length.
     level : float
         The intervals' nominal coverage.
+
+    Examples
+    --------
+    >>> OffPolicyCheck([], 10, 500, 0.95).replications
+    10
     """
 
     rows: list
