@@ -7299,6 +7299,17 @@ class Router(_Team):
     max_age : int, optional
         A pending task expires once more than ``max_age`` tasks have been
         assigned after it (its age counts assignments, not time).
+    log : str or path, optional
+        Append every decision of :meth:`assign` (with its propensity, see
+        :class:`Decision`) and every reward of an assigned task to this file
+        as JSON lines (:data:`LOG_FORMAT`), the input of :func:`evaluate_log`.
+        Each line is flushed as written; the path is saved with the state, so
+        a restored router appends to the same file.  A router with a log
+        refuses :meth:`assign_batch` (it computes no propensities).
+
+    The configuration (``capacities``, ``policy``, ``eta``, ``seed``,
+    ``settings``, ``n_features``, ``log``) is read-only: setting it raises
+    AttributeError saying how to change it.
 
     Attributes
     ----------
