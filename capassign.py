@@ -2387,16 +2387,27 @@ def select_agent(mu, Q, eta):
     return int(_select_nb(mu, _validate_queues(Q, mu.shape[0]), eta))
 
 
+#: The error of a decision over an estimate that is NaN (a reward model whose
+#: state diverged): no agent is chosen rather than agent 0 by default.
+_NAN_ESTIMATE = ("an agent's estimated reward is NaN (its reward model diverged, e.g. "
+                 "contexts too large for settings.gamma); no agent was chosen")
+
+
 @_njit(cache=True)
 def _select_nb(mu, Q, eta):
-    """Eq. 2: ``argmax_a mu[a] - eta Q[a]``, the first agent on ties."""
+    """Eq. 2: ``argmax_a mu[a] - eta Q[a]``, the first agent on ties; a NaN
+    estimate raises (it would lose every comparison, or win as agent 0)."""
     best = 0
     best_s = mu[0] - eta * Q[0]
+    nan = best_s != best_s
     for a in range(1, mu.shape[0]):
         s = mu[a] - eta * Q[a]
+        nan |= s != s
         if s > best_s:
             best_s = s
             best = a
+    if nan:
+        raise ValueError(_NAN_ESTIMATE)
     return best
 
 
@@ -2947,6 +2958,8 @@ def _batch_choose_nb(S, nb, alpha, constrained, eta, Q, N, agent, upper):
     for jj in range(nb):
         for a in range(S.shape[1]):
             S[jj, a] -= eta * Q[a]
+            if S[jj, a] != S[jj, a]:
+                raise ValueError(_NAN_ESTIMATE)
     _batch_assign_nb(S, nb, N, constrained, agent, upper)
 
 
@@ -2975,6 +2988,13 @@ def _batch_step_nb(S, alpha, constrained, eta, Q):
 # 5. Reward models
 # =============================================================================
 
+#: The prior precisions gamma a :class:`ModelSettings` accepts: the prior
+#: variance 1 / gamma and the forgetting's (1 - discount) gamma stay far from
+#: overflow and underflow (at gamma = 5e-324, 1 / gamma is infinite and the
+#: model NaN from its first step).
+_GAMMA_RANGE = (1e-100, 1e100)
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """Hyper-parameters of the reward models, in one place (the paper, App. E).
@@ -2986,7 +3006,7 @@ class ModelSettings:
     ----------
     gamma : float
         Prior precision of the Laplace-logistic model, Sigma_1 = I / gamma
-        (App. E.1: gamma_prior = 1).
+        (App. E.1: gamma_prior = 1), in [1e-100, 1e100].
     kappa : float
         Thompson-sampling scale, theta ~ N(theta_hat, kappa^2 Sigma) (App. E.1: 0.5).
     w_min, w_max : float
@@ -3052,6 +3072,8 @@ class ModelSettings:
     True
     >>> ModelSettings(n_trees=5).n_trees
     5
+    >>> type(ModelSettings(n_trees=np.int64(5)).n_trees).__name__   # NumPy numbers: Python's
+    'int'
     """
 
     gamma: float = 1.0
@@ -3066,7 +3088,8 @@ class ModelSettings:
     discount: float = 1.0
 
     def __post_init__(self):
-        for name in ("gamma", "kappa", "w_max"):
+        _validate_real(self.gamma, "settings.gamma", *_GAMMA_RANGE)
+        for name in ("kappa", "w_max"):
             _validate_real(getattr(self, name), f"settings.{name}", lo=0.0, lo_open=True)
         _validate_real(self.w_min, "settings.w_min (<= settings.w_max)", 0.0,
                        float(self.w_max), lo_open=True)
@@ -3075,6 +3098,10 @@ class ModelSettings:
                              ("max_bins", 2, 255)):
             _validate_int(getattr(self, name), f"settings.{name}", lo, hi)
         _validate_real(self.discount, "settings.discount", 0.0, 1.0, lo_open=True)
+        for name in self.__dataclass_fields__:   # NumPy numbers as Python's (JSON, sizes)
+            v = getattr(self, name)
+            if isinstance(v, np.generic):
+                object.__setattr__(self, name, v.item())
 
     def fields(self):
         """The settings as a plain dict, as saved states and sweeps store them;
@@ -3580,14 +3607,34 @@ def _reward_sums(graded):
     return _Sums(np.zeros(0, np.uint8), np.zeros(0, np.int32), np.zeros(0, np.int64))
 
 
+#: A squared Cholesky pivot of the forgetting step at or below this fraction of
+#: the largest diagonal entry marks a Sigma too ill-conditioned for the plain
+#: inverses (whose error grows as the condition number times eps: 2e-7 at
+#: 1e11, NaN or a division by zero near 1e16): the step then takes the factored
+#: form of :func:`_discount_factored_nb` (error near eps at any condition).
+_PIVOT_TOL = 1e-8
+
+
 @_njit(cache=True)
 def _spd_inverse_nb(M, W):
     """Inverse of the symmetric positive definite ``M`` into ``W[2]`` (``W``:
-    3 x p x p scratch), through its Cholesky factor, in plain loops (no BLAS,
-    so the same bits on every machine)."""
+    at least 3 x p x p scratch), through its Cholesky factor, in plain loops
+    (no BLAS, so the same bits on every machine).  Returns False, with
+    ``W[2]`` not written, when a squared pivot is at or below
+    :data:`_PIVOT_TOL` times the largest diagonal entry of ``M`` (rounding
+    would dominate the inverse, or it would divide by zero)."""
     p = M.shape[0]
     L, Li, out = W[0], W[1], W[2]
-    _cholesky_nb(M, L, -math.inf)
+    top = 0.0
+    for j in range(p):
+        top = max(top, M[j, j])
+    floor = _PIVOT_TOL * top
+    if not floor > 0.0:                 # no positive diagonal, or NaN
+        return False
+    _cholesky_nb(M, L, floor)           # pivots above the floor: as computed
+    for j in range(p):
+        if not L[j, j] > math.sqrt(floor):
+            return False
     for c in range(p):                  # Li = L^-1, column by column
         for i in range(p):
             acc = 1.0 if i == c else 0.0
@@ -3601,25 +3648,83 @@ def _spd_inverse_nb(M, W):
                 acc += Li[k, i] * Li[k, j]
             out[i, j] = acc
             out[j, i] = acc
+    return True
+
+
+@_njit(cache=True)
+def _discount_factored_nb(Sigma, discount, c, W):
+    """The forgetting step of :func:`_discount_precision_nb` through a square
+    root of Sigma, for a Sigma that rounding leaves (nearly) singular.
+
+    With Sigma = L L^T (pivots floored at eps times the largest variance, as
+    in :func:`_laplace_factored_step_nb`),
+    (discount Sigma^-1 + c I)^-1 = L K^-1 L^T with K = discount I + c L^T L,
+    whose eigenvalues are at least ``discount``: no ill-conditioned matrix is
+    inverted.  With K = G G^T and Z = L G^-T, Sigma <- Z Z^T, a Gram matrix,
+    positive semi-definite up to the rounding of the product.  ``W[3]``
+    holds Sigma on entry; ``W[0:3]`` are scratch.
+    """
+    p = Sigma.shape[0]
+    S, L, G, Z = W[3], W[0], W[1], W[2]
+    top = 0.0
+    for j in range(p):
+        top = max(top, S[j, j])
+    _cholesky_nb(S, L, _EPS * (top if top > 0.0 else 1.0))
+    for i in range(p):                  # K = discount I + c L^T L, lower triangle
+        for j in range(i + 1):
+            acc = 0.0
+            for m in range(i, p):
+                acc += L[m, i] * L[m, j]
+            G[i, j] = c * acc + (discount if i == j else 0.0)
+    _cholesky_nb(G, G, -math.inf)       # in place: column j reads only columns < j
+    for i in range(p):                  # row i of Z: G z = (row i of L)
+        for k in range(p):
+            acc = L[i, k] if k <= i else 0.0
+            for m in range(k):
+                acc -= G[k, m] * Z[i, m]
+            Z[i, k] = acc / G[k, k]
+    for j in range(p):
+        for k in range(j, p):
+            acc = 0.0
+            for m in range(p):
+                acc += Z[j, m] * Z[k, m]
+            Sigma[j, k] = acc
+            Sigma[k, j] = acc
 
 
 @_njit(cache=True)
 def _discount_precision_nb(Sigma, discount, gamma, W):
     """Forgetting of a Laplace-logistic model (:class:`ModelSettings`):
     Sigma^-1 <- discount Sigma^-1 + (1 - discount) gamma I, in place, when
-    ``discount`` < 1.  A simulation without forgetting passes ``None``, which
-    numba prunes: its kernel compiles no forgetting."""
+    ``discount`` < 1 (``W``: 4 x p x p scratch).  A simulation without
+    forgetting passes ``None``, which numba prunes: its kernel compiles no
+    forgetting.
+
+    The two inverses are taken through Cholesky factors when their pivots
+    stand clear of rounding (:func:`_spd_inverse_nb`; every step of
+    standardised contexts); otherwise - a Sigma nearly singular after steps
+    along contexts of 1e5 and more, where the inverse would be NaN or divide
+    by zero - the step takes the factored form of
+    :func:`_discount_factored_nb`, which keeps Sigma finite and positive
+    semi-definite.
+    """
     if discount is None or discount == 1.0:
         return
     p = Sigma.shape[0]
-    _spd_inverse_nb(Sigma, W)
+    c = (1.0 - discount) * gamma
     for i in range(p):
         for j in range(p):
-            Sigma[i, j] = discount * W[2, i, j] + ((1.0 - discount) * gamma if i == j else 0.0)
-    _spd_inverse_nb(Sigma, W)
-    for i in range(p):
-        for j in range(p):
-            Sigma[i, j] = W[2, i, j]
+            W[3, i, j] = Sigma[i, j]
+    if _spd_inverse_nb(Sigma, W):
+        for i in range(p):
+            for j in range(p):
+                Sigma[i, j] = discount * W[2, i, j] + (c if i == j else 0.0)
+        if _spd_inverse_nb(Sigma, W):
+            for i in range(p):
+                for j in range(p):
+                    Sigma[i, j] = W[2, i, j]
+            return
+    _discount_factored_nb(Sigma, discount, c, W)
 
 
 @_njit(cache=True, inline="always")
@@ -4698,7 +4803,7 @@ class _LogisticModel(_RewardModel):
         self._w_min = float(settings.w_min)
         self._w_max = float(settings.w_max)
         self._discount, self._gamma = float(settings.discount), float(settings.gamma)
-        self._Wd = np.empty((3, p, p))
+        self._Wd = np.empty((4, p, p))
         # the arrays go to the kernels as a plain tuple of the fields of
         # _Logistic (numba types a plain tuple of arrays at C speed, a named
         # one in Python: microseconds per call); the kernels name them again
@@ -6168,13 +6273,13 @@ def _new_forests(A, T, trees):
 def _logistic_prior_nb(A, p, gamma):
     """theta = 0 and Sigma = I / gamma of A Laplace-logistic models in p
     dimensions, before any reward (App. E.1), with the scratch of a learning
-    step (``Sx``: p; ``Wd``, of forgetting: 3 x p x p)."""
+    step (``Sx``: p; ``Wd``, of forgetting: 4 x p x p)."""
     theta = np.zeros((A, p))
     Sigma = np.zeros((A, p, p))
     for a in range(A):
         for j in range(p):
             Sigma[a, j, j] = 1.0 / gamma
-    return theta, Sigma, np.empty(p), np.empty((3, p, p))
+    return theta, Sigma, np.empty(p), np.empty((4, p, p))
 
 
 @_njit(cache=True, nogil=True)
@@ -6778,9 +6883,10 @@ def _saved_config(st, get):
     return agents, A, kw, model
 
 
-def _saved_counters(st, get, A, constrained, assigned_elsewhere):
+def _saved_counters(st, get, A, constrained, assigned_elsewhere, q_start):
     """The random state, queues and counters of a saved router state, checked
-    (``assigned_elsewhere``: tasks of agents that have left, :class:`_Team`)."""
+    (``assigned_elsewhere``: tasks of agents that have left, ``q_start``: the
+    queue each agent joined with, :class:`_Team`)."""
     lim = ROUTER_STATE_LIMITS
     rng = st["rng"]
     if (not isinstance(rng, list) or len(rng) != 4
@@ -6797,11 +6903,14 @@ def _saved_counters(st, get, A, constrained, assigned_elsewhere):
     Q = _validate_matrix(st["Q"], "state['Q']", ndim=1)
     if Q.shape != (A,) or np.any(Q < 0):
         raise ValueError(f"state['Q'] must be {A} non-negative numbers")
-    if np.any(Q > counts) or np.any(Q[~constrained] != 0):
+    # a joining agent's queue starts at q_start (not an integer: a rounding margin)
+    bound = np.where(q_start > 0, (q_start + counts) * (1 + 1e-12), counts)
+    if np.any(Q > bound) or np.any(Q[~constrained] != 0):
         raise ValueError(f"state['Q'] = {Q.tolist()} is impossible after "
                          f"state['assigned_counts'] = {counts.tolist()}: a queue grows "
                          f"only when its agent is assigned a task, by at most 1 (Eq. 1), "
-                         f"and a free agent's queue is 0")
+                         f"from 0 or the queue it joined with (state['changes']), and a "
+                         f"free agent's queue is 0")
     counters = {"rng": rng, "n_assigned": n_assigned, "assigned_counts": counts,
                 "rewards_seen": seen, "Q": Q,
                 **{key: _state_int(get(key, 0), f"state[{key!r}]", 0, lim["count"])
@@ -6820,12 +6929,16 @@ class _TaskLedger:
     a task id to ``(agent, context, sequence number)``, oldest first; the
     sequence number is the count of tasks assigned before it.  The router
     reads and deletes entries of ``pending`` on its per-task path (the dict is
-    never replaced).  ``_order`` lists ``(sequence number, id)`` of assigned
-    tasks, oldest first, for the expiry.
+    never replaced).  ``departed`` maps the id of a task whose agent left the
+    team (:class:`_Team`), its reward still accepted, to ``(agent name,
+    sequence number)``: such a task keeps its id in use, expires and can be
+    cancelled as a pending one.  ``_order`` lists ``(sequence number, id)`` of
+    assigned tasks, oldest first, for the expiry.
     """
 
     def __init__(self, max_pending=None, max_age=None):
         self.pending = {}
+        self.departed = {}
         self.n_assigned = 0
         self.last_task_id = None
         self.n_cancelled = 0
@@ -6836,19 +6949,27 @@ class _TaskLedger:
         self._order = deque() if self.expiry else None
 
     def check_id(self, task_id):
-        """A caller's id for the next task, checked: unique among pending tasks."""
+        """A caller's id for the next task, checked: unique among pending tasks
+        (those of departed agents included)."""
         tid = _validate_task_id(task_id)
-        if tid in self.pending:
-            raise ValueError(f"task_id {tid!r} is already pending (assigned, reward not "
-                             f"yet received); task ids must be unique among pending tasks")
+        self._refuse_in_use([tid])
         return tid
+
+    def _refuse_in_use(self, ids):
+        for tid in ids:
+            if tid in self.pending or tid in self.departed:
+                left = (f" by agent {self.departed[tid][0]!r}, which left"
+                        if tid in self.departed else "")
+                raise ValueError(f"task_id {tid!r} is already pending (assigned{left}, reward "
+                                 f"not yet received); task ids must be unique among pending "
+                                 f"tasks")
 
     def batch_ids(self, n, task_ids):
         """The ids of a batch of ``n`` tasks, as :meth:`book` gives them one by one."""
         if task_ids is None:
             ids, tid = [], self.n_assigned
             for _ in range(n):
-                while tid in self.pending:
+                while tid in self.pending or tid in self.departed:
                     tid += 1
                 ids.append(tid)
                 tid += 1
@@ -6860,10 +6981,7 @@ class _TaskLedger:
             ids = [_validate_task_id(t, "task_ids[i]") for t in task_ids]
         if len(set(ids)) != n:
             raise ValueError("task_ids must be unique within the batch")
-        clash = [t for t in ids if t in self.pending]
-        if clash:
-            raise ValueError(f"task_id {clash[0]!r} is already pending (assigned, reward not "
-                             f"yet received); task ids must be unique among pending tasks")
+        self._refuse_in_use(ids)
         return ids
 
     def book(self, tid, a, x):
@@ -6875,7 +6993,7 @@ class _TaskLedger:
         seq = self.n_assigned
         if tid is None:
             tid = seq
-            while tid in self.pending:
+            while tid in self.pending or (self.departed and tid in self.departed):
                 tid += 1
         self.pending[tid] = (a, x, seq)
         self.last_task_id = tid
@@ -6897,14 +7015,21 @@ class _TaskLedger:
             self._expire()
 
     def cancel(self, tid):
-        """Forget the pending task ``tid``; return its agent."""
+        """Forget the pending task ``tid``; return its agent (the name of an
+        agent that left, for a departed task)."""
         entry = self.pending.pop(tid, None)
+        if entry is None:
+            entry = self.departed.pop(tid, None)
         if entry is None:
             raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
                              f"router, or its reward was recorded, or it was cancelled or "
                              f"expired")
         self.n_cancelled += 1
         return entry[0]
+
+    def depart(self, tid, name):
+        """The pending task ``tid``'s agent ``name`` left: its reward is still accepted."""
+        self.departed[tid] = (name, self.pending.pop(tid)[2])
 
     def _expire(self):
         """Drop the oldest pending tasks beyond ``max_pending`` or ``max_age``.
@@ -6913,20 +7038,32 @@ class _TaskLedger:
         list is rebuilt from the pending tasks when it grows much longer than they.
         """
         p, mp, ma, order = self.pending, self.max_pending, self.max_age, self._order
+        dep = self.departed
         last = self.n_assigned - 1
         while order:
             seq, tid = order[0]
-            e = p.get(tid)
+            e, held = p.get(tid), p
+            if (e is None or e[2] != seq) and dep and tid in dep:   # its agent left
+                e, held = (None, None, dep[tid][1]), dep
             if e is None or e[2] != seq:          # answered or cancelled
                 order.popleft()
-            elif (mp is not None and len(p) > mp) or (ma is not None and last - seq > ma):
+            elif ((mp is not None and len(p) + len(dep) > mp)
+                  or (ma is not None and last - seq > ma)):
                 order.popleft()
-                del p[tid]
+                del held[tid]
                 self.n_expired += 1
             else:
                 break
-        if len(order) > 2 * len(p) + 64:
-            self._order = deque((e[2], tid) for tid, e in p.items())
+        if len(order) > 2 * (len(p) + len(dep)) + 64:
+            self._order = self._waiting_order()
+
+    def _waiting_order(self):
+        """``(sequence number, id)`` of the tasks awaiting a reward, oldest first."""
+        order = [(e[2], tid) for tid, e in self.pending.items()]
+        if self.departed:
+            order = sorted(order + [(e[1], tid) for tid, e in self.departed.items()],
+                           key=lambda e: e[0])
+        return deque(order)
 
     def saved_pending(self):
         """The pending tasks as a saved state lists them (oldest first)."""
@@ -6982,7 +7119,7 @@ class _TaskLedger:
         self.n_expired = counters["n_expired"]
         self.last_task_id = last_task_id
         if self.expiry:
-            self._order = deque((e[2], tid) for tid, e in entries.items())
+            self._order = self._waiting_order()
 
 
 def _read_only(attr, name, how):
@@ -7091,9 +7228,12 @@ class _Team:
       a handicap (starved).  The other queues are not changed; a free agent
       has no queue.
     - *Pending tasks of a leaving agent.*  ``pending="accept"`` (default):
-      their rewards are still accepted by :meth:`Router.update` and dropped
-      (the agent's model is gone); ``pending="cancel"``: they are cancelled
-      at once (:meth:`Router.cancel`), so their update is refused.
+      their rewards are still accepted by :meth:`Router.update` (which checks
+      the agent named, if any) and dropped (the agent's model is gone); until
+      then they keep their ids in use, count towards ``max_pending``, expire
+      by ``max_pending`` and ``max_age`` and can be cancelled as any pending
+      task.  ``pending="cancel"``: they are cancelled at once
+      (:meth:`Router.cancel`), so their update is refused.
     - *Saved state.*  Every change is recorded in :attr:`changes` and saved;
       a restored router holds the agents as they are now and decides exactly
       as the live one.
@@ -7119,7 +7259,8 @@ class _Team:
                 capacity = _validate_share(capacity, "capacity")
             keep = list(range(self._A))
             caps = self._rebalanced(keep, rebalance, 1.0 - (capacity or 0.0)) + [capacity]
-            alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
+            alpha, constrained = _validate_capacities(
+                caps, len(caps), name=self._rebalance_name(rebalance, f"adding {name!r}"))
             c = self._constrained
             q = float(self._Q[c].mean()) if capacity is not None else 0.0
             self._regroup(keep, self._names + [name], alpha, constrained, q)
@@ -7146,14 +7287,14 @@ class _Team:
                 raise ValueError(f"rebalance: {name!r} has capacity 1, so the others' cannot be "
                                  f"scaled; give their new capacities")
             caps = self._rebalanced(keep, rebalance, 1.0 / (1.0 - share) if share < 1 else 1.0)
-            alpha, constrained = _validate_capacities(caps, len(caps), name="rebalance")
+            alpha, constrained = _validate_capacities(
+                caps, len(caps), name=self._rebalance_name(rebalance, f"removing {name!r}"))
             gone = [t for t, e in self._pending.items() if e[0] == r]
             for t in gone:
                 if pending == "cancel":
                     self._tasks.cancel(t)
                 else:
-                    self._departed[t] = name
-                    del self._pending[t]
+                    self._tasks.depart(t, name)
             change = {"op": "remove", "agent": name, "at": self._tasks.n_assigned,
                       "assigned": int(self._counts[r]), "rewards": int(self._n_rewards[r])}
             self._regroup(keep, [self._names[a] for a in keep], alpha, constrained, None)
@@ -7169,11 +7310,18 @@ class _Team:
             raise TypeError(f"{method} needs a router with named agents, e.g. "
                             f"Router(['model', 'human'], ...)")
 
+    @staticmethod
+    def _rebalance_name(rebalance, change):
+        """What a capacity error names: ``rebalance`` when the caller gave it."""
+        if isinstance(rebalance, str) and rebalance == "scale":
+            return f"the capacities after {change} (rebalance='scale')"
+        return "rebalance"
+
     def _rebalanced(self, keep, rebalance, factor):
         """The capacities of the agents ``keep`` after a change (class notes)."""
-        if isinstance(rebalance, str) and rebalance == "scale":
-            return [None if not self._constrained[a] else float(self._alpha[a]) * factor
-                    for a in keep]
+        if isinstance(rebalance, str) and rebalance == "scale":     # (1 + rounding: 1)
+            return [None if not self._constrained[a] else min(float(self._alpha[a]) * factor,
+                                                              1.0) for a in keep]
         try:
             caps = list(rebalance)
         except TypeError:
@@ -7205,19 +7353,24 @@ class _Team:
         for t, (a, x, seq) in list(self._pending.items()):
             self._pending[t] = (where[a], x, seq)
 
-    def _departed_reward(self, tid, reward):
+    def _departed_reward(self, tid, agent, reward):
         """The reward of a task whose agent has left (accepted, then dropped)."""
         if tid not in self._departed:
             raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
                              f"router, or its reward was already recorded, or it was "
                              f"cancelled or expired")
+        name = self._departed[tid][0]
+        if agent is not None and agent != name:
+            raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
+                             f"assigned to ({name!r}, which left)")
         _validate_reward(reward)
         del self._departed[tid]
 
     def _team_state(self):
-        """The team's part of :meth:`Router.state_dict` (schema 3)."""
+        """The team's part of :meth:`Router.state_dict` (schema 3): the changes,
+        and each departed task as ``[id, agent name, sequence number]``."""
         return {"changes": self.changes,
-                "departed": [[t, n] for t, n in self._departed.items()]}
+                "departed": [[t, n, seq] for t, (n, seq) in self._departed.items()]}
 
     def _restore_team(self, st, version):
         """Install the saved changes and departed tasks (none before schema 3)."""
@@ -7230,14 +7383,38 @@ class _Team:
             raise ValueError("state['changes'] must be a list of objects with 'op' ('add' or "
                              "'remove') and 'agent'")
         if not isinstance(departed, list) or not all(
-                isinstance(e, list) and len(e) == 2 and isinstance(e[1], str) for e in departed):
-            raise ValueError("state['departed'] must be a list of [task id, agent name]")
+                isinstance(e, list) and len(e) in (2, 3) and isinstance(e[1], str)
+                for e in departed):
+            raise ValueError("state['departed'] must be a list of [task id, agent name, "
+                             "sequence number]")
         self._changes = [dict(c) for c in changes]
-        for t, n in departed:
-            tid = _validate_task_id(t, "state['departed'][i][0]")
-            if tid in self._pending:
+        left = {c["agent"]: c.get("at", 0) for c in changes if c["op"] == "remove"}
+        last = self._tasks.n_assigned - 1
+        for e in departed:
+            tid = _validate_task_id(e[0], "state['departed'][i][0]")
+            if tid in self._pending or tid in self._departed:
                 raise ValueError(f"state['departed']: task {tid!r} is also pending")
-            self._departed[tid] = n
+            # without a sequence number (earlier saves): the latest its agent's leaving allows
+            seq = (_state_int(e[2], "state['departed'][i][2]", 0, last) if len(e) == 3 else
+                   min(max(_state_int(left.get(e[1], 0), "state['changes'][i]['at']", 0,
+                                      ROUTER_STATE_LIMITS["count"]) - 1, 0), max(last, 0)))
+            self._departed[tid] = (e[1], seq)
+        if self._tasks.expiry and self._departed:
+            self._tasks._order = self._tasks._waiting_order()
+
+    def _queue_starts(self, st):
+        """The queue each agent of a saved state joined with: that of its latest
+        'add' in ``state['changes']`` (at most the tasks assigned before it), else 0."""
+        start = np.zeros(self._A)
+        if self._names is None or not isinstance(st.get("changes"), list):
+            return start
+        for c in st["changes"]:
+            if isinstance(c, dict) and c.get("op") == "add" and c.get("agent") in self._index:
+                at = _state_int(c.get("at"), "state['changes'][i]['at']", 0,
+                                ROUTER_STATE_LIMITS["count"])
+                start[self._index[c["agent"]]] = _validate_real(
+                    c.get("Q"), "state['changes'][i]['Q']", 0.0, float(at))
+        return start
 
     @staticmethod
     def _assigned_elsewhere(st):
@@ -7395,7 +7572,8 @@ class Router(_Team):
         self._score = self._model.score
         # extra per-task steps: expiry, or a model keeping the contexts it sees
         self._extra = self._tasks.expiry or self._model.sees
-        self._config, self._changes, self._departed = c, [], {}   # agents joining, leaving
+        self._config, self._changes = c, []   # agents joining, leaving
+        self._departed = self._tasks.departed
         self._lock = threading.Lock()         # one public call at a time (class notes)
         self._write_log({"event": "router", "agents": self.agents,
                          "capacities": list(self._caps), "policy": c.policy,
@@ -7615,7 +7793,8 @@ class Router(_Team):
         class notes).  Cancelling a task that is not pending is an error.
         """
         with self._lock:
-            return self._agent_out(self._tasks.cancel(_validate_task_id(task_id)))
+            a = self._tasks.cancel(_validate_task_id(task_id))
+            return a if isinstance(a, str) else self._agent_out(a)   # str: an agent that left
 
     def update(self, task, agent, reward):
         """Feed a reward to an agent's model.
@@ -7638,7 +7817,7 @@ class Router(_Team):
                     int(task) if isinstance(task, (int, np.integer)) else str(task))
                 entry = self._pending.get(tid)
                 if entry is None:
-                    return self._departed_reward(tid, reward)
+                    return self._departed_reward(tid, agent, reward)
                 a, x, _ = entry
                 if agent is not None and agent != a and self._agent_index(agent) != a:
                     raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
@@ -7719,8 +7898,9 @@ class Router(_Team):
         :data:`ROUTER_STATE_LIMITS`, before anything is allocated; counts must
         be integers that agree with each other; Sigma must be symmetric and
         positive semi-definite up to rounding (:meth:`_LogisticModel._check_values`);
-        queues finite, >= 0 and at most their agent's count of tasks (a queue
-        grows by at most 1 per task assigned to its agent, Eq. 1); pending
+        queues finite, >= 0 and at most their agent's count of tasks plus the
+        queue it joined with (a queue grows by at most 1 per task assigned to
+        its agent, Eq. 1; :class:`_Team`); pending
         tasks, cancelled and expired ones at most the tasks assigned; running
         sums of rewards at most their counts.  Raises ``ValueError`` naming the
         offending field when the state is malformed or impossible, or was
@@ -7743,7 +7923,7 @@ class Router(_Team):
         kw["log"] = _log_path(st["log"]) if version >= 5 else None
         router = cls(agents, st["capacities"], **kw)
         counters = _saved_counters(st, get, router._A, router._constrained,
-                                   router._assigned_elsewhere(st))
+                                   router._assigned_elsewhere(st), router._queue_starts(st))
         entries = router._tasks.check_pending(st["pending"], counters, version,
                                               router._agent_index, router.n_features)
         router._model.restore(checked, counters)
@@ -13398,8 +13578,17 @@ def _add_commands(sub, commands):
         p.set_defaults(func=func or (lambda a, p=p: p.print_help()))
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr, exit status 2, as
+    every other expected failure of the command lines (its sub-parsers too)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}; see "
+                     f"{self.prog} --help\n")
+
+
 def _build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _CommandParser(
         prog="capassign",
         description="Assign prediction tasks to agents with capacity constraints "
                     "(Wu, Kher & Smyth) - simulation, sweeps, data and benchmarks; the "
@@ -13474,7 +13663,12 @@ def _command_name(parser, args):
 
 def _error_line(exc):
     """One line saying what went wrong and, where the message does not, what to do."""
-    if isinstance(exc, (TimeoutError, ConnectionError)):
+    if isinstance(exc, BrokenPipeError):
+        msg = (f"{exc.strerror or exc}: the command's output was closed before it ended (e.g. "
+               f"piped into a program that stopped reading)")
+    elif isinstance(exc, (TimeoutError, ConnectionError)) or (
+            isinstance(exc, OSError) and exc.strerror is None
+            and any(w in str(exc).lower() for w in ("timed out", "timeout", "connect"))):
         msg = (f"{exc or type(exc).__name__}; check the address and that the other side (e.g. "
                f"the Dask scheduler) is running and reachable")
     elif isinstance(exc, OSError) and not isinstance(exc, (DataUnavailable, DataIntegrityError)):

@@ -268,3 +268,134 @@ def test_version_flag(capsys):
         ca.main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out == f"capassign {ca.__version__}\n"
+
+
+# --- gaps closed in the third hardening round -----------------------------------------
+
+_LIMITED_WRITE = r"""
+import json, resource, shutil, signal, sys
+from pathlib import Path
+sys.path[:0] = sys.argv[1:3]
+import papermill
+from capbook import pipeline
+tmp = Path(sys.argv[3])
+pipeline.CHAPTER_DIR, pipeline.EXECUTED_DIR, pipeline.ROOT = tmp / "chapters", tmp / "executed", tmp
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # a write beyond the limit: EFBIG
+limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+def execute(raw, done, **kw):                       # papermill without a kernel
+    shutil.copy(raw, done)
+    limit()
+papermill.execute_notebook = execute
+if sys.argv[4] == "sync-text":
+    limit()
+try:
+    getattr(pipeline, sys.argv[4].replace("-", "_"))(["tiny"])
+except OSError as exc:
+    print("refused:", exc.strerror)
+"""
+
+
+@pytest.mark.parametrize("command", ["reproduce", "sync-text"])
+def test_a_stored_notebook_is_never_left_truncated(tmp_path, command):
+    # nbformat.write truncated the stored notebook first: a 4 KiB file-size
+    # limit (a full disk) left 4,096 bytes of broken JSON
+    import jupytext
+    import nbformat
+
+    chapters, executed = tmp_path / "chapters", tmp_path / "executed"
+    chapters.mkdir()
+    executed.mkdir()
+    prose = "Some prose. " * 600                      # the notebook is over 4 KiB
+    text = ("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
+            "kernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n"
+            "# Tiny\n\n```{code-cell} ipython3\n:tags: [parameters]\nn = 3\n```\n\n"
+            f"{prose}\n")
+    (chapters / "tiny.md").write_text(text)
+    stored = executed / "tiny.ipynb"
+    nbformat.write(jupytext.read(chapters / "tiny.md"), stored)
+    before = stored.read_bytes()
+    (chapters / "tiny.md").write_text(text.replace("Some prose.", "Other prose"))
+    got = subprocess.run([sys.executable, "-c", _LIMITED_WRITE, str(ROOT), str(ROOT / "book"),
+                          str(tmp_path), command], capture_output=True, text=True, timeout=300)
+    assert "refused: File too large" in got.stdout, got.stdout + got.stderr
+    assert stored.read_bytes() == before
+    assert [p.name for p in executed.iterdir()] == ["tiny.ipynb"]    # no temporary left
+
+
+@pytest.mark.parametrize("out, kind", [("/dev/null", "character device"), (None, "folder")])
+def test_table4_spreads_out_is_checked_before_any_work(capsys, tmp_path, monkeypatch, out,
+                                                      kind):
+    # --out /dev/null computed, wrote its partial files into /dev and replaced the device
+    monkeypatch.chdir(tmp_path)
+    out = out or str(tmp_path)
+    monkeypatch.setattr(book_cli.spreads, "write_table4_spreads",
+                        lambda *a, **k: pytest.fail("computed before checking --out"))
+    err = fails(capsys, ["table4-spreads", "--out", out, "--tasks", "bank"], cb.main, "capbook")
+    assert f"--out {out!r} is a {kind}" in err
+
+
+def test_a_corrupt_spreads_partial_file_is_one_line(capsys, tmp_path):
+    # an AttributeError traceback before
+    out = tmp_path / "spreads.json"
+    for i, junk in enumerate(["[1, 2]", "{\"cells\": 3}", "not json"]):
+        (tmp_path / "spreads.json.bank.typed.partial").write_text(junk)
+        err = fails(capsys, ["table4-spreads", "--out", str(out), "--tasks", "bank"], cb.main,
+                    "capbook")
+        assert "spreads.json.bank.typed.partial' is not one table4-spreads writes" in err
+        assert "delete it" in err
+
+
+def test_a_parameter_of_the_wrong_type_is_one_line(capsys, tmp_path, monkeypatch):
+    # failed inside papermill, after starting the chapter, with a traceback
+    from test_notebooks import _chapter_tree
+
+    _, executed = _chapter_tree(tmp_path, monkeypatch)
+    err = fails(capsys, ["reproduce", "tiny", "-p", "n", '"three"'], cb.main, "capbook")
+    assert err == ("capbook reproduce: error: -p n: chapter tiny sets it to 3 (int); got "
+                   "'three' (str)\n")
+    for value in ("2.5", "[3]", "true"):
+        assert "chapter tiny sets it to 3" in fails(
+            capsys, ["reproduce", "tiny", "-p", "n", value], cb.main, "capbook")
+    assert not executed.exists()
+
+
+def test_one_line_errors_give_the_right_hint():
+    # a Dask timeout said "check the path", a closed stdout pipe "check the Dask scheduler"
+    dask = ca._error_line(OSError("Timed out trying to connect to tcp://10.0.0.1:8786 after 30 s"))
+    assert "Dask scheduler" in dask and "path" not in dask
+    pipe = ca._error_line(BrokenPipeError(32, "Broken pipe"))
+    assert "output was closed" in pipe and "Dask" not in pipe
+    missing = ca._error_line(FileNotFoundError(2, "No such file or directory", "x.json"))
+    assert "check that the path exists" in missing
+
+
+@pytest.mark.parametrize("argv", [
+    ["sync-text", "book/elsewhere/intro.md"],           # ran the chapter intro
+    ["sync-text", "intro.md"]])
+def test_chapter_names_are_not_reduced_to_stems(capsys, argv):
+    assert "unknown chapter" in fails(capsys, argv, cb.main, "capbook")
+
+
+@pytest.mark.parametrize("prog, argv", [
+    ("capbook", ["reproduce", "-p", "x"]), ("capbook", ["table4-spreads", "--tasks"]),
+    ("capassign", ["simulate", "--runs", "x"]), ("capassign", ["bench", "--T", "x"])])
+def test_argparse_errors_are_one_line(capsys, prog, argv):
+    # two lines (usage, then the error) where the README promises one
+    main = cb.main if prog == "capbook" else ca.main
+    err = fails(capsys, argv, main, prog)
+    assert f"see {prog} {argv[0]} --help" in err
+    with pytest.raises(SystemExit):
+        main([{"capbook": "reproduce", "capassign": "bench"}[prog], "--nope"])   # top level
+    err = capsys.readouterr().err
+    assert err == f"{prog}: error: unrecognized arguments: --nope; see {prog} --help\n"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["sync-text", "intro", "intro"], "chapter 'intro' is named twice"),
+    (["reproduce", "intro", "-p", "x", "1", "-p", "x", "2"], "-p x is given twice"),
+    (["reproduce", "--list", "intro"], "--list lists the chapters and runs none"),
+    (["validate-engines", "--tasks", "bank,bank"], "--tasks must not repeat a name"),
+    (["table4-spreads", "--tasks", "bank,bank"], "--tasks must not repeat a name"),
+    (["table4-spreads", "--check", "--tasks", "bank"], "--tasks does not apply")])
+def test_repeated_or_ignored_names_are_refused(capsys, argv, words):
+    assert words in fails(capsys, argv, cb.main, "capbook")

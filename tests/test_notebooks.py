@@ -148,7 +148,8 @@ def test_reproduce_refuses_names_outside_the_parameters_cell(tmp_path, monkeypat
                    "its parameters: n\n")
 
 
-REPR = TINY.replace("print(sum(range(n)))", "print(repr(n))")
+# n = None: a parameter whose default is None takes data of any kind
+REPR = TINY.replace("print(sum(range(n)))", "print(repr(n))").replace("n = 3", "n = None")
 
 
 def test_reproduce_passes_values_as_data(tmp_path, monkeypatch):
@@ -225,3 +226,14 @@ def test_a_chapter_runs_after_the_chapters_it_reads(tmp_path, monkeypatch):
         "kernelspec:", "capassign:\n  reads: [a_reader]\nkernelspec:", 1))
     with pytest.raises(ValueError, match="cycle"):
         pipeline._resolve_chapters([])
+
+
+def test_a_notebook_is_written_as_nbformat_writes_it(tmp_path):
+    # the atomic write keeps the bytes of nbformat.write (its final newline too)
+    import jupytext
+
+    nb = jupytext.reads(TINY, fmt="md:myst")
+    nbformat.write(nb, tmp_path / "plain.ipynb")
+    pipeline._write_notebook(nb, tmp_path / "atomic.ipynb")
+    assert (tmp_path / "atomic.ipynb").read_bytes() == (tmp_path / "plain.ipynb").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["atomic.ipynb", "plain.ipynb"]

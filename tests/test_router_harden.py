@@ -267,15 +267,51 @@ def test_one_router_from_four_threads(policy, kw, n):
 # --- property: save and restore after every step ------------------------------------
 
 
-def _walk_and_restore(policy, kw, steps, seed, K=3):
+def _team_step(r, rng, x, ids):
+    """One change of a named router's team or tasks: an agent joins (names are
+    reused) or leaves, a task takes an id that may be in use, or a departed
+    agent's task is answered or cancelled.  Returns 1 when it was refused."""
+    u = rng.random()
+    departed = [t for t, _, _ in r.state_dict()["departed"]]
+    if u < 0.3 and len(r.agents) < 5:
+        names = [n for n in "abcdef" if n not in r.agents]
+        cap = None if rng.random() < 0.25 else float(rng.uniform(0.05, 0.3))
+        r.add_agent(names[0], cap)              # the first free name: often one that left
+    elif u < 0.6 and len(r.agents) > 2:
+        try:
+            r.remove_agent(r.agents[int(rng.integers(len(r.agents)))],
+                           pending=["accept", "cancel"][int(rng.integers(2))])
+        except ValueError as exc:              # the others would all be free
+            assert "capacity" in str(exc)
+            return 1
+    elif u < 0.8:                              # an id from a small pool: often in use
+        tid = ids[int(rng.integers(len(ids)))]
+        if tid in r.pending or tid in departed:
+            with pytest.raises(ValueError, match="already pending"):
+                r.assign(x, task_id=tid)
+            return 1
+        r.assign(x, task_id=tid)
+    elif departed:
+        tid = departed[int(rng.integers(len(departed)))]
+        if rng.random() < 0.5:
+            r.cancel(tid)
+        else:
+            r.update(tid, None, float(rng.random()))
+    return 0
+
+
+def _walk_and_restore(policy, kw, steps, seed, K=3, team=False):
     rng = np.random.default_rng(seed)
     d = 3
     r = ca.Router(["a", "b", "c"], [0.5, 0.3, 0.2], policy, n_features=d, seed=seed, **kw)
     refused = 0
+    ids = [f"j{i}" for i in range(6)] + [0, 1, 2]
     for step in range(steps):
         u = rng.random()
         x = rng.normal(size=d) * (1e9 if rng.random() < 0.1 else 1.0)
-        if u < 0.08:                           # refused inputs
+        if team and u >= 0.82:                 # instead of some plain assignments
+            refused += _team_step(r, rng, x, ids)
+        elif u < 0.08:                         # refused inputs
             bad = [np.r_[x[:-1], rng.choice([np.nan, np.inf, -np.inf])], x[:-1],
                    np.r_[x, 0.0], x.reshape(1, -1)][int(rng.integers(4))]
             with pytest.raises((ValueError, TypeError)):
@@ -287,9 +323,9 @@ def _walk_and_restore(policy, kw, steps, seed, K=3):
             r.cancel(r.pending[int(rng.integers(len(r.pending)))])
         elif u < 0.55 and r.pending:           # a reward, in any order
             tid = r.pending[int(rng.integers(len(r.pending)))]
-            r.update(tid, None, int(rng.integers(2)))
+            r.update(tid, None, float(rng.random()) if team and u > 0.45 else int(rng.integers(2)))
         elif u < 0.6:                          # an outside observation
-            r.update(x, "b", int(rng.integers(2)))
+            r.update(x, r.agents[1], int(rng.integers(2)))
         else:
             r.assign(x)
         saved = json.loads(json.dumps(r.state_dict()))
@@ -316,3 +352,40 @@ def test_every_saved_state_restores_a_router_that_decides_alike(policy, kw, step
     assert refused > 0 and r.n_assigned > 0
     if policy == "tree-ts":
         assert r.state_dict()["model"]["stream"]["n_seen"] > 256
+
+
+#: Forgetting, in NumPy-typed settings (small forests: the test runs in CI).
+_FORGETTING = ca.ModelSettings(discount=np.float64(0.98), n_trees=np.int64(5),
+                               max_depth=np.uint8(3), refit_every=np.int32(10))
+
+
+@pytest.mark.parametrize("policy, kw, steps", [
+    ("tree-ts", dict(max_age=30), 300),
+    ("tree-greedy", dict(max_pending=10), 300),
+    ("logistic-ts", dict(max_pending=12), 300),
+    ("logistic-greedy", dict(max_age=20), 300),
+    ("marginal", dict(max_pending=5, max_age=9), 300),
+    ("random", {}, 300)])
+def test_every_saved_state_restores_across_team_changes(policy, kw, steps):
+    # agents joining and leaving (names and task ids reused), departed agents'
+    # tasks answered, cancelled and expired, forgetting with contexts of 1e9
+    r, refused = _walk_and_restore(policy, dict(kw, settings=_FORGETTING), steps, seed=5,
+                                   team=True)
+    changes = r.changes
+    assert refused > 0 and r.n_assigned > 0
+    assert {"add", "remove"} <= {c["op"] for c in changes}
+    assert any(c["op"] == "add" and c["agent"] in "abc" for c in changes)   # a name reused
+
+
+def test_numpy_typed_settings_are_python_numbers():
+    # a Router with n_trees=np.int64(20) saved no JSON (TypeError), and
+    # max_depth=np.uint8(2) overflowed in the forest size check
+    s = ca.ModelSettings(gamma=np.float32(0.5), kappa=np.float64(0.25), n_trees=np.int64(20),
+                         max_depth=np.uint8(2), max_bins=np.int16(16), discount=np.float64(0.99))
+    assert s == ca.ModelSettings(gamma=0.5, kappa=0.25, max_depth=2, max_bins=16, discount=0.99)
+    for policy in ca.ONLINE_POLICIES:
+        r = ca.Router(["a", "b"], [0.5, 0.5], policy, n_features=2, settings=s)
+        r.assign([0.0, 1.0])
+        r.update(r.last_task_id, None, 1)
+        assert _roundtrip(r).state_dict() == json.loads(json.dumps(r.state_dict()))
+    assert all(type(v) in (int, float) for v in s.fields().values())

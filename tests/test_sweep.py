@@ -430,3 +430,14 @@ def test_progress_bar_only_on_a_terminal_or_when_asked(tmp_path, capsys):
     assert "sweep cells" in capsys.readouterr().err
     _tiny_sweep(tmp_path / "c", progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_sweep_with_numpy_typed_settings(small, tmp_path):
+    # failed with a traceback: the settings went into the sweep's JSON records
+    X, R = small
+    s = ca.ModelSettings(n_trees=np.int64(5), max_depth=np.uint8(2))
+    df = ca.sweep({"syn": (X, R)}, ["tree-greedy"], [[0.5, 0.5]], tmp_path / "s", runs=2,
+                  seed=1, n_jobs=1, settings=s)
+    ref = ca.simulate(X, R, [0.5, 0.5], "tree-greedy", runs=2, seed=1,
+                      settings=ca.ModelSettings(n_trees=5, max_depth=2))
+    np.testing.assert_array_equal(df.error.to_numpy(), ref.errors)

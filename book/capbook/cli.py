@@ -12,21 +12,32 @@ stderr with exit status 2.
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from capassign import (TABULAR_TASKS, _add_commands, _int_opt, _opt, _run_command,
-                       _split_names, _validate_int, _validate_names)
+from capassign import (CONTEXT_CODINGS, TABULAR_TASKS, _add_commands, _CommandParser,
+                       _int_opt, _opt, _run_command, _split_names, _validate_int,
+                       _validate_names)
 
 from . import depth, engines, fullstream, pipeline, spreads
 
 
+def _tasks(arg):
+    """The tasks of ``--tasks`` (all by default), each named once."""
+    tasks = TABULAR_TASKS if arg is None else _split_names(arg)
+    return _validate_names(tasks, TABULAR_TASKS, "--tasks", unique=True)
+
+
 def _cmd_reproduce(args):
     if args.list:
+        if args.chapters or args.parameter:
+            raise ValueError("--list lists the chapters and runs none; give it no chapter "
+                             "names and no -p")
         print("\n".join(pipeline.chapter_names()))
         return
     params = {}
     for k, v in args.parameter:
+        if k in params:
+            raise ValueError(f"-p {k} is given twice; give each parameter once")
         try:
             params[k] = json.loads(v)
         except json.JSONDecodeError:
@@ -34,12 +45,17 @@ def _cmd_reproduce(args):
         except RecursionError:
             raise ValueError(f"-p {k}: the value is JSON nested too deeply to read") from None
     pipeline._check_parameters(args.chapters, params, "-p")
-    pipeline.reproduce(args.chapters, parameters=params)
+    import papermill
+
+    try:
+        pipeline.reproduce(args.chapters, parameters=params)
+    except papermill.PapermillExecutionError as exc:   # a cell raised: one line
+        raise ValueError(f"a cell of the chapter raised {exc.ename}: {exc.evalue} (cell "
+                         f"{exc.cell_index}); its stored notebook is unchanged") from None
 
 
 def _cmd_validate(args):
-    tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
-    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
+    tasks = _tasks(args.tasks)
     for name, v, lo in (("--prefix", args.prefix, 10), ("--pilot", args.pilot, 2),
                         ("--max-runs", args.max_runs, args.pilot), ("--seed", args.seed, 0)):
         _validate_int(v, name, lo=lo)
@@ -54,12 +70,15 @@ def _cmd_validate(args):
 
 def _cmd_spreads(args):
     if args.check:
+        if args.tasks is not None:
+            raise ValueError("--check verifies the whole file; --tasks does not apply to it")
         obj = spreads.read_table4_spreads(args.out, check_data=True)
         print(f"{args.out}: ok, {len(spreads.spreads_errors(obj))} (task, coding, seed, "
               f"policy) cells")
         return
-    tasks = TABULAR_TASKS if args.tasks is None else _split_names(args.tasks)
-    tasks = _validate_names(tasks, TABULAR_TASKS, "--tasks")
+    tasks = _tasks(args.tasks)
+    engines._check_results_path(args.out, [f"{t}.{c}" for t in tasks for c in CONTEXT_CODINGS],
+                                "--out")                # before any work
     done = spreads.write_table4_spreads(args.out, tasks=tasks)
     print(f"wrote {done}" if done else "partial files complete for " + ", ".join(tasks))
 
@@ -80,7 +99,7 @@ _cmd_full_stream = _coupon_command(fullstream.read_full_stream, fullstream.write
 
 
 _CHAPTERS_ARG = _opt("chapters", nargs="*", metavar="CHAPTER",
-                     help="chapter names (stems of book/chapters/*.md); default: all")
+                     help="chapter names (stems of book/chapters/*.md, each once); default: all")
 
 #: The sub-commands, as in ``capassign``'s table of commands:
 #: ``(name, help, description, function, options)``.
@@ -151,7 +170,7 @@ _COMMANDS = [
 
 
 def _build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _CommandParser(
         prog="capbook",
         description="The companion book's own commands: re-execute chapters, sync their "
                     "prose, validate the fast engine; the library's commands are "

@@ -64,23 +64,35 @@ def _resolve_chapters(names):
         return _reading_order(known)
     out = []
     for n in names:
-        stem = Path(n).stem
-        if stem not in known:
+        if n not in known:       # a name, not a path: book/x/intro.md is not intro
             raise ValueError(f"unknown chapter {n!r}; known chapters: {', '.join(known)}")
-        out.append(stem)
+        if n in out:
+            raise ValueError(f"chapter {n!r} is named twice; name each chapter once")
+        out.append(n)
     return out
+
+
+def _write_notebook(nb, path):
+    """Write notebook ``nb`` to ``path`` as ``nbformat.write`` would, atomically
+    (a temporary file in the same folder, fsync, rename): a stored notebook is
+    never left truncated by an interruption or a full disk."""
+    import nbformat
+
+    text = nbformat.writes(nb)
+    capassign._write_text_atomic(path, text if text.endswith("\n") else text + "\n")
 
 
 def _chapter_parameters(name):
     """The names chapter ``name`` assigns in its ``parameters`` cell, in order
-    (``None`` when it has no such cell): the only names a run may override."""
+    (``None`` when it has no such cell): the only names a run may override.
+    A dict, each name to its default where that is a literal (else ``...``)."""
     import jupytext
 
     cells = [c for c in jupytext.read(CHAPTER_DIR / f"{name}.md").cells
              if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
     if not cells:
         return None
-    names = []
+    names = {}
     for cell in cells:
         try:
             body = ast.parse(cell.source).body
@@ -89,8 +101,29 @@ def _chapter_parameters(name):
         for node in body:
             targets = (node.targets if isinstance(node, ast.Assign) else
                        [node.target] if isinstance(node, ast.AnnAssign) else [])
-            names += [t.id for t in targets if isinstance(t, ast.Name) and t.id not in names]
+            try:
+                default = ast.literal_eval(node.value) if node.value is not None else ...
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                default = ...
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id not in names:
+                    names[t.id] = default
     return names
+
+
+def _same_kind(value, default):
+    """Whether an override ``value`` can stand for a parameter whose default is
+    ``default``: the same kind of data (an int for a float; ``None`` either way;
+    anything for a default that is not a literal)."""
+    if default is ... or default is None or value is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, numbers.Real):
+        return isinstance(value, int if isinstance(default, int) else numbers.Real)
+    kinds = (str, list, dict)
+    return any(isinstance(default, k) and isinstance(value, k) for k in kinds) or (
+        isinstance(default, tuple) and isinstance(value, list))
 
 
 #: How deep lists and dicts may nest in a chapter parameter's value.
@@ -168,6 +201,10 @@ def _check_parameters(chapters, parameters, name="parameters"):
             if key not in known:
                 raise ValueError(f"{name} {key!r} is not a parameter of chapter {chapter}; "
                                  f"its parameters: {', '.join(known)}")
+            if not _same_kind(out[key], known[key]):
+                raise ValueError(f"{name} {key}: chapter {chapter} sets it to "
+                                 f"{known[key]!r} ({type(known[key]).__name__}); got "
+                                 f"{out[key]!r} ({type(out[key]).__name__})")
     return out
 
 
@@ -309,7 +346,7 @@ def _execute_chapter(name, parameters, kernel_name, log_output):
             iopub_timeout=_IOPUB_TIMEOUT)
         out = _clean_executed(nbformat.read(done, as_version=4))
     target = EXECUTED_DIR / f"{name}.ipynb"
-    nbformat.write(out, target)
+    _write_notebook(out, target)
     print(f"executed {src.relative_to(ROOT)} -> {target.relative_to(ROOT)}")
     return target
 
@@ -418,7 +455,7 @@ def sync_text(chapters=()):
             meta["capassign"] = src_nb.metadata["capassign"]
         new = _clean_executed(nbformat.v4.new_notebook(cells=cells, metadata=meta))
         if nbformat.writes(new) != nbformat.writes(exe):
-            nbformat.write(new, path)
+            _write_notebook(new, path)
             updated.append(name)
             print(f"synced text of {name}")
     return updated

@@ -32,7 +32,7 @@ import capassign as ca
 from capassign import _canonical_json, _json_digest, _task_digest, _write_json_atomic, \
     _write_text_atomic
 
-from .engines import _read_checksummed
+from .engines import _check_results_path, _read_checksummed
 from .pipeline import BOOK_DIR
 
 #: The results file (committed).
@@ -80,12 +80,28 @@ def _matched(name):
     return {str(r): [int(s) for s in m.seed[m.row == r]] for r in range(5)}
 
 
+def _read_partial(part):
+    """A partial file's ``{"head": ..., "cells": {seed: cell}}``, or a one-line
+    ValueError naming it when it is not one (delete it to recompute)."""
+    fix = f"partial file {str(part)!r} is not one table4-spreads writes"
+    try:
+        old = json.loads(part.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ValueError(f"{fix} (not JSON); delete it to recompute its seeds") from None
+    cells = old.get("cells") if isinstance(old, dict) else None
+    if not isinstance(cells, dict) or not all(
+            isinstance(c, dict) and {"digest", "accuracies", "errors"} <= set(c)
+            and isinstance(c["errors"], dict) for c in cells.values()):
+        raise ValueError(f"{fix} (no valid 'cells'); delete it to recompute its seeds")
+    return old
+
+
 def _compute_part(name, coding, head, part, say):
     """Cells of one (task, coding): taken from its partial file when that was made with
     the same settings, else computed seed by seed (each seed saved as it is done)."""
     cells = {}
     if part.exists():
-        old = json.loads(part.read_text(encoding="utf-8"))
+        old = _read_partial(part)
         if old.get("head") == json.loads(_canonical_json(head)):
             cells = old["cells"]
             say(f"{name} {coding}: resuming, {len(cells)} seeds stored")
@@ -143,6 +159,8 @@ def write_table4_spreads(path=SPREADS_PATH, *, tasks=ca.TABULAR_TASKS, runs=ca.T
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    path = _check_results_path(path, [f"{t}.{c}" for t in tasks for c in ca.CONTEXT_CODINGS],
+                               "path")
     say = out or (lambda *a: None)
     st = spreads_settings(runs, eta, seed)
     payload = {"schema": SPREADS_SCHEMA, "settings": st, "tasks": {}}
