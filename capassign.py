@@ -23,14 +23,17 @@ The module is organised in the order data flows through it:
                               path; mini-batches (Sec. 4.2)
 7. streaming router         - live assignment with delayed rewards and saved
                               state: a facade over the reward-model objects
-8. tasks                    - data registry, loaders, agent construction and
+8. off-policy evaluation    - IPS, self-normalised IPS, doubly robust and
+                              replay estimates of a policy from a router's log
+9. tasks                    - data registry, loaders, agent construction and
                               the search of its seeds
-9. experiments              - error-vs-capacity tables, the paper's numbers,
+10. experiments             - error-vs-capacity tables, the paper's numbers,
                               confidence intervals, paired tests, hindsight
-                              gaps, regret, capacity adherence
-10. resumable sweeps        - grids stored cell by cell, joblib or Dask
-11. plotting                - figures in the paper's style
-12. command line            - ``python -m capassign ...``
+                              gaps, regret, capacity adherence, the check of
+                              off-policy estimates
+11. resumable sweeps        - grids stored cell by cell, joblib or Dask
+12. plotting                - figures in the paper's style
+13. command line            - ``python -m capassign ...``
 
 The numbers quoted from the paper (``DEFAULT_ETA``, ``PAPER_*``) stand
 together before section 1, each with its place in the paper.  A section uses
@@ -116,8 +119,11 @@ __all__ = [
     "SimulationResult", "synthetic_stream", "simulate", "OFFLINE_MAX_BINS", "MEMO_ENV",
     "benchmark_engines",
     # streaming router (section 7)
-    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "benchmark_startup", "benchmark_router",
-    # tasks (section 8)
+    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "Decision", "PROPENSITY_DRAWS",
+    "LOG_FORMAT", "benchmark_startup", "benchmark_router",
+    # off-policy evaluation (section 8)
+    "OPE_ESTIMATORS", "OffPolicyEstimate", "LogEvaluation", "evaluate_log",
+    # tasks (section 9)
     "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
     "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
     "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
@@ -131,7 +137,7 @@ __all__ = [
     "load_task", "accuracy_by_context", "ENCODING_TOL", "paper_accuracies",
     "paper_logistic_targets", "write_tabular_agent_search", "tabular_agent_search",
     "encoding_evidence", "agent_evidence", "paper_agent_seed",
-    # experiments (section 9)
+    # experiments (section 10)
     "MATCH_TOL", "TABLE4_POLICIES", "TABLE4_RUNS", "table4_matched_seeds",
     "table4_seed_errors", "table4_spreads", "contrast_separation", "task_errors",
     "laplace_update_influence", "mean_ci",
@@ -139,13 +145,13 @@ __all__ = [
     "difference_ci", "runs_needed", "paired_tests", "hindsight_gaps",
     "CapacityAdherence", "capacity_adherence", "simulate_known_mu",
     "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
-    "EtaTuning", "tune_eta_schedule",
-    # resumable sweeps (section 10)
+    "EtaTuning", "tune_eta_schedule", "OffPolicyCheck", "off_policy_check",
+    # resumable sweeps (section 11)
     "SWEEP_SCHEMA", "SWEEP_BACKENDS", "sweep",
-    # plotting (section 11)
+    # plotting (section 12)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
     "plot_capacity_adherence", "plot_paired_differences",
-    # command line (section 12)
+    # command line (section 13)
     "main",
 ]
 
@@ -6746,8 +6752,24 @@ def _benchmark_grid(T, d, runs, seed, out, eta=DEFAULT_ETA):
 ROUTER_SCHEMA = "capassign.router"
 #: The current version of the saved router state (older versions still load).
 #: Version 4: ``eta`` may be a :class:`DecayingEta` (an object, see
-#: :meth:`DecayingEta.fields`); versions 1-3 hold a number.
-ROUTER_SCHEMA_VERSION = 4
+#: :meth:`DecayingEta.fields`); versions 1-3 hold a number.  Version 5: the
+#: ``log`` path (None without a log; versions 1-4 restore without one).
+ROUTER_SCHEMA_VERSION = 5
+
+#: The JSON lines a :class:`Router` with ``log=PATH`` appends to PATH (one
+#: object per line, each line flushed as written; the file is only ever
+#: appended to), and that :func:`evaluate_log` reads.  ``event`` tells which:
+#:
+#: - ``{"event": "router", "agents", "capacities", "policy", "eta", "seed"}``
+#:   each time a router starts logging (built, or restored by
+#:   :meth:`Router.from_state`);
+#: - ``{"event": "decision", "task_id", "agent", "propensity",
+#:   "propensity_se", "x"}`` per task assigned by :meth:`Router.assign`
+#:   (``x`` the context as a list of numbers; see :class:`Decision`);
+#: - ``{"event": "reward", "task_id", "agent", "reward"}`` per reward of an
+#:   assigned task fed to :meth:`Router.update` (observations given as a
+#:   context, not a task id, are not decisions and are not logged).
+LOG_FORMAT = ("router", "decision", "reward")
 
 #: The checked configuration of a :class:`Router` (:func:`_router_config`):
 #: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
@@ -7100,6 +7122,88 @@ class _TaskLedger:
             self._order = self._waiting_order()
 
 
+def _read_only(attr, name, how):
+    """A read-only property of a :class:`Router` reading ``attr``; setting it
+    raises AttributeError saying ``how`` to change it."""
+    def refuse(self, value):
+        raise AttributeError(f"Router.{name} is read-only: {how}")
+    return property(lambda self: getattr(self, attr), refuse,
+                    doc=f"See the parameters (read-only: {how}).")
+
+
+#: Attributes of a pickled router from before the configuration became
+#: read-only: (old name, new name).
+_RENAMED_ATTRIBUTES = (("policy", "_policy"), ("eta", "_eta"), ("seed", "_seed"),
+                       ("settings", "_settings"), ("n_features", "_n_features"),
+                       ("capacities", "_caps"))
+
+
+def _log_path(log):
+    """The checked ``log`` argument of :class:`Router`: None or a path (str)."""
+    if log is None:
+        return None
+    if not isinstance(log, (str, os.PathLike)) or not str(log):
+        raise TypeError(f"log must be a file path (str or os.PathLike), got {log!r}")
+    return str(log)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision of a :class:`Router` explained (``Router.assign(x, explain=True)``).
+
+    Attributes
+    ----------
+    agent : int or str
+        The agent chosen (as :meth:`Router.assign` returns it).
+    task_id : int or str
+        The task's id.
+    propensity : float
+        The probability that the policy gave this agent at this task, given
+        everything before it.  Exact for the deterministic policies
+        (``marginal``, ``*-greedy``: 1, ties going to the lowest agent index,
+        not at random) and for ``random`` (the agent's selection share); for
+        Thompson sampling (``*-ts``) a Monte Carlo estimate: the share of
+        ``n_draws`` fresh posterior draws whose Eq. 2 choice is this agent.
+    propensity_se : float
+        The standard error of ``propensity``: sqrt(p (1 - p) / n_draws) for
+        Thompson sampling, 0 when exact.
+    n_draws : int
+        The Monte Carlo draws behind ``propensity`` (0 when exact).
+    estimates : tuple of float or None
+        mu_hat_a(x) per agent (order of :attr:`Router.agents`): the posterior
+        mean of the logistic models, the forest mean of the trees, the running
+        mean of ``marginal``; None for ``random``, which estimates nothing.
+    penalties : tuple of float
+        eta_t Q_{t,a} per agent before the decision (Eq. 2; 0 for a free
+        agent), eta_t the step of this task (:class:`DecayingEta`).
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(50, 3, seed=1)
+    >>> router = Router(2, [0.5, 0.5], "random")
+    >>> router.assign(X[0], explain=True).propensity
+    0.5
+    """
+
+    agent: object
+    task_id: object
+    propensity: float
+    propensity_se: float
+    n_draws: int
+    estimates: tuple
+    penalties: tuple
+
+
+#: The key that separates the propensity draws' stream from the decisions'
+#: (:meth:`Router.assign`): SeedSequence([seed, task number, this key]).
+_PROPENSITY_KEY = 0x70726F70
+
+#: Default number of Monte Carlo draws behind a Thompson-sampling propensity
+#: (:meth:`Router.assign` with ``explain=True``): standard error at most
+#: 0.5 / sqrt(2000) = 0.011.
+PROPENSITY_DRAWS = 2000
+
+
 class _Team:
     """Agents joining and leaving a running :class:`Router` (its base class).
 
@@ -7241,7 +7345,7 @@ class _Team:
         self._n_rewards = np.concatenate([self._n_rewards[keep],
                                           np.zeros(new, dtype=np.int64)])
         self._alpha, self._constrained, self._A = alpha, constrained, len(names)
-        self.capacities = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
+        self._caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
         self._names, self._index = names, {n: i for i, n in enumerate(names)}
         self._mu1 = np.empty((1, self._A))
         self._model.regroup(keep, fresh, alpha, constrained, self._Q)
@@ -7372,6 +7476,17 @@ class Router(_Team):
     max_age : int, optional
         A pending task expires once more than ``max_age`` tasks have been
         assigned after it (its age counts assignments, not time).
+    log : str or path, optional
+        Append every decision of :meth:`assign` (with its propensity, see
+        :class:`Decision`) and every reward of an assigned task to this file
+        as JSON lines (:data:`LOG_FORMAT`), the input of :func:`evaluate_log`.
+        Each line is flushed as written; the path is saved with the state, so
+        a restored router appends to the same file.  A router with a log
+        refuses :meth:`assign_batch` (it computes no propensities).
+
+    The configuration (``capacities``, ``policy``, ``eta``, ``seed``,
+    ``settings``, ``n_features``, ``log``) is read-only: setting it raises
+    AttributeError saying how to change it.
 
     Attributes
     ----------
@@ -7439,11 +7554,12 @@ class Router(_Team):
 
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
-                 max_age=None):
+                 max_age=None, log=None):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
                            settings, max_pending, max_age)
-        self.policy, self.eta, self.seed, self.settings = c.policy, c.eta, c.seed, c.settings
-        self.n_features, self.capacities, self._names = c.d, c.caps, c.names
+        self._policy, self._eta, self._seed, self._settings = c.policy, c.eta, c.seed, c.settings
+        self._n_features, self._caps, self._names = c.d, c.caps, c.names
+        self._log = _log_path(log)
         self._index = {n: i for i, n in enumerate(c.names)} if c.names else None
         self._alpha, self._constrained, self._A = c.alpha, c.constrained, c.A
         self._Q = np.zeros(c.A)
@@ -7459,11 +7575,19 @@ class Router(_Team):
         self._config, self._changes = c, []   # agents joining, leaving
         self._departed = self._tasks.departed
         self._lock = threading.Lock()         # one public call at a time (class notes)
+        self._write_log({"event": "router", "agents": self.agents,
+                         "capacities": list(self._caps), "policy": c.policy,
+                         "eta": _step_json(c.eta), "seed": c.seed})
 
     def __getstate__(self):                   # pickle and deepcopy: a new lock
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}
 
     def __setstate__(self, state):
+        state = dict(state)
+        for old, new in _RENAMED_ATTRIBUTES:      # a router pickled before they were read-only
+            if old in state:
+                state[new] = state.pop(old)
+        state.setdefault("_log", None)
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -7487,6 +7611,17 @@ class Router(_Team):
     n_expired = property(lambda self: self._tasks.n_expired, doc="Tasks expired.")
     max_pending = property(lambda self: self._tasks.max_pending, doc="See the parameters.")
     max_age = property(lambda self: self._tasks.max_age, doc="See the parameters.")
+    # The configuration is read-only: an assignment used to be accepted and then
+    # ignored by assign but used by assign_batch and state_dict (a restored router
+    # decided otherwise).  Each refusal says how to change the setting.
+    capacities = _read_only("_caps", "capacities", "change them with add_agent or "
+                            "remove_agent (rebalance=...), or build a new Router")
+    eta = _read_only("_eta", "eta", "build a new Router with the eta wanted")
+    policy = _read_only("_policy", "policy", "build a new Router with the policy wanted")
+    seed = _read_only("_seed", "seed", "build a new Router with the seed wanted")
+    settings = _read_only("_settings", "settings", "build a new Router with the settings wanted")
+    n_features = _read_only("_n_features", "n_features", "it is fixed by the contexts")
+    log = _read_only("_log", "log", "build a new Router with log=PATH")
 
     def _locked(self, f, *args):
         with self._lock:
@@ -7514,7 +7649,7 @@ class Router(_Team):
     def _agent_out(self, a):
         return self._names[a] if self._names else a
 
-    def assign(self, x, task_id=None):
+    def assign(self, x, task_id=None, *, explain=False, n_draws=PROPENSITY_DRAWS):
         """Assign one task with context ``x``; return the agent (Eq. 2).
 
         The queues advance at once (Eq. 1).  The task is then pending until
@@ -7524,7 +7659,31 @@ class Router(_Team):
         the first task this router assigns, then 1, 2, ...), or the next
         integer no pending task uses if a caller took that number (see the
         class notes); :attr:`last_task_id` holds the id given.
+
+        With ``explain=True`` the return value is a :class:`Decision`: the
+        agent with its propensity, the estimates mu_hat_a(x) and the penalties
+        eta_t Q_{t,a}.  A Thompson-sampling propensity is the share of
+        ``n_draws`` fresh posterior draws that choose the agent (standard
+        error sqrt(p (1 - p) / n_draws); each draw costs about one decision).
+        Those draws come from their own stream, seeded by the router's seed
+        and the task's sequence number, never from the decision stream: a
+        router explaining its decisions decides exactly as one that does not.
+        A router with ``log`` computes the propensity of every task (with
+        ``n_draws``) and writes it to the log, whatever ``explain`` says.
+
+        Examples
+        --------
+        >>> X, R, _ = synthetic_stream(50, 3, seed=1)
+        >>> router = Router(2, [0.5, 0.5], "logistic-greedy", n_features=3)
+        >>> d = router.assign(X[0], explain=True)
+        >>> d.agent, d.propensity, d.penalties
+        (0, 1.0, (0.0, 0.0))
         """
+        if explain is not False:
+            _validate_bool(explain, "explain")
+        explained = explain or self._log is not None
+        if explained:
+            n_draws = _validate_int(n_draws, "n_draws", lo=1)
         with self._lock:
             try:
                 x = np.array(x, dtype=float)
@@ -7539,12 +7698,62 @@ class Router(_Team):
                 if not _all_finite_nb(X):          # refused before it is kept
                     raise ValueError("x contains NaN or infinite values")
                 self._model.see(X, copy=False)     # X is this call's own array
+            if explained:
+                Q0, eta = self._Q.copy(), self._model._eta
+                eta_t = float(_eta_step_nb(eta[0], eta[1], eta[2], eta[3]))
             a = self._score(X, self._mu1, True)
             if a == -2:
                 raise ValueError("x contains NaN or infinite values")
             tasks.book(tid, a, X[0])
             self._counts[a] += 1
-            return self._names[a] if self._names else a
+            if not explained:
+                return self._names[a] if self._names else a
+            d = self._explain(X, a, Q0, eta_t, n_draws)
+            self._write_log({"event": "decision", "task_id": d.task_id, "agent": d.agent,
+                             "propensity": d.propensity, "propensity_se": d.propensity_se,
+                             "x": X[0].tolist()})
+            return d if explain else d.agent
+
+    def _explain(self, X, a, Q0, eta_t, n_draws):
+        """The :class:`Decision` of the task just assigned to agent ``a`` (see
+        :meth:`assign`): ``Q0`` the queues and ``eta_t`` the step before it."""
+        m, A = self._model, self._A
+        penalties = tuple(float(eta_t * q) for q in Q0)
+        p, se, draws, est = 1.0, 0.0, 0, None
+        if self._policy == "random":
+            p = float(_selection_shares(self._alpha, self._constrained)[a])
+        elif not m._thompson:
+            est = self._mu1[0].copy()
+        else:                                      # Monte Carlo, on a stream of its own
+            rng, gauss = m._rng, getattr(m, "_gauss", None)
+            spare = None if gauss is None else gauss.copy()
+            seq = np.random.SeedSequence([self._seed, self._tasks.n_assigned - 1, _PROPENSITY_KEY])
+            mu, counts = np.empty((1, A)), np.zeros(A, dtype=np.int64)
+            try:
+                m._rng = _rng_states([seq])[0]
+                if gauss is not None:
+                    gauss[:] = 0.0
+                for _ in range(n_draws):
+                    m.score(X, mu, False)
+                    counts[_select_nb(mu[0], Q0, eta_t)] += 1
+                m._thompson = False
+                m.score(X, mu, False)               # the posterior means
+                est = mu[0].copy()
+            finally:
+                m._rng, m._thompson = rng, True
+                if gauss is not None:
+                    gauss[:] = spare
+            p, draws = counts[a] / n_draws, n_draws
+            se = math.sqrt(p * (1.0 - p) / n_draws)
+        return Decision(self._agent_out(a), self._tasks.last_task_id, float(p), float(se), draws,
+                        None if est is None else tuple(float(v) for v in est), penalties)
+
+    def _write_log(self, line):
+        """Append one JSON line to the log (if any), flushed (see :data:`LOG_FORMAT`)."""
+        if self._log is not None:
+            with open(self._log, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+                f.flush()
 
     def assign_batch(self, X, task_ids=None):
         """Assign a mini-batch of tasks at once (the paper, Sec. 4.2, App. H.5).
@@ -7559,6 +7768,9 @@ class Router(_Team):
         :attr:`last_task_id` is the batch's last.  Returns the list of agents.
         """
         with self._lock:
+            if self._log is not None:
+                raise ValueError("log: assign_batch does not compute propensities; a router "
+                                 "with a log assigns with assign")
             X = _validate_contexts(X, self.n_features)
             n = X.shape[0]
             ids = self._tasks.batch_ids(n, task_ids)
@@ -7616,6 +7828,9 @@ class Router(_Team):
                 else:
                     r = _validate_reward(reward)
                 del self._pending[tid]
+                if self._log is not None:
+                    self._write_log({"event": "reward", "task_id": tid,
+                                     "agent": self._agent_out(a), "reward": r})
             elif isinstance(task, (bool, np.bool_)) or task is None:
                 raise TypeError(f"task must be a pending task id (int or str) or a context "
                                 f"vector, got {task!r}")
@@ -7635,7 +7850,7 @@ class Router(_Team):
         """The router's whole state as a plain JSON-serialisable dict.
 
         ``json.dumps`` works on it directly (no pickle).  It holds the schema
-        tag (``"schema": "capassign.router/4"``), the configuration, the
+        tag (``"schema": "capassign.router/5"``), the configuration, the
         random state, the queues, the pending tasks with their contexts, and
         the models: running sums (``marginal``), theta and Sigma
         (``logistic-*``), or each agent's binned rows, rewards and Poisson
@@ -7660,6 +7875,7 @@ class Router(_Team):
                 "settings": s.fields(),
                 "max_pending": tasks.max_pending,
                 "max_age": tasks.max_age,
+                "log": self._log,
                 "rng": [int(v) for v in self._rng],
                 "Q": [float(v) for v in self._Q],
                 "n_assigned": int(tasks.n_assigned),
@@ -7689,7 +7905,7 @@ class Router(_Team):
         sums of rewards at most their counts.  Raises ``ValueError`` naming the
         offending field when the state is malformed or impossible, or was
         written by a newer schema version than this module reads
-        (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 3 are read too).
+        (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 4 are read too).
         """
         version = _saved_schema_version(state)
         try:
@@ -7704,6 +7920,7 @@ class Router(_Team):
         get = (lambda k, default: st.get(k, default)) if version < 2 else (lambda k, _: st[k])
         agents, A, kw, model = _saved_config(st, get)
         checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
+        kw["log"] = _log_path(st["log"]) if version >= 5 else None
         router = cls(agents, st["capacities"], **kw)
         counters = _saved_counters(st, get, router._A, router._constrained,
                                    router._assigned_elsewhere(st), router._queue_starts(st))
@@ -7979,7 +8196,383 @@ def _speed_tables(seed=0, out=print):
 
 
 # =============================================================================
-# 8. Tasks
+# 8. Off-policy evaluation (router logs)
+# =============================================================================
+#
+# A router's log (Router(..., log=PATH), :data:`LOG_FORMAT`) holds, per task,
+# the context, the agent chosen with the probability the logging policy gave
+# it, and - when it came - that agent's reward only.  From such a log alone
+# the value of another policy can be estimated (Dudik et al. 2011; Li et al.
+# 2011; the estimators of Open Bandit Pipeline's ``obp.ope``):
+#
+# - IPS, self-normalised IPS and doubly robust estimate the mean reward of
+#   the target *run along the log*: it decides every logged task in order,
+#   its queues advance at every task (Eq. 1), and it learns the reward of
+#   the tasks where it chose the logged agent.  Its choice pi_i at task i is
+#   fixed by the log before task i and by x_i, so that
+#   E[1{a_i = pi_i} r_i / p_i | past, x_i] = r_i(pi_i) and IPS is unbiased.
+# - Replay runs the target only on the tasks where it agrees with the log
+#   (accepted with probability p_min / p_i, so that every agent is equally
+#   likely to be logged among accepted tasks): its queues advance and it
+#   learns on those matched tasks only, and their mean reward estimates the
+#   target's online value over a stream of that many tasks - what
+#   :func:`simulate` measures on a stream of that length.
+
+#: The estimators of :func:`evaluate_log`.
+OPE_ESTIMATORS = ("ips", "snips", "dr", "replay")
+
+
+@dataclass(frozen=True)
+class OffPolicyEstimate:
+    """One estimate of :func:`evaluate_log`.
+
+    Attributes
+    ----------
+    estimator : str
+        One of :data:`OPE_ESTIMATORS`.
+    value : float
+        The estimated mean reward of the target policy.
+    se : float
+        Its standard error: the sample standard deviation of the per-task
+        terms over sqrt(n) (IPS, DR, replay), the delta-method one for
+        self-normalised IPS.
+    low, high : float
+        The normal-approximation interval ``value -+ z se`` at ``level``.
+    n : int
+        Tasks behind the estimate (for replay, the matched tasks).
+    level : float
+        The interval's nominal coverage.
+
+    Examples
+    --------
+    >>> e = OffPolicyEstimate("ips", 0.7, 0.01, 0.68, 0.72, 1000, 0.95)
+    >>> e.low <= e.value <= e.high
+    True
+    """
+
+    estimator: str
+    value: float
+    se: float
+    low: float
+    high: float
+    n: int
+    level: float
+
+
+@dataclass(frozen=True)
+class LogEvaluation:
+    """The result of :func:`evaluate_log`.
+
+    Attributes
+    ----------
+    policy : str
+        The target policy, with its ``eta``.
+    eta : float or DecayingEta
+    estimates : dict
+        Estimator name -> :class:`OffPolicyEstimate`.
+    actions : ndarray of int, shape (n,)
+        The target's choice pi_i at every logged task with a reward, when run
+        along the log (agent indices; ``None`` without IPS, SNIPS or DR).
+    matched : ndarray of bool, shape (n,)
+        The tasks replay used (``None`` without replay).
+
+    Examples
+    --------
+    >>> ev = LogEvaluation("marginal", 0.5, {"ips": OffPolicyEstimate(
+    ...     "ips", 0.7, 0.01, 0.68, 0.72, 1000, 0.95)})
+    >>> ev["ips"].value
+    0.7
+    """
+
+    policy: str
+    eta: object
+    estimates: dict
+    actions: np.ndarray | None = None
+    matched: np.ndarray | None = None
+
+    def __getitem__(self, estimator):
+        return self.estimates[estimator]
+
+
+def _log_lines(log):
+    """The lines of a log: a path (JSON lines) or an iterable of dicts."""
+    if isinstance(log, (str, os.PathLike)):
+        with open(log, encoding="utf-8") as f:
+            for i, text in enumerate(f, 1):
+                if text.strip():
+                    try:
+                        yield i, json.loads(text)
+                    except json.JSONDecodeError:
+                        raise ValueError(f"log line {i} is not JSON") from None
+        return
+    try:
+        lines = iter(log)
+    except TypeError:
+        raise TypeError(f"log must be a path or an iterable of dicts, got "
+                        f"{type(log).__name__}") from None
+    yield from enumerate(lines, 1)
+
+
+def _read_log(log, agents=None):
+    """Decisions joined with their rewards: ``(X, a, p, r, agents)``.
+
+    Decisions whose reward never came are dropped; a reward without its
+    decision, a decision without a usable propensity, an unknown agent or a
+    context of the wrong length raise ValueError naming the log line.
+    """
+    names = None if agents is None else list(agents)
+    pending, rows = {}, []
+    for i, line in _log_lines(log):
+        if not isinstance(line, dict) or line.get("event") not in LOG_FORMAT:
+            raise ValueError(f"log line {i} must be an object with 'event' one of "
+                             f"{', '.join(LOG_FORMAT)}")
+        event = line["event"]
+        if event == "router":
+            if names is None:
+                names = list(line.get("agents", []))
+            continue
+        if names is None:
+            raise ValueError(f"log line {i}: no 'router' line before it names the agents; "
+                             f"give agents")
+        agent = line.get("agent")
+        if agent not in names or isinstance(agent, bool):
+            raise ValueError(f"log line {i}: unknown agent {agent!r}; agents are {names}")
+        a = names.index(agent)
+        tid = line.get("task_id")
+        if event == "decision":
+            p = line.get("propensity")
+            if p is None:
+                raise ValueError(f"log line {i}: a decision without a 'propensity'")
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+                raise ValueError(f"log line {i}: propensity of the logged agent must be in "
+                                 f"(0, 1], got {p!r}")
+            try:
+                x = np.asarray(line["x"], dtype=float)
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"log line {i}: a decision without a context 'x' "
+                                 f"(a list of numbers)") from None
+            if x.ndim != 1 or (rows and x.shape[0] != rows[0][0].shape[0]) \
+                    or not np.all(np.isfinite(x)):
+                raise ValueError(f"log line {i}: 'x' must be a finite context of the same "
+                                 f"length as the others")
+            pending[tid] = (x, a, float(p))
+        else:
+            if tid not in pending:
+                raise ValueError(f"log line {i}: a reward for task {tid!r}, which has no "
+                                 f"decision before it")
+            x, a0, p = pending.pop(tid)
+            if a0 != a:
+                raise ValueError(f"log line {i}: task {tid!r} was assigned to {names[a0]!r}, "
+                                 f"not {agent!r}")
+            rows.append((x, a, p, _validate_reward(line.get("reward"), f"log line {i}: reward")))
+    if not rows:
+        raise ValueError("log holds no decision with its reward")
+    X = np.array([r[0] for r in rows])
+    return (X, np.array([r[1] for r in rows], dtype=np.int64),
+            np.array([r[2] for r in rows]), np.array([r[3] for r in rows]), names)
+
+
+def _normal_estimate(name, value, se, n, level):
+    """An :class:`OffPolicyEstimate` with the normal interval value -+ z se."""
+    from scipy.stats import norm
+    z = float(norm.ppf(0.5 + level / 2))
+    return OffPolicyEstimate(name, float(value), float(se), float(value - z * se),
+                             float(value + z * se), int(n), float(level))
+
+
+def _mean_estimate(name, terms, level):
+    """The mean of per-task terms with its normal interval (sample variance)."""
+    n = terms.shape[0]
+    se = float(terms.std(ddof=1) / math.sqrt(n)) if n > 1 else float("inf")
+    return _normal_estimate(name, terms.mean(), se, n, level)
+
+
+def _target_router(A, capacities, policy, eta, seed, X, settings):
+    """A fresh router for the target policy (bins from the logged contexts, as
+    :func:`simulate` takes them from the whole stream)."""
+    kw = {} if policy in ("random", "marginal") else {"X_reference": X}
+    return Router(A, capacities, policy, eta=eta, seed=seed, settings=settings, **kw)
+
+
+def _target_choice(router, x, mu):
+    """The target router's choice for context ``x`` by Eq. 2, its queues and
+    step left as they are (its random stream moves on for a random draw)."""
+    X = x.reshape(1, -1)
+    router._model.score(X, mu, False)
+    if router._policy == "random":
+        return int(np.argmax(mu[0]))            # the drawn agent's indicator
+    e = router._model._eta
+    return int(_select_nb(mu[0], router._Q, _eta_step_nb(e[0], e[1], e[2], e[3])))
+
+
+def _target_commit(router, a):
+    """The target assigned a task to agent ``a``: Eq. 1 and its step's t."""
+    _queue_update_one_nb(router._Q, router._alpha, router._constrained, a)
+    router._model._eta[3] += 1.0
+    router._counts[a] += 1
+
+
+def _run_target(router, X, a_log, r_log, use=None):
+    """Run the target along the log: its choice at every task (or the tasks
+    ``use``, replay's), learning where it agrees with the log.  Along the log
+    (``use`` None) it assigns every task; in replay only the matched ones."""
+    n, A = X.shape[0], router._A
+    mu = np.empty((1, A))
+    pi = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        if use is not None and not use[i]:
+            continue
+        a = _target_choice(router, X[i], mu)
+        pi[i] = a
+        match = a == a_log[i]
+        if use is None or match:
+            _target_commit(router, a)
+        if match:
+            router.update(X[i], a, float(r_log[i]))
+    return pi
+
+
+def _cross_fitted(X, a_log, r_log, A, folds, seed, model, settings):
+    """Direct-method estimates mu_hat[i, a], cross-fitted: the model of fold k
+    is capassign's reward model (``model``-greedy's) fed the logged rewards of
+    the other folds, in log order."""
+    n = X.shape[0]
+    fold = np.random.default_rng(np.random.SeedSequence([seed, 0x646D])).permutation(n) % folds
+    mu = np.empty((n, A))
+    for k in range(folds):
+        r = _target_router(A, [1.0 / A] * A, f"{model}-greedy", DEFAULT_ETA, seed, X, settings)
+        for i in np.flatnonzero(fold != k):
+            r.update(X[i], int(a_log[i]), float(r_log[i]))
+        held = np.flatnonzero(fold == k)
+        if held.size:
+            out = np.empty((held.size, A))
+            r._model.score(np.ascontiguousarray(X[held]), out, False)
+            mu[held] = out
+    return mu
+
+
+def _evaluate(data, policy, capacities, eta, seed, estimators, level, settings, mu_dm):
+    """:func:`evaluate_log` on a read log ``data`` = (X, a, p, r, names)."""
+    X, a_log, p, r, names = data
+    A, n = len(names), X.shape[0]
+    est, pi, matched = {}, None, None
+    if {"ips", "snips", "dr"} & set(estimators):
+        pi = _run_target(_target_router(A, capacities, policy, eta, seed, X, settings),
+                         X, a_log, r)
+        w = (pi == a_log) / p
+        if "ips" in estimators:
+            est["ips"] = _mean_estimate("ips", w * r, level)
+        if "snips" in estimators:
+            v = float((w * r).sum() / w.sum()) if w.sum() > 0 else 0.0
+            se = (math.sqrt(float((w ** 2 * (r - v) ** 2).sum())) / w.sum()
+                  if w.sum() > 0 else float("inf"))
+            est["snips"] = _normal_estimate("snips", v, se, n, level)
+        if "dr" in estimators:
+            rows = np.arange(n)
+            est["dr"] = _mean_estimate("dr", mu_dm[rows, pi] + w * (r - mu_dm[rows, a_log]),
+                                       level)
+    if "replay" in estimators:
+        u = np.random.default_rng(np.random.SeedSequence([seed, 0x7270])).random(n)
+        use = u < p.min() / p
+        pi_r = _run_target(_target_router(A, capacities, policy, eta, seed, X, settings),
+                           X, a_log, r, use)
+        matched = use & (pi_r == a_log)
+        if matched.sum() < 2:
+            raise ValueError(f"log: replay matched {int(matched.sum())} tasks; it needs at "
+                             f"least 2")
+        est["replay"] = _mean_estimate("replay", r[matched], level)
+    return LogEvaluation(policy, eta, {k: est[k] for k in estimators}, pi, matched)
+
+
+def evaluate_log(log, policy, capacities, *, eta=DEFAULT_ETA, estimators=OPE_ESTIMATORS,
+                 agents=None, seed=0, folds=5, dm_model="logistic", level=0.95,
+                 settings=PAPER_SETTINGS):
+    """Estimate a policy's mean reward from a router's log alone (off-policy evaluation).
+
+    The log (:data:`LOG_FORMAT`) knows the reward of the logged agent only.
+    The target is an online policy of :func:`simulate` with its capacities
+    and ``eta`` (Eq. 1-2), learning from scratch.  Estimators (see the notes
+    of this section for what each estimates):
+
+    - ``"ips"``: mean of 1{a_i = pi_i} r_i / p_i over the n logged tasks with
+      a reward, pi_i the target's choice when run along the log;
+    - ``"snips"``: the same, self-normalised (divided by the mean weight);
+    - ``"dr"``: doubly robust, mu_hat(x_i, pi_i) + 1{a_i = pi_i} / p_i
+      (r_i - mu_hat(x_i, a_i)), with mu_hat capassign's own reward model
+      (``dm_model``: ``"logistic"`` or ``"tree"``, greedy estimates) fed the
+      logged rewards of the other ``folds`` - 1 folds (cross-fitting: no task's
+      estimate has seen its reward);
+    - ``"replay"``: the mean reward of the tasks where the target, run on the
+      accepted tasks only, chose the logged agent; its queues advance and it
+      learns only on those matched tasks.
+
+    The intervals are normal approximations: IPS, DR and replay use the
+    sample variance of their per-task terms, self-normalised IPS the delta
+    method.  Replay's tasks are an adaptive learner's, so its interval
+    ignores the drift of the target's mean reward as it learns, and it
+    estimates the value over a stream as long as its matched tasks (about
+    n p_min per task); its bias against the value over n tasks is the
+    learning curve between the two lengths.
+
+    Parameters
+    ----------
+    log : path or iterable of dict
+        A router's log file, or its lines as dicts.
+    policy : str
+        The target, one of :data:`ONLINE_POLICIES`.
+    capacities : sequence
+        The target's capacities (as :class:`Router` takes them).
+    eta : float or DecayingEta
+        The target's queue penalty.
+    estimators : sequence of str
+        Among :data:`OPE_ESTIMATORS`.
+    agents : sequence, optional
+        The agents, in order; by default those of the log's first ``router`` line.
+    seed : int
+        Seeds the target, the folds and replay's acceptance draws.
+    folds : int
+        Folds of the cross-fitted direct method (>= 2).
+    dm_model : str
+        ``"logistic"`` or ``"tree"``.
+    level : float
+        Nominal coverage of the intervals.
+    settings : ModelSettings
+        Hyper-parameters of the target's and the direct method's models.
+
+    Returns
+    -------
+    LogEvaluation
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(400, 3, seed=1)
+    >>> logger = Router(2, [0.5, 0.5], "random", seed=2)
+    >>> lines = [{"event": "router", "agents": [0, 1]}]
+    >>> for i in range(400):
+    ...     d = logger.assign(X[i], explain=True)
+    ...     lines += [{"event": "decision", "task_id": i, "agent": d.agent,
+    ...                "propensity": d.propensity, "x": X[i].tolist()},
+    ...               {"event": "reward", "task_id": i, "agent": d.agent,
+    ...                "reward": float(R[i, d.agent])}]
+    >>> ev = evaluate_log(lines, "logistic-greedy", [0.5, 0.5])
+    >>> ev["ips"].low < ev["ips"].value < ev["ips"].high
+    True
+    """
+    _validate_choice(policy, ONLINE_POLICIES, "policy")
+    estimators = list(_validate_names(estimators, OPE_ESTIMATORS, "estimators", unique=True))
+    folds = _validate_int(folds, "folds", lo=2)
+    _validate_choice(dm_model, ("logistic", "tree"), "dm_model")
+    level = _validate_real(level, "level", 0, 1, lo_open=True, hi_open=True)
+    seed = _validate_int(seed, "seed")
+    data = _read_log(log, agents)
+    _validate_capacities(capacities, len(data[4]))
+    mu_dm = (_cross_fitted(data[0], data[1], data[3], len(data[4]), folds, seed, dm_model,
+                           settings) if "dr" in estimators else None)
+    return _evaluate(data, policy, capacities, eta, seed, estimators, level, settings, mu_dm)
+
+
+# =============================================================================
+# 9. Tasks
 # =============================================================================
 
 
@@ -9951,7 +10544,7 @@ def paper_agent_seed(name, path=None, *, encoding=None, subset=None, scaling=Non
 
 
 # =============================================================================
-# 9. Experiments
+# 10. Experiments
 # =============================================================================
 
 
@@ -11588,8 +12181,129 @@ def tune_eta_schedule(eta0s=(0.1, 0.25, 0.5, 1.0, 2.0), t0s=(1, 10, 100, 1000), 
 #: The online policies (every policy but the offline benchmarks).
 
 
+@dataclass(frozen=True)
+class OffPolicyCheck:
+    """The check of :func:`off_policy_check`: estimates from logs against the truth.
+
+    Attributes
+    ----------
+    rows : list of dict
+        One per (target policy, estimator): ``policy``, ``eta``,
+        ``estimator``, ``estimate`` (mean over replications), ``truth``
+        (mean), ``bias``, ``rmse``, ``coverage`` (share of replications whose
+        interval holds the truth), ``width`` (mean interval width) and
+        ``n`` (mean tasks behind an estimate).
+    replications, T : int
+        Logs drawn, and their length.
+    level : float
+        The intervals' nominal coverage.
+
+    Examples
+    --------
+    >>> OffPolicyCheck([], 10, 500, 0.95).replications
+    10
+    """
+
+    rows: list
+    replications: int
+    T: int
+    level: float
+
+
+def off_policy_check(X, R, capacities, targets, *, logging_capacities=None, replications=100,
+                     estimators=OPE_ESTIMATORS, level=0.95, seed=0, truth_runs=100,
+                     settings=PAPER_SETTINGS):
+    """Check :func:`evaluate_log` where the truth is known (full-information rewards).
+
+    Each replication logs the whole stream ``X, R`` (every agent's reward
+    known) in a fresh random order with the ``random`` policy of a
+    :class:`Router` (agent a with probability ``logging_capacities[a]``,
+    default ``capacities``; every propensity positive), keeping only the
+    logged agent's reward, then estimates each target from that log.  The
+    truth of IPS, SNIPS and DR is the target's mean true reward when run
+    along that log (its choices pi_i on the full-information rewards,
+    R[i, pi_i]); the truth of replay is the target's mean reward over its
+    first K tasks in :func:`simulate` (``truth_runs`` runs on the same
+    stream), K the tasks replay matched.
+
+    Parameters
+    ----------
+    X, R : arrays (T, d) and (T, A)
+        A full-information stream (e.g. :func:`synthetic_stream`, a task).
+    capacities : sequence
+        The targets' capacities.
+    targets : sequence of (policy, eta)
+        Target policies of :data:`ONLINE_POLICIES` with their eta.
+    logging_capacities : sequence, optional
+        The logging policy's selection shares.
+    replications : int
+        Logs drawn (seeded by ``seed`` and the replication).
+    estimators, level, settings
+        As in :func:`evaluate_log`.
+    truth_runs : int
+        Runs of :func:`simulate` behind replay's truth.
+
+    Returns
+    -------
+    OffPolicyCheck
+
+    Examples
+    --------
+    >>> X, R, _ = synthetic_stream(300, 3, seed=1)
+    >>> chk = off_policy_check(X, R, [0.5, 0.5], [("random", 0.5)], replications=2,
+    ...                        estimators=["ips"], truth_runs=2)
+    >>> [(r["policy"], r["estimator"]) for r in chk.rows]
+    [('random', 'ips')]
+    """
+    X = _validate_matrix(X, "X")
+    R = _validate_rewards(R, "R")
+    if R.shape[0] != X.shape[0] or R.shape[1] < 2:
+        raise ValueError(f"R must have one row per row of X and a column per agent (2 or "
+                         f"more), got shape {R.shape}")
+    T, A = R.shape
+    replications = _validate_int(replications, "replications", lo=1)
+    truth_runs = _validate_int(truth_runs, "truth_runs", lo=1)
+    estimators = list(_validate_names(estimators, OPE_ESTIMATORS, "estimators", unique=True))
+    logging_capacities = capacities if logging_capacities is None else logging_capacities
+    curves = {}
+    if "replay" in estimators:
+        for policy, eta in targets:
+            res = simulate(X, R, capacities, policy, eta=eta, runs=truth_runs, seed=seed,
+                           settings=settings, return_traces=True)
+            rew = R[res.orders, res.assignments].mean(axis=0)
+            curves[policy, _step_json(eta)] = np.cumsum(rew) / np.arange(1, T + 1)
+    acc = {}
+    for k in range(replications):
+        ss = np.random.SeedSequence([seed, k, 0x6F7065])
+        order = np.random.default_rng(ss).permutation(T)
+        logger = Router(A, logging_capacities, "random", seed=int(ss.generate_state(1)[0]))
+        Xo, Ro = X[order], R[order]
+        a_log = np.array([logger.assign(Xo[i]) for i in range(T)], dtype=np.int64)
+        p = _selection_shares(*_validate_capacities(logging_capacities, A))[a_log]
+        data = (Xo, a_log, p, Ro[np.arange(T), a_log].astype(float), list(range(A)))
+        mu_dm = (_cross_fitted(Xo, a_log, data[3], A, 5, k, "logistic", settings)
+                 if "dr" in estimators else None)
+        for policy, eta in targets:
+            ev = _evaluate(data, policy, capacities, eta, k, estimators, level, settings, mu_dm)
+            for name, e in ev.estimates.items():
+                truth = (curves[policy, _step_json(eta)][e.n - 1] if name == "replay"
+                         else float(Ro[np.arange(T), ev.actions].mean()))
+                acc.setdefault((policy, _step_json(eta), name), []).append(
+                    (e.value, truth, e.low <= truth <= e.high, e.high - e.low, e.n))
+    rows = []
+    for (policy, eta, name), v in acc.items():
+        v = np.array(v, dtype=float)
+        rows.append({"policy": policy, "eta": eta, "estimator": name,
+                     "estimate": float(v[:, 0].mean()), "truth": float(v[:, 1].mean()),
+                     "bias": float((v[:, 0] - v[:, 1]).mean()),
+                     "rmse": float(np.sqrt(((v[:, 0] - v[:, 1]) ** 2).mean())),
+                     "coverage": float(v[:, 2].mean()), "width": float(v[:, 3].mean()),
+                     "n": float(v[:, 4].mean())})
+    return OffPolicyCheck(rows, replications, T, float(level))
+
+
 # =============================================================================
-# 10. Resumable sweeps
+# 11. Resumable sweeps
 # =============================================================================
 #
 # A sweep is a grid of cells (task, policy, capacities, block of runs).  Each
@@ -12244,7 +12958,7 @@ def _sweep_locked(out_dir, plan, ex):
 
 
 # =============================================================================
-# 11. Plotting
+# 12. Plotting
 # =============================================================================
 
 #: Colours, line styles and labels of the policies, shared by every plot below.
@@ -12546,7 +13260,7 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
 
 
 # =============================================================================
-# 12. Command line
+# 13. Command line
 # =============================================================================
 
 def _cmd_data_list(args):

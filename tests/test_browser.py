@@ -467,7 +467,7 @@ FIGURE_TEXT_MIN_PX = 10.0
 PAGE_SCREENS_MAX = 12.0
 LONG_PAGES = ("scorecard", "paper_index")
 #: The chapters that report an experiment: they open with an "In brief" finding.
-EXPERIMENT_CHAPTER = re.compile(r"^(exp_|ext_|beyond_)|^(data_agents|data_contexts|fast_engine|router_live)$")
+EXPERIMENT_CHAPTER = re.compile(r"^(exp_|ext_|beyond_)|^(data_agents|data_contexts|fast_engine|router_live|router_ope)$")
 #: A visible horizontal scrollbar is at least this high (CSS px).
 SCROLLBAR_MIN_PX = 4
 #: The PNG text key under which capbook records the smallest font of a figure (points).

@@ -1,4 +1,4 @@
-"""Tests of section 8 of capassign: data registry, verified access, task loaders.
+"""Tests of section 9 of capassign: data registry, verified access, task loaders.
 
 Tests that need the real data read it from the folder named by CAPASSIGN_DATA
 (or the download cache) and skip, with the instructions of the raised

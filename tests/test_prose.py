@@ -109,7 +109,7 @@ def test_briefs_hold_no_typed_numbers(name):
 
 
 # The chapters that report an experiment (as in tests/test_browser.py).
-EXPERIMENT = re.compile(r"^(exp_|ext_|beyond_)|^(data_agents|data_contexts|fast_engine|router_live)$")
+EXPERIMENT = re.compile(r"^(exp_|ext_|beyond_)|^(data_agents|data_contexts|fast_engine|router_live|router_ope)$")
 
 
 @pytest.mark.parametrize("name", [n for n in cb.chapter_names() if EXPERIMENT.search(n)])
