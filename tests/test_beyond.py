@@ -267,7 +267,7 @@ def test_capacity_adherence_with_a_free_agent_counts_overshoot_only():
 
 
 def test_queue_policies_keep_the_count_deviation_below_the_queues(synthetic):
-    res = ca.simulate(synthetic.X, synthetic.R, (0.3, 0.7), "logistic-ts", runs=3,
+    res = ca.simulate(synthetic.X, synthetic.R, (0.3, 0.7), "logistic-ts", runs=3, eta=ca.PAPER_ETA,
                       return_traces=True)
     ad = ca.capacity_adherence(res)
     T = synthetic.T

@@ -57,7 +57,7 @@ def test_identical_call_is_read_back(memo, counted, stream):
     assert counted == ["tree-greedy"]                 # not computed again
     _same(first, again)
     # the same call with the defaults spelled out is the same call
-    ca.simulate(X, R, [0.4, 0.6], "tree-greedy", eta=ca.DEFAULT_ETA, runs=2, seed=3,
+    ca.simulate(X, R, [0.4, 0.6], "tree-greedy", eta=ca.PAPER_ETA, runs=2, seed=3,
                 settings=ca.PAPER_SETTINGS, batch_size=None, engine="fast",
                 return_traces=True)
     assert counted == ["tree-greedy"]

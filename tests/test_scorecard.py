@@ -285,7 +285,7 @@ def test_paper_values_agree_with_the_module_constants():
                 n += 1
     assert n == 60
     assert by_id["S4-runs"]["paper"] == ca.PAPER_RUNS
-    assert by_id["S4-eta"]["paper"] == ca.DEFAULT_ETA
+    assert by_id["S4-eta"]["paper"] == ca.PAPER_ETA
 
 
 def test_the_check_can_fail():

@@ -39,7 +39,7 @@ DEPTH_SCHEMA = "capassign.coupon-depth/1"
 DEPTHS = (3, 5)
 
 
-def depth_settings(runs=ca.PAPER_RUNS, eta=ca.DEFAULT_ETA, seed=0, depths=DEPTHS):
+def depth_settings(runs=ca.PAPER_RUNS, eta=ca.PAPER_ETA, seed=0, depths=DEPTHS):
     """What the stored numbers depend on besides the data.
 
     Parameters

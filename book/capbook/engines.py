@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from capassign import (CONTEXT_CODINGS, DEFAULT_ETA, ENGINES, ONLINE_POLICIES, PAPER_SETTINGS,
+from capassign import (CONTEXT_CODINGS, PAPER_ETA, ENGINES, ONLINE_POLICIES, PAPER_SETTINGS,
                        TABULAR_TASKS,
                        _canonical_json, _finite_shares, _holm, _json_digest, _paired_t_pvalue,
                        _read_json_file, _task_digest, _validate_bool, _validate_choice,
@@ -313,7 +313,7 @@ def _validation_grow(task, cell, policy, a1, st):
 
 def validate_engines(path=None, *, tasks=TABULAR_TASKS, policies=ONLINE_POLICIES,
                      alphas=(0.2, 0.5, 0.8), prefix=2000, pilot=10, max_runs=60, diff=0.005,
-                     power=0.8, level=0.05, eta=DEFAULT_ETA, seed=0, collect=False, out=print):
+                     power=0.8, level=0.05, eta=PAPER_ETA, seed=0, collect=False, out=print):
     """Paired comparison of ``engine="fast"`` with ``engine="reference"`` (Sec. 4 tasks).
 
     For every task (the paper-matched agents of :func:`capassign.load_task`), online

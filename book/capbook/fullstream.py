@@ -32,7 +32,7 @@ FULL_STREAM_PATH = BOOK_DIR / "results" / "coupon_full_stream.json"
 FULL_STREAM_SCHEMA = "capassign.coupon-full-stream/1"
 
 
-def full_stream_settings(runs=60, eta=ca.DEFAULT_ETA, seed=0):
+def full_stream_settings(runs=60, eta=ca.PAPER_ETA, seed=0):
     """What the stored numbers depend on besides the data.
 
     Parameters

@@ -41,7 +41,7 @@ SPREADS_PATH = BOOK_DIR / "results" / "table4_spreads.json"
 SPREADS_SCHEMA = "capassign.table4-spreads/1"
 
 
-def spreads_settings(runs=ca.TABLE4_RUNS, eta=ca.DEFAULT_ETA, seed=0):
+def spreads_settings(runs=ca.TABLE4_RUNS, eta=ca.PAPER_ETA, seed=0):
     """What the stored numbers depend on besides the data: the protocol, the agents'
     readings and the seed search they were matched on.
 
@@ -123,7 +123,7 @@ def _compute_part(name, coding, head, part, say):
 
 
 def write_table4_spreads(path=SPREADS_PATH, *, tasks=ca.TABULAR_TASKS, runs=ca.TABLE4_RUNS,
-                         eta=ca.DEFAULT_ETA, seed=0, out=print):
+                         eta=ca.PAPER_ETA, seed=0, out=print):
     """Compute every matched seed's errors under both codings and write the file.
 
     Each (task, coding) is kept in ``<path>.<task>.<coding>.partial`` seed by
