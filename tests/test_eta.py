@@ -31,6 +31,29 @@ def test_defaults_are_the_frozen_schedule_and_the_object_is_a_value():
                                                        "t0": 5.0, "power": 0.5}
 
 
+def test_the_library_default_is_the_frozen_schedule_and_the_paper_constant_is_kept(stream):
+    # the defaults follow the evidence of the beyond_step chapter (issue "defaults")
+    assert ca.DEFAULT_ETA == ca.DecayingEta() and ca.PAPER_ETA == 0.5
+    X, R, _ = stream
+    caps = (0.2, 0.3, 0.5)
+    by_default = ca.simulate(X, R, caps, "logistic-greedy", runs=2, return_traces=True)
+    scheduled = ca.simulate(X, R, caps, "logistic-greedy", runs=2, eta=ca.DecayingEta(),
+                            return_traces=True)
+    paper = ca.simulate(X, R, caps, "logistic-greedy", runs=2, eta=0.5, return_traces=True)
+    assert by_default.eta == ca.DecayingEta()
+    assert np.array_equal(by_default.assignments, scheduled.assignments)
+    assert not np.array_equal(by_default.assignments, paper.assignments)
+    assert ca.Router(3, caps, "marginal").eta == ca.DecayingEta()
+    assert ca.simulate_known_mu(stream[2], R, caps, runs=1).eta == ca.DecayingEta()
+    parser = ca._build_parser()
+    for argv in (["simulate", "--task", "synthetic", "--policy", "random", "--capacities",
+                  "0.5,0.5"], ["sweep", "--tasks", "synthetic", "--policies", "random",
+                               "--alphas", "0.5", "--out", "x"]):
+        assert parser.parse_args(argv).eta == ca.DecayingEta()
+    # timing keeps measuring the paper's rule
+    assert parser.parse_args(["bench"]).eta == ca.PAPER_ETA
+
+
 @pytest.mark.parametrize("kwargs, name", [
     (dict(eta0=0), "eta0"), (dict(eta0=-1), "eta0"), (dict(eta0=math.nan), "eta0"),
     (dict(eta0=math.inf), "eta0"), (dict(t0=0), "t0"), (dict(t0=-3), "t0"),
