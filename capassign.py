@@ -109,7 +109,7 @@ __all__ = [
     "optimal_assignment", "benchmark_oracle", "shadow_price_policy", "two_agent_threshold",
     "disagreement_regions", "disagreement_gain", "hindsight_optimum",
     # capacity control (section 4)
-    "DecayingEta", "VirtualQueues", "select_agent", "BATCH_METHODS", "batch_counts",
+    "DecayingEta", "DEFAULT_ETA", "VirtualQueues", "select_agent", "BATCH_METHODS", "batch_counts",
     "batch_queue_update", "batch_assign",
     # reward models (section 5)
     "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees", "MarginalAccuracy",
@@ -5728,7 +5728,8 @@ def _memo_key(func, args, kwargs, extra=None):
 #: The fields of a kept :class:`SimulationResult` that are not arrays, and
 #: their types (a result whose fields have other types is not kept, so that a
 #: result read back is equal to the computed one in value and type).
-_MEMO_FIELDS = {"policy": (str,), "capacities": (tuple,), "eta": (float,), "runs": (int,),
+_MEMO_FIELDS = {"policy": (str,), "capacities": (tuple,), "eta": (float, DecayingEta),
+                "runs": (int,),
                 "seed": (int,), "engine": (str,), "batch_size": (int, type(None))}
 
 
@@ -5745,7 +5746,8 @@ def _memo_save(path, result):
                 f.name != "capacities" or all(c is None or type(c) is float for c in v))
             if not ok:
                 return
-            meta[f.name] = list(v) if f.name == "capacities" else v
+            meta[f.name] = (list(v) if f.name == "capacities" else
+                            _step_json(v) if f.name == "eta" else v)
         elif isinstance(v, np.ndarray) and not v.dtype.hasobject:
             arrays[f.name] = v
         elif v is None:
@@ -5775,6 +5777,7 @@ def _memo_load(path):
     except (OSError, ValueError, KeyError):
         return None
     fields["capacities"] = tuple(fields["capacities"])
+    fields["eta"] = _step_from_json(fields["eta"], "eta")
     return SimulationResult(**fields)
 
 

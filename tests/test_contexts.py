@@ -333,7 +333,8 @@ def test_table4_seed_errors_are_simulate_at_equal_capacities(coupon):
     assert list(df.policy) == list(ca.TABLE4_POLICIES)
     assert set(df.coding) == {"typed"} and set(df.agent_seed) == {3}
     for r in df.itertuples():
-        res = ca.simulate(coupon.X, coupon.R, (0.5, 0.5), r.policy, runs=2, seed=0)
+        res = ca.simulate(coupon.X, coupon.R, (0.5, 0.5), r.policy, eta=ca.PAPER_ETA, runs=2,
+                          seed=0)
         np.testing.assert_array_equal(r.errors, res.errors)
         assert r.error == res.error
     old = ca.table4_seed_errors("coupon", [3], coding="codes", runs=2)

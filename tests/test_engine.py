@@ -417,7 +417,8 @@ def test_multi_agent(caps):
     X, R, mu = ca.synthetic_stream(3000, 4, A, seed=3)
     best_single = 1 - R.mean(axis=0).max()
     for policy in ONLINE:
-        res = ca.simulate(X, R, caps, policy, runs=4, seed=1)
+        # the paper's constant step, whose queues bound the count deviation by A / eta + 2
+        res = ca.simulate(X, R, caps, policy, eta=ca.PAPER_ETA, runs=4, seed=1)
         assert res.assigned.shape == (4, A)
         tol = 0.03 if policy == "random" else (A / 0.5 + 2) / 3000
         assert np.abs(res.assigned - caps).max() <= tol

@@ -250,7 +250,7 @@ def test_router_with_a_schedule_saved_and_restored_decides_identically(stream, p
 
 def test_saved_states_of_earlier_versions_and_bad_schedules(stream):
     X, _, _ = stream
-    router = ca.Router(2, [0.5, 0.5], "marginal")
+    router = ca.Router(2, [0.5, 0.5], "marginal", eta=0.5)
     for t, x in enumerate(X[:5]):
         router.update(t, router.assign(x), 1)
     state = router.state_dict()

@@ -57,14 +57,15 @@ def test_identical_call_is_read_back(memo, counted, stream):
     assert counted == ["tree-greedy"]                 # not computed again
     _same(first, again)
     # the same call with the defaults spelled out is the same call
-    ca.simulate(X, R, [0.4, 0.6], "tree-greedy", eta=ca.PAPER_ETA, runs=2, seed=3,
+    ca.simulate(X, R, [0.4, 0.6], "tree-greedy", eta=ca.DEFAULT_ETA, runs=2, seed=3,
                 settings=ca.PAPER_SETTINGS, batch_size=None, engine="fast",
                 return_traces=True)
     assert counted == ["tree-greedy"]
 
 
 @pytest.mark.parametrize("change", [
-    dict(seed=4), dict(runs=3), dict(eta=0.25), dict(capacities=[0.5, 0.5]),
+    dict(seed=4), dict(runs=3), dict(eta=0.25), dict(eta=ca.PAPER_ETA),
+    dict(eta=ca.DecayingEta(eta0=0.5)), dict(capacities=[0.5, 0.5]),
     dict(policy="tree-ts"), dict(batch_size=10),
     dict(settings=ca.ModelSettings(discount=0.99)), dict(engine="reference"),
     dict(X="changed"), dict(R="changed")])

@@ -655,7 +655,8 @@ def adherence_table(adherences, digits=4):
     --------
     >>> import capassign as ca
     >>> X, R, _ = ca.synthetic_stream(T=200, d=2, seed=1)
-    >>> res = ca.simulate(X, R, (0.3, 0.7), "marginal", runs=2, return_traces=True)
+    >>> res = ca.simulate(X, R, (0.3, 0.7), "marginal", eta=ca.PAPER_ETA, runs=2,
+    ...                   return_traces=True)
     >>> adherence_table([ca.capacity_adherence(res, label="toy")]).iloc[0].tolist()
     ['toy', 'marginal', '(0.3, 0.7)', '(0.3025, 0.6975)', '0.7000', '0.7000', '1.1']
     """
