@@ -33,7 +33,9 @@ The module is organised in the order data flows through it:
                               off-policy estimates
 11. resumable sweeps        - grids stored cell by cell, joblib or Dask
 12. plotting                - figures in the paper's style
-13. command line            - ``python -m capassign ...``
+13. benchmarks              - timings of the oracle, the engines, the router and
+                              the first calls, printed (``bench``)
+14. command line            - ``python -m capassign ...``
 
 The numbers quoted from the paper (``DEFAULT_ETA``, ``PAPER_*``) stand
 together before section 1, each with its place in the paper.  A section uses
@@ -1509,72 +1511,6 @@ def optimal_assignment(mu, capacities, weights=None):
         assignment=P, shadow_prices=lam, value=float(np.sum(w[:, None] * P * mu)),
         random_value=float(w @ mu @ _selection_shares(alpha, constrained)), loads=w @ P,
         capacities=np.where(constrained, alpha, np.nan), weights=w, mu=mu)
-
-
-def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, tied=True,
-                     out=print):
-    """Time :func:`optimal_assignment` on random instances of growing size.
-
-    For every number of agents A in ``agents`` and every n in ``sizes``, the
-    rewards mu are n x A uniform draws (``seed``), the weights uniform and the
-    capacities equal; one line per instance gives the wall time, the method
-    (HiGHS on the whole programme up to :data:`ORACLE_LP_MAX_CONTEXTS`
-    distinct rows of mu, the dual method above) and the largest capacity
-    error.  With ``tied``, two more lines time rewards full of ties at the
-    largest n and A: 0/1 rewards (at most 2^A distinct rows) and rewards on a
-    10-level grid {0, 1/9, ..., 1} (at most 10^A distinct rows, and many
-    exact ties of reward differences), as piecewise-constant estimates
-    produce.  This is ``python -m capassign bench --oracle``.
-
-    Parameters
-    ----------
-    sizes : sequence of int
-        Numbers n of context points.
-    agents : sequence of int
-        Numbers A of agents.
-    seed : int
-        Seed of the random rewards.
-    tied : bool
-        Also time the two tied instances.
-    out : callable
-        Receives each line (``print`` by default).
-
-    Returns
-    -------
-    None
-
-    Examples
-    --------
-    >>> benchmark_oracle(sizes=(100,), agents=(2,))
-    optimal_assignment, A = 2, n = 100: ... s (HiGHS, whole programme), max |load - alpha| = ...
-    optimal_assignment, A = 2, n = 100, binary mu (4 distinct rows): ... s (HiGHS, whole ...
-    optimal_assignment, A = 2, n = 100, 10-level mu (... distinct rows): ... s (HiGHS, whole ...
-    """
-
-    from scipy.optimize import linprog  # noqa: F401  (imported once, before the clock)
-
-    def timed(mu, kind=None):
-        n, A = mu.shape
-        groups = _distinct_rows(mu)          # outside the clock: only for the label
-        distinct = n if groups is None else groups[0].size
-        label = "" if kind is None else f", {kind} mu ({distinct:,} distinct rows)"
-        start = time.perf_counter()
-        res = optimal_assignment(mu, [1.0 / A] * A)
-        took = time.perf_counter() - start
-        method = ("HiGHS, whole programme" if distinct <= ORACLE_LP_MAX_CONTEXTS
-                  else "dual method")
-        err = float(np.max(np.abs(res.loads - 1.0 / A)))
-        out(f"optimal_assignment, A = {A}, n = {n:,}{label}: {took:.2f} s ({method}), "
-            f"max |load - alpha| = {err:.1e}")
-
-    rng = np.random.default_rng(seed)
-    for A in agents:
-        for n in sizes:
-            timed(rng.random((n, A)))
-    if tied:
-        n, A = max(sizes), max(agents)
-        for kind, levels in (("binary", 2), ("10-level", 10)):
-            timed(rng.integers(0, levels, size=(n, A)) / (levels - 1), kind)
 
 
 def _split_ties(tied, w, left, exact, upper):
@@ -6561,171 +6497,6 @@ def _offline_runs(X, R, orders, policy, policy_seeds, engine, settings):
     return rewards, counts, assign
 
 
-# --- benchmark -----------------------------------------------------------------
-
-def _stream_bytes(T, d):
-    """Estimated bytes of a two-agent :func:`synthetic_stream`: d + 10 columns
-    of 8 bytes (X, R, mu and the intermediate arrays) per task."""
-    return 8 * T * (d + 10)
-
-
-
-def _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T, policies, grid):
-    """Check the arguments of :func:`benchmark_engines`, and the memory its
-    stream and runs need, before any work; return the reference engine's
-    stream length and the grid's shape (``False`` without a grid)."""
-    for name, v in (("T", T), ("d", d), ("fast_runs", fast_runs),
-                    ("reference_runs", reference_runs)):
-        _validate_int(v, name, lo=1)
-    shape = grid and _keyword_group(grid if isinstance(grid, dict) else {},
-                                    {"T": 21000, "d": 11, "runs": 100}, "benchmark_engines grid")
-    reference_T = T if reference_T is None else min(_validate_int(reference_T, "reference_T", 1), T)
-    _check_memory(f"T={T}", _stream_bytes(T, d) + max(
-        max(_simulation_memory(fast_runs, T, d, 2, p, "fast", False, PAPER_SETTINGS),
-            _simulation_memory(reference_runs, reference_T, d, 2, p, "reference", False,
-                               PAPER_SETTINGS)) for p in policies),
-        f"the benchmark's stream of {T:,} tasks and its runs")
-    if grid:
-        for name in ("T", "d", "runs"):
-            _validate_int(shape[name], f"grid {name}", lo=1)
-        _check_memory(f"grid_runs={shape['runs']}", _stream_bytes(shape["T"], shape["d"]) + max(
-            _simulation_memory(shape["runs"], shape["T"], shape["d"], 2, p, "fast", False,
-                               PAPER_SETTINGS)
-            for p in CONTEXTUAL_POLICIES), f"the grid's runs of {shape['T']:,} tasks")
-    return reference_T, shape
-
-
-def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference_T=None,
-                      policies=("random", "marginal") + CONTEXTUAL_POLICIES, seed=0,
-                      grid=True, eta=DEFAULT_ETA, out=print):
-    """Time both engines on a synthetic stream and the paper's largest grid.
-
-    For each policy: microseconds per decision = time / (runs x T) on a
-    :func:`synthetic_stream` with two agents at capacities (0.5, 0.5), both
-    as wall-clock time and as CPU time of the process (all threads).  Two
-    speed-ups are printed: of wall time (the fast engine using every core,
-    the reference engine one) and of CPU time (work per decision, and less
-    disturbed by other load on the machine).  The fast engine is first called
-    once on a tiny stream, so compilation (or loading the compiled cache) is
-    never timed.  The reference engine may be timed on fewer runs or a shorter
-    prefix of the stream (``reference_runs``, ``reference_T``).
-
-    With ``grid`` it then times the paper's full grid for its largest task
-    shape (T = 21,000, d = 11 like Cardio; synthetic data here): 100 runs x
-    5 capacities x (4 contextual policies + random).  With fewer runs per
-    grid point (``grid={"runs": 2}``) only that many runs are simulated per
-    point and the printed total is scaled to 100 runs (runs are independent,
-    so time is linear in runs); the output says so.
-
-    Parameters
-    ----------
-    T, d, seed : int
-        Length, context dimension and seed of the synthetic stream.
-    fast_runs, reference_runs, reference_T : int
-        Runs timed on each engine; the reference's stream prefix (optional).
-    policies : sequence of str
-        The online policies to time.
-    grid : bool or dict
-        Whether to time the grid; a dict overrides its stream's shape and
-        runs per point, ``{"T": 21000, "d": 11, "runs": 100}`` by default.
-    eta : float or DecayingEta
-        The queue step of every timed run (default the paper's 0.5).
-    out : callable
-        Receives each line of the report (``print`` by default).
-
-    Returns
-    -------
-    dict
-        The settings, per-policy us per decision and speed-ups (``"policies"``)
-        and the grid times.
-
-    Examples
-    --------
-    >>> lines = []
-    >>> res = benchmark_engines(T=200, d=2, fast_runs=2, policies=("random",), grid=False,
-    ...                         out=lines.append)
-    >>> lines[0]
-    'capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta=0.5, d=2; ...'
-    >>> sorted(res["policies"]["random"])
-    ['fast_cpu_us', 'fast_us', 'reference_cpu_us', 'reference_us', 'speedup', 'speedup_cpu']
-    """
-    reference_T, shape = _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T,
-                                              policies, grid)
-    eta = _validate_step(eta)
-
-    import numba
-
-    def clocks():
-        return time.perf_counter(), time.process_time()
-
-    out(f"capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta={eta}, "
-        f"d={d}; numba threads={numba.get_num_threads()} (cpu_count={os.cpu_count()})")
-    w0, _ = clocks()
-    Xw, Rw, _ = synthetic_stream(60, d, seed=seed)
-    for policy in policies:
-        simulate(Xw, Rw, [0.5, 0.5], policy, runs=2, seed=seed, eta=eta)
-    out(f"compile / cache load of the fast kernels: {clocks()[0] - w0:.1f} s (not counted)")
-    X, R, _ = synthetic_stream(T, d, seed=seed)
-    out(f"fast engine: {fast_runs} runs x {T} decisions (parallel over runs); "
-        f"reference engine: {reference_runs} run(s) x {reference_T} decisions")
-    header = (f"{'policy':<17}{'fast us/dec':>12}{'(cpu)':>9}{'reference us/dec':>18}"
-              f"{'(cpu)':>9}{'speed-up wall':>15}{'(cpu)':>8}")
-    out(header)
-    out("-" * len(header))
-    rows = {}
-    for policy in policies:
-        w0, c0 = clocks()
-        simulate(X, R, [0.5, 0.5], policy, runs=fast_runs, seed=seed, eta=eta)
-        w1, c1 = clocks()
-        fast = ((w1 - w0) / (fast_runs * T) * 1e6, (c1 - c0) / (fast_runs * T) * 1e6)
-        simulate(X[:reference_T], R[:reference_T], [0.5, 0.5], policy, runs=reference_runs,
-                 seed=seed, engine="reference", eta=eta)
-        w2, c2 = clocks()
-        n_ref = reference_runs * reference_T
-        ref = ((w2 - w1) / n_ref * 1e6, (c2 - c1) / n_ref * 1e6)
-        rows[policy] = dict(fast_us=fast[0], fast_cpu_us=fast[1], reference_us=ref[0],
-                            reference_cpu_us=ref[1], speedup=ref[0] / fast[0],
-                            speedup_cpu=ref[1] / fast[1])
-        out(f"{policy:<17}{fast[0]:>12.3f}{fast[1]:>9.3f}{ref[0]:>18.1f}{ref[1]:>9.1f}"
-            f"{ref[0] / fast[0]:>14.0f}x{ref[1] / fast[1]:>7.0f}x")
-    if reference_T < T:
-        out(f"note: the reference engine ran on the first {reference_T} of {T} tasks; its "
-            f"tree refits cost more per decision on longer streams, so the tree speed-ups "
-            f"above understate the ratio at T={T}.")
-    result = dict(policies=rows, T=T, d=d, fast_runs=fast_runs,
-                  reference_runs=reference_runs, reference_T=reference_T)
-    if grid:
-        result.update(_benchmark_grid(shape["T"], shape["d"], shape["runs"], seed, out, eta))
-    return result
-
-
-def _benchmark_grid(T, d, runs, seed, out, eta=DEFAULT_ETA):
-    """The grid timing of :func:`benchmark_engines`: 5 capacities x (4
-    contextual policies + random) on a synthetic stream of shape (T, d),
-    ``runs`` runs per point, the time scaled to 100 runs."""
-    Xg, Rg, _ = synthetic_stream(T, d, seed=seed)
-    grid_policies = CONTEXTUAL_POLICIES + ("random",)
-    per_policy = {p: 0.0 for p in grid_policies}
-    w0, c0 = time.perf_counter(), time.process_time()
-    for c in PAPER_CAPACITY_GRID:
-        for policy in grid_policies:
-            t0 = time.perf_counter()
-            simulate(Xg, Rg, [c, 1.0 - c], policy, runs=runs, seed=seed, eta=eta)
-            per_policy[policy] += time.perf_counter() - t0
-    w1, c1 = time.perf_counter(), time.process_time()
-    scale = 100 / runs
-    n_sim = len(PAPER_CAPACITY_GRID) * len(grid_policies)
-    parts = ", ".join(f"{p} {s * scale:.1f} s" for p, s in per_policy.items())
-    how = "measured" if runs == 100 else f"scaled from {runs} runs per grid point to 100"
-    out(f"full grid T={T}, d={d}: 100 runs x {len(PAPER_CAPACITY_GRID)} capacities x "
-        f"(4 contextual + random) = {n_sim} simulations: wall {(w1 - w0) * scale:.1f} s, "
-        f"cpu {(c1 - c0) * scale:.1f} s ({how}; {parts})")
-    return dict(grid_wall_seconds=(w1 - w0) * scale, grid_cpu_seconds=(c1 - c0) * scale,
-                grid_runs=runs, grid_T=T, grid_d=d,
-                grid_per_policy={p: s * scale for p, s in per_policy.items()})
-
-
-
 # =============================================================================
 # 7. Streaming router (live use)
 # =============================================================================
@@ -7935,262 +7706,6 @@ class Router(_Team):
         router._model._eta[3] = router._tasks.n_assigned    # the t of a DecayingEta
         router._restore_team(st, version)
         return router
-
-
-_STARTUP_CASES = (
-    ("Router tree-greedy: first assign + update",
-     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
-     "r = ca.Router(2, [0.5, 0.5], 'tree-greedy', X_reference=X, seed=0)\n"
-     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
-    ("Router logistic-greedy: first assign + update",
-     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
-     "r = ca.Router(2, [0.5, 0.5], 'logistic-greedy', n_features=12, seed=0)\n"
-     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
-    ("simulate random, T=2000, 1 run",
-     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
-     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'random', runs=1)"),
-    ("simulate logistic-greedy, T=2000, 1 run",
-     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
-     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'logistic-greedy', runs=1)"),
-    ("simulate tree-greedy, T=2000, 1 run",
-     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
-     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'tree-greedy', runs=1)"),
-)
-
-
-def benchmark_startup(*, repeats=3, out=print):
-    """Import time and first-call times, cold and warm, each in a fresh process.
-
-    *Import* is ``import capassign`` in a new interpreter (the fastest of
-    ``repeats``).  Each *first call* runs in a new interpreter twice with
-    ``NUMBA_CACHE_DIR`` set to a new empty folder: *cold* compiles the kernels
-    it needs (and stores them there), *warm* then loads them from that cache -
-    what a user sees on the very first run and on every later one.  The
-    project's own cache is not touched.
-
-    Parameters
-    ----------
-    repeats : int
-        Fresh interpreters timed for the import.
-    out : callable
-        Receives each line of the report (``print`` by default).
-
-    Returns
-    -------
-    list of dict
-        One row per measurement (``what``, ``cold``, ``warm``), the imports
-        (``"import capassign"``, ``"import numba"``) first.
-
-    Examples
-    --------
-    The cold calls compile every kernel, which takes minutes, so this is not
-    run here:
-
-    >>> rows = benchmark_startup(repeats=1)   # doctest: +SKIP
-    """
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).resolve().parent)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.pop(PROGRESS_ENV, None)
-
-    def run(code, extra=None):
-        got = subprocess.run([sys.executable, "-c", code], env=dict(env, **(extra or {})),
-                             capture_output=True, text=True, check=False)
-        if got.returncode != 0:
-            raise RuntimeError(f"startup benchmark failed: {got.stderr.strip()[-500:]}")
-        return float(got.stdout.split()[-1])
-
-    rows = []
-    imp = min(run("import time\nt0 = time.perf_counter()\nimport capassign\n"
-                  "print(time.perf_counter() - t0)") for _ in range(repeats))
-    numba_imp = min(run("import time\nt0 = time.perf_counter()\nimport numba\n"
-                        "print(time.perf_counter() - t0)") for _ in range(repeats))
-    out(f"import capassign: {imp:.2f} s; numba, imported at the first kernel call: "
-        f"{numba_imp:.2f} s" + (" (bytecode caching is off: PYTHONDONTWRITEBYTECODE)"
-                                if sys.flags.dont_write_bytecode else ""))
-    rows += [dict(what="import capassign", cold=imp, warm=imp),
-             dict(what="import numba", cold=numba_imp, warm=numba_imp)]
-    out(f"{'first call':48s} {'cold (s)':>9s} {'warm (s)':>9s}")
-    for what, body in _STARTUP_CASES:
-        code = ("import time\nimport capassign as ca\n" + body
-                + "\nprint(time.perf_counter() - t0)")
-        with tempfile.TemporaryDirectory(prefix="capassign-numba-") as cache:
-            cold = run(code, {"NUMBA_CACHE_DIR": cache})
-            warm = run(code, {"NUMBA_CACHE_DIR": cache})
-        out(f"{what:48s} {cold:9.1f} {warm:9.2f}")
-        rows.append(dict(what=what, cold=cold, warm=warm))
-    return rows
-
-
-def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, eta=DEFAULT_ETA,
-                     out=print):
-    """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
-
-    Two agents at capacities (0.5, 0.5), eta = 0.5 (or ``eta``), on a :func:`synthetic_stream`
-    of T tasks with d features; every reward comes back right after its
-    assignment.  The compiled kernels are loaded before timing.  Prints wall
-    and CPU time per task (CPU time is less disturbed by other load on the
-    machine) and the error (share of wrong answers) of the tasks routed.
-    The tree policies are given the whole stream as ``X_reference``; they run
-    a second time without it (rows ``tree-*, stream bins``), their bin edges
-    then cut from the stream itself (see :class:`Router`).
-
-    The README's router table is one run of it (``bench --readme``).  Of the
-    extra cost of bins from the stream, the nine re-cuts themselves
-    (re-binning and rebuilding every forest, the last at 16384 contexts) are
-    a part that falls on longer streams, as there are none after the last
-    cut; the rest is how the forests respond to the edges: a router given
-    only the first 16384 contexts as ``X_reference`` is also slower than one
-    given the whole stream.
-
-    Parameters
-    ----------
-    policies : sequence of str
-        Among :data:`ONLINE_POLICIES`.
-    T, d : int
-        Length and context dimension of the synthetic stream.
-    seed : int
-        Seed of the stream and the routers.
-    eta : float or DecayingEta
-        The routers' queue step (default the paper's 0.5).
-    out : callable
-        Receives each line of the report (``print`` by default).
-
-    Returns
-    -------
-    dict
-        Policy (or ``"<policy>, stream bins"``) -> ``us`` and ``cpu_us`` (wall
-        and CPU microseconds per task) and the ``error`` of the tasks routed.
-
-    Examples
-    --------
-    >>> lines = []
-    >>> sorted(benchmark_router(policies=("random",), T=200, d=2, out=lines.append))
-    ['random']
-    >>> lines[0]
-    'capassign bench --router: Router.assign + Router.update, A=2 agents, ...'
-    """
-
-    for name, v in (("T", T), ("d", d)):
-        _validate_int(v, name, lo=1)
-    eta = _validate_step(eta)
-    # the stream, a view of each row and the rewards as lists (the routers' own
-    # state stays bounded: measured 274-278 MiB of RSS at T = 20,000 and 200,000)
-    _check_memory(f"T={T}", _stream_bytes(T, d) + 256 * T,
-                  f"the benchmark's stream of {T:,} tasks")
-    X, R, _ = synthetic_stream(T, d, seed=seed)
-    Xw, Rw, _ = synthetic_stream(64, d, seed=seed)
-    out(f"capassign bench --router: Router.assign + Router.update, A=2 agents, "
-        f"capacities (0.5, 0.5), eta={eta}, d={d}, T={T} tasks, immediate rewards")
-    out(f"{'policy':<26}{'us/task':>10}{'(cpu)':>9}{'error':>9}")
-    result = {}
-    runs = [(p, False) for p in policies] + [(p, True) for p in policies
-                                             if p.startswith("tree")]
-    for policy, stream in runs:
-        ref = None if stream else X
-        warm = Router(2, [0.5, 0.5], policy, X_reference=None if stream else Xw,
-                      n_features=d, seed=seed, eta=eta)
-        for t in range(64):
-            a = warm.assign(Xw[t])
-            warm.update(t, a, int(Rw[t, a]))
-        router = Router(2, [0.5, 0.5], policy, X_reference=ref, n_features=d, seed=seed, eta=eta)
-        rows = [X[t] for t in range(T)]
-        rewards = R.tolist()
-        total = 0
-        t0, c0 = time.perf_counter(), time.process_time()
-        for t in range(T):
-            a = router.assign(rows[t])
-            r = rewards[t][a]
-            router.update(t, a, r)
-            total += r
-        us = (time.perf_counter() - t0) / T * 1e6
-        cpu = (time.process_time() - c0) / T * 1e6
-        label = f"{policy}, stream bins" if stream else policy
-        result[label] = dict(us=us, cpu_us=cpu, error=1.0 - total / T)
-        out(f"{label:<26}{us:>10.2f}{cpu:>9.2f}{1.0 - total / T:>9.4f}")
-    return result
-
-
-# --- the README's speed tables -------------------------------------------------
-
-#: The first and last lines of the speed tables ``bench --readme`` prints and
-#: README.md carries (tests/test_readme.py keeps the two in one format).
-_SPEED_MARKERS = ("<!-- speed tables: python -m capassign bench --readme -->",
-                  "<!-- end of the speed tables -->")
-
-
-def _speed_markdown(startup, engines, router, run):
-    """The README's speed tables in Markdown, from one ``bench --readme`` run.
-
-    ``startup``, ``engines`` and ``router`` are what :func:`benchmark_startup`,
-    :func:`benchmark_engines` and :func:`benchmark_router` return; ``run``
-    holds the ``date``, ``cores``, ``numba`` version, ``threads`` and the
-    lowest and highest ``load`` average seen during the run.  Returns the
-    lines, the markers of :data:`_SPEED_MARKERS` first and last.
-    """
-    imports = {r["what"]: r["cold"] for r in startup}
-    lo, hi = run["load"]
-    lines = [_SPEED_MARKERS[0], "",
-             f"Measured with `python -m capassign bench --readme` on {run['date']}: "
-             f"{run['cores']} cores, numba {run['numba']} on {run['threads']} threads, "
-             f"load average {lo:.2f} to {hi:.2f} during the run.", "",
-             f"*First calls*, each in a fresh process (`import capassign`: "
-             f"{imports['import capassign']:.2f} s; numba, imported at the first kernel "
-             f"call: {imports['import numba']:.2f} s), cold (an empty numba cache) and warm "
-             f"(the cache the cold call filled):", "",
-             "| first call | cold (s) | warm (s) |", "|---|---|---|"]
-    lines += [f"| {r['what']} | {r['cold']:.1f} | {r['warm']:.2f} |" for r in startup
-              if not r["what"].startswith("import ")]
-    lines += ["", f"*Engines*, microseconds per decision on a synthetic stream (T={engines['T']}, "
-                  f"d={engines['d']}, two agents at 0.5/0.5; fast engine: "
-                  f"{engines['fast_runs']} runs in parallel, reference: "
-                  f"{engines['reference_runs']} run(s) of {engines['reference_T']} tasks):", "",
-              "| policy | fast (wall) | fast (CPU) | reference (wall) | reference (CPU) "
-              "| speed-up, wall (CPU) |", "|---|---|---|---|---|---|"]
-    lines += [f"| {p} | {r['fast_us']:.3f} | {r['fast_cpu_us']:.3f} | {r['reference_us']:,.1f} "
-              f"| {r['reference_cpu_us']:,.1f} | {r['speedup']:,.0f}x ({r['speedup_cpu']:,.0f}x) |"
-              for p, r in engines["policies"].items()]
-    if "grid_wall_seconds" in engines:
-        tree = sum(v for p, v in engines["grid_per_policy"].items() if p.startswith("tree"))
-        runs = engines["grid_runs"]
-        lines += ["", f"The paper's full grid for its largest task shape (100 runs x 5 capacities "
-                      f"x 5 policies, T={engines['grid_T']}, d={engines['grid_d']}): "
-                      f"{engines['grid_wall_seconds']:,.0f} s wall, "
-                      f"{engines['grid_cpu_seconds']:,.0f} CPU-seconds, "
-                      f"{100 * tree / sum(engines['grid_per_policy'].values()):.0f}% of it in the "
-                      f"tree policies ("
-                      + ("measured" if runs == 100 else f"{runs} runs per point, scaled to 100")
-                      + ")."]
-    lines += ["", "*Router*, `assign` then `update` per task (synthetic stream, two agents, "
-                  "immediate rewards; the tree policies with the whole stream as `X_reference`, "
-                  "or cutting their bins from the stream):", "",
-              "| policy | µs per task (wall) | (CPU) | error |", "|---|---|---|---|"]
-    lines += [f"| {p} | {r['us']:.2f} | {r['cpu_us']:.2f} | {r['error']:.4f} |"
-              for p, r in router.items()]
-    return lines + ["", _SPEED_MARKERS[1]]
-
-
-def _speed_tables(seed=0, out=print):
-    """Run :func:`benchmark_startup`, :func:`benchmark_engines` (full grid)
-    and :func:`benchmark_router` (T = 20000) once, their reports on stderr,
-    and send the README's tables (:func:`_speed_markdown`) to ``out``."""
-    import numba
-
-    loads = [os.getloadavg()[0]]
-
-    def log(line):
-        loads.append(os.getloadavg()[0])
-        print(line, file=sys.stderr, flush=True)
-
-    startup = benchmark_startup(out=log)
-    engines = benchmark_engines(seed=seed, out=log)
-    router = benchmark_router(T=20000, seed=seed, out=log)
-    log("done")
-    run = dict(date=time.strftime("%Y-%m-%d"), cores=os.cpu_count(), numba=numba.__version__,
-               threads=numba.get_num_threads(), load=(min(loads), max(loads)))
-    for line in _speed_markdown(startup, engines, router, run):
-        out(line)
 
 
 # =============================================================================
@@ -12918,40 +12433,423 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
 
 
 # =============================================================================
-# 13. Command line
+# 13. Benchmarks
 # =============================================================================
-
-def _cmd_data_list(args):
-    reg = data_registry()
-    root = reg.data_dir
-    problem = reg.data_dir_problem()
-    print(f"data root: {root if root is not None else reg.cache_dir}"
-          f" ({'from ' + DATA_ENV if root is not None else 'download cache'})"
-          + (f" - WARNING: {problem}" if problem else ""))
-    for e in reg.registry["files"]:
-        src = e["urls"][0] if e.get("urls") else (
-            f"rebuilt from {len(e['derived_from'])} files" if e.get("rebuild")
-            else f"no public URL ({DATA_ENV} only)")
-        print(f"{e['path']:50s} {e['bytes']:>9d}  {e['dataset']:14s} {src}")
+#
+# What ``python -m capassign bench`` runs: each benchmark prints its measurements
+# (to ``out``) and returns them; none writes a file.  They come last, after
+# everything they time, and before the command line that runs them.
 
 
-def _cmd_data_check(args):
-    """``data verify`` and ``data fetch``: one status line per file, then the
-    counts; exit status 1 when a file is not ok."""
-    reg = data_registry()
-    reg._check_data_dir()  # a missing CAPASSIGN_DATA folder is one clear error
-    rows = reg.fetch(args.paths or None) if args.data_command == "fetch" else reg.verify()
-    for path, status, detail in rows:
-        print(f"{status:8s} {path}" + (f"  ({detail})" if detail else ""))
-    bad = sum(status != "ok" for _, status, _ in rows)
-    print(f"{len(rows) - bad} ok, {bad} not ok")
-    if bad:
-        sys.exit(1)
+def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, tied=True,
+                     out=print):
+    """Time :func:`optimal_assignment` on random instances of growing size.
+
+    For every number of agents A in ``agents`` and every n in ``sizes``, the
+    rewards mu are n x A uniform draws (``seed``), the weights uniform and the
+    capacities equal; one line per instance gives the wall time, the method
+    (HiGHS on the whole programme up to :data:`ORACLE_LP_MAX_CONTEXTS`
+    distinct rows of mu, the dual method above) and the largest capacity
+    error.  With ``tied``, two more lines time rewards full of ties at the
+    largest n and A: 0/1 rewards (at most 2^A distinct rows) and rewards on a
+    10-level grid {0, 1/9, ..., 1} (at most 10^A distinct rows, and many
+    exact ties of reward differences), as piecewise-constant estimates
+    produce.  This is ``python -m capassign bench --oracle``.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Numbers n of context points.
+    agents : sequence of int
+        Numbers A of agents.
+    seed : int
+        Seed of the random rewards.
+    tied : bool
+        Also time the two tied instances.
+    out : callable
+        Receives each line (``print`` by default).
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> benchmark_oracle(sizes=(100,), agents=(2,))
+    optimal_assignment, A = 2, n = 100: ... s (HiGHS, whole programme), max |load - alpha| = ...
+    optimal_assignment, A = 2, n = 100, binary mu (4 distinct rows): ... s (HiGHS, whole ...
+    optimal_assignment, A = 2, n = 100, 10-level mu (... distinct rows): ... s (HiGHS, whole ...
+    """
+
+    from scipy.optimize import linprog  # noqa: F401  (imported once, before the clock)
+
+    def timed(mu, kind=None):
+        n, A = mu.shape
+        groups = _distinct_rows(mu)          # outside the clock: only for the label
+        distinct = n if groups is None else groups[0].size
+        label = "" if kind is None else f", {kind} mu ({distinct:,} distinct rows)"
+        start = time.perf_counter()
+        res = optimal_assignment(mu, [1.0 / A] * A)
+        took = time.perf_counter() - start
+        method = ("HiGHS, whole programme" if distinct <= ORACLE_LP_MAX_CONTEXTS
+                  else "dual method")
+        err = float(np.max(np.abs(res.loads - 1.0 / A)))
+        out(f"optimal_assignment, A = {A}, n = {n:,}{label}: {took:.2f} s ({method}), "
+            f"max |load - alpha| = {err:.1e}")
+
+    rng = np.random.default_rng(seed)
+    for A in agents:
+        for n in sizes:
+            timed(rng.random((n, A)))
+    if tied:
+        n, A = max(sizes), max(agents)
+        for kind, levels in (("binary", 2), ("10-level", 10)):
+            timed(rng.integers(0, levels, size=(n, A)) / (levels - 1), kind)
 
 
-def _cmd_data_embed(args):
-    print(f"wrote {embed_mmlu_questions(args.out)}")
+# --- the engines ---------------------------------------------------------------
 
+
+def _stream_bytes(T, d):
+    """Estimated bytes of a two-agent :func:`synthetic_stream`: d + 10 columns
+    of 8 bytes (X, R, mu and the intermediate arrays) per task."""
+    return 8 * T * (d + 10)
+
+
+
+def _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T, policies, grid):
+    """Check the arguments of :func:`benchmark_engines`, and the memory its
+    stream and runs need, before any work; return the reference engine's
+    stream length and the grid's shape (``False`` without a grid)."""
+    for name, v in (("T", T), ("d", d), ("fast_runs", fast_runs),
+                    ("reference_runs", reference_runs)):
+        _validate_int(v, name, lo=1)
+    shape = grid and _keyword_group(grid if isinstance(grid, dict) else {},
+                                    {"T": 21000, "d": 11, "runs": 100}, "benchmark_engines grid")
+    reference_T = T if reference_T is None else min(_validate_int(reference_T, "reference_T", 1), T)
+    _check_memory(f"T={T}", _stream_bytes(T, d) + max(
+        max(_simulation_memory(fast_runs, T, d, 2, p, "fast", False, PAPER_SETTINGS),
+            _simulation_memory(reference_runs, reference_T, d, 2, p, "reference", False,
+                               PAPER_SETTINGS)) for p in policies),
+        f"the benchmark's stream of {T:,} tasks and its runs")
+    if grid:
+        for name in ("T", "d", "runs"):
+            _validate_int(shape[name], f"grid {name}", lo=1)
+        _check_memory(f"grid_runs={shape['runs']}", _stream_bytes(shape["T"], shape["d"]) + max(
+            _simulation_memory(shape["runs"], shape["T"], shape["d"], 2, p, "fast", False,
+                               PAPER_SETTINGS)
+            for p in CONTEXTUAL_POLICIES), f"the grid's runs of {shape['T']:,} tasks")
+    return reference_T, shape
+
+
+def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference_T=None,
+                      policies=("random", "marginal") + CONTEXTUAL_POLICIES, seed=0,
+                      grid=True, eta=DEFAULT_ETA, out=print):
+    """Time both engines on a synthetic stream and the paper's largest grid.
+
+    For each policy: microseconds per decision = time / (runs x T) on a
+    :func:`synthetic_stream` with two agents at capacities (0.5, 0.5), both
+    as wall-clock time and as CPU time of the process (all threads).  Two
+    speed-ups are printed: of wall time (the fast engine using every core,
+    the reference engine one) and of CPU time (work per decision, and less
+    disturbed by other load on the machine).  The fast engine is first called
+    once on a tiny stream, so compilation (or loading the compiled cache) is
+    never timed.  The reference engine may be timed on fewer runs or a shorter
+    prefix of the stream (``reference_runs``, ``reference_T``).
+
+    With ``grid`` it then times the paper's full grid for its largest task
+    shape (T = 21,000, d = 11 like Cardio; synthetic data here): 100 runs x
+    5 capacities x (4 contextual policies + random).  With fewer runs per
+    grid point (``grid={"runs": 2}``) only that many runs are simulated per
+    point and the printed total is scaled to 100 runs (runs are independent,
+    so time is linear in runs); the output says so.
+
+    Parameters
+    ----------
+    T, d, seed : int
+        Length, context dimension and seed of the synthetic stream.
+    fast_runs, reference_runs, reference_T : int
+        Runs timed on each engine; the reference's stream prefix (optional).
+    policies : sequence of str
+        The online policies to time.
+    grid : bool or dict
+        Whether to time the grid; a dict overrides its stream's shape and
+        runs per point, ``{"T": 21000, "d": 11, "runs": 100}`` by default.
+    eta : float or DecayingEta
+        The queue step of every timed run (default the paper's 0.5).
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    dict
+        The settings, per-policy us per decision and speed-ups (``"policies"``)
+        and the grid times.
+
+    Examples
+    --------
+    >>> lines = []
+    >>> res = benchmark_engines(T=200, d=2, fast_runs=2, policies=("random",), grid=False,
+    ...                         out=lines.append)
+    >>> lines[0]
+    'capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta=0.5, d=2; ...'
+    >>> sorted(res["policies"]["random"])
+    ['fast_cpu_us', 'fast_us', 'reference_cpu_us', 'reference_us', 'speedup', 'speedup_cpu']
+    """
+    reference_T, shape = _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T,
+                                              policies, grid)
+    eta = _validate_step(eta)
+
+    import numba
+
+    def clocks():
+        return time.perf_counter(), time.process_time()
+
+    out(f"capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta={eta}, "
+        f"d={d}; numba threads={numba.get_num_threads()} (cpu_count={os.cpu_count()})")
+    w0, _ = clocks()
+    Xw, Rw, _ = synthetic_stream(60, d, seed=seed)
+    for policy in policies:
+        simulate(Xw, Rw, [0.5, 0.5], policy, runs=2, seed=seed, eta=eta)
+    out(f"compile / cache load of the fast kernels: {clocks()[0] - w0:.1f} s (not counted)")
+    X, R, _ = synthetic_stream(T, d, seed=seed)
+    out(f"fast engine: {fast_runs} runs x {T} decisions (parallel over runs); "
+        f"reference engine: {reference_runs} run(s) x {reference_T} decisions")
+    header = (f"{'policy':<17}{'fast us/dec':>12}{'(cpu)':>9}{'reference us/dec':>18}"
+              f"{'(cpu)':>9}{'speed-up wall':>15}{'(cpu)':>8}")
+    out(header)
+    out("-" * len(header))
+    rows = {}
+    for policy in policies:
+        w0, c0 = clocks()
+        simulate(X, R, [0.5, 0.5], policy, runs=fast_runs, seed=seed, eta=eta)
+        w1, c1 = clocks()
+        fast = ((w1 - w0) / (fast_runs * T) * 1e6, (c1 - c0) / (fast_runs * T) * 1e6)
+        simulate(X[:reference_T], R[:reference_T], [0.5, 0.5], policy, runs=reference_runs,
+                 seed=seed, engine="reference", eta=eta)
+        w2, c2 = clocks()
+        n_ref = reference_runs * reference_T
+        ref = ((w2 - w1) / n_ref * 1e6, (c2 - c1) / n_ref * 1e6)
+        rows[policy] = dict(fast_us=fast[0], fast_cpu_us=fast[1], reference_us=ref[0],
+                            reference_cpu_us=ref[1], speedup=ref[0] / fast[0],
+                            speedup_cpu=ref[1] / fast[1])
+        out(f"{policy:<17}{fast[0]:>12.3f}{fast[1]:>9.3f}{ref[0]:>18.1f}{ref[1]:>9.1f}"
+            f"{ref[0] / fast[0]:>14.0f}x{ref[1] / fast[1]:>7.0f}x")
+    if reference_T < T:
+        out(f"note: the reference engine ran on the first {reference_T} of {T} tasks; its "
+            f"tree refits cost more per decision on longer streams, so the tree speed-ups "
+            f"above understate the ratio at T={T}.")
+    result = dict(policies=rows, T=T, d=d, fast_runs=fast_runs,
+                  reference_runs=reference_runs, reference_T=reference_T)
+    if grid:
+        result.update(_benchmark_grid(shape["T"], shape["d"], shape["runs"], seed, out, eta))
+    return result
+
+
+def _benchmark_grid(T, d, runs, seed, out, eta=DEFAULT_ETA):
+    """The grid timing of :func:`benchmark_engines`: 5 capacities x (4
+    contextual policies + random) on a synthetic stream of shape (T, d),
+    ``runs`` runs per point, the time scaled to 100 runs."""
+    Xg, Rg, _ = synthetic_stream(T, d, seed=seed)
+    grid_policies = CONTEXTUAL_POLICIES + ("random",)
+    per_policy = {p: 0.0 for p in grid_policies}
+    w0, c0 = time.perf_counter(), time.process_time()
+    for c in PAPER_CAPACITY_GRID:
+        for policy in grid_policies:
+            t0 = time.perf_counter()
+            simulate(Xg, Rg, [c, 1.0 - c], policy, runs=runs, seed=seed, eta=eta)
+            per_policy[policy] += time.perf_counter() - t0
+    w1, c1 = time.perf_counter(), time.process_time()
+    scale = 100 / runs
+    n_sim = len(PAPER_CAPACITY_GRID) * len(grid_policies)
+    parts = ", ".join(f"{p} {s * scale:.1f} s" for p, s in per_policy.items())
+    how = "measured" if runs == 100 else f"scaled from {runs} runs per grid point to 100"
+    out(f"full grid T={T}, d={d}: 100 runs x {len(PAPER_CAPACITY_GRID)} capacities x "
+        f"(4 contextual + random) = {n_sim} simulations: wall {(w1 - w0) * scale:.1f} s, "
+        f"cpu {(c1 - c0) * scale:.1f} s ({how}; {parts})")
+    return dict(grid_wall_seconds=(w1 - w0) * scale, grid_cpu_seconds=(c1 - c0) * scale,
+                grid_runs=runs, grid_T=T, grid_d=d,
+                grid_per_policy={p: s * scale for p, s in per_policy.items()})
+
+
+# --- start-up and the router ---------------------------------------------------
+
+_STARTUP_CASES = (
+    ("Router tree-greedy: first assign + update",
+     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
+     "r = ca.Router(2, [0.5, 0.5], 'tree-greedy', X_reference=X, seed=0)\n"
+     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
+    ("Router logistic-greedy: first assign + update",
+     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
+     "r = ca.Router(2, [0.5, 0.5], 'logistic-greedy', n_features=12, seed=0)\n"
+     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
+    ("simulate random, T=2000, 1 run",
+     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
+     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'random', runs=1)"),
+    ("simulate logistic-greedy, T=2000, 1 run",
+     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
+     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'logistic-greedy', runs=1)"),
+    ("simulate tree-greedy, T=2000, 1 run",
+     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
+     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'tree-greedy', runs=1)"),
+)
+
+
+def benchmark_startup(*, repeats=3, out=print):
+    """Import time and first-call times, cold and warm, each in a fresh process.
+
+    *Import* is ``import capassign`` in a new interpreter (the fastest of
+    ``repeats``).  Each *first call* runs in a new interpreter twice with
+    ``NUMBA_CACHE_DIR`` set to a new empty folder: *cold* compiles the kernels
+    it needs (and stores them there), *warm* then loads them from that cache -
+    what a user sees on the very first run and on every later one.  The
+    project's own cache is not touched.
+
+    Parameters
+    ----------
+    repeats : int
+        Fresh interpreters timed for the import.
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    list of dict
+        One row per measurement (``what``, ``cold``, ``warm``), the imports
+        (``"import capassign"``, ``"import numba"``) first.
+
+    Examples
+    --------
+    The cold calls compile every kernel, which takes minutes, so this is not
+    run here:
+
+    >>> rows = benchmark_startup(repeats=1)   # doctest: +SKIP
+    """
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.pop(PROGRESS_ENV, None)
+
+    def run(code, extra=None):
+        got = subprocess.run([sys.executable, "-c", code], env=dict(env, **(extra or {})),
+                             capture_output=True, text=True, check=False)
+        if got.returncode != 0:
+            raise RuntimeError(f"startup benchmark failed: {got.stderr.strip()[-500:]}")
+        return float(got.stdout.split()[-1])
+
+    rows = []
+    imp = min(run("import time\nt0 = time.perf_counter()\nimport capassign\n"
+                  "print(time.perf_counter() - t0)") for _ in range(repeats))
+    numba_imp = min(run("import time\nt0 = time.perf_counter()\nimport numba\n"
+                        "print(time.perf_counter() - t0)") for _ in range(repeats))
+    out(f"import capassign: {imp:.2f} s; numba, imported at the first kernel call: "
+        f"{numba_imp:.2f} s" + (" (bytecode caching is off: PYTHONDONTWRITEBYTECODE)"
+                                if sys.flags.dont_write_bytecode else ""))
+    rows += [dict(what="import capassign", cold=imp, warm=imp),
+             dict(what="import numba", cold=numba_imp, warm=numba_imp)]
+    out(f"{'first call':48s} {'cold (s)':>9s} {'warm (s)':>9s}")
+    for what, body in _STARTUP_CASES:
+        code = ("import time\nimport capassign as ca\n" + body
+                + "\nprint(time.perf_counter() - t0)")
+        with tempfile.TemporaryDirectory(prefix="capassign-numba-") as cache:
+            cold = run(code, {"NUMBA_CACHE_DIR": cache})
+            warm = run(code, {"NUMBA_CACHE_DIR": cache})
+        out(f"{what:48s} {cold:9.1f} {warm:9.2f}")
+        rows.append(dict(what=what, cold=cold, warm=warm))
+    return rows
+
+
+def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, eta=DEFAULT_ETA,
+                     out=print):
+    """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
+
+    Two agents at capacities (0.5, 0.5), eta = 0.5 (or ``eta``), on a :func:`synthetic_stream`
+    of T tasks with d features; every reward comes back right after its
+    assignment.  The compiled kernels are loaded before timing.  Prints wall
+    and CPU time per task (CPU time is less disturbed by other load on the
+    machine) and the error (share of wrong answers) of the tasks routed.
+    The tree policies are given the whole stream as ``X_reference``; they run
+    a second time without it (rows ``tree-*, stream bins``), their bin edges
+    then cut from the stream itself (see :class:`Router`).
+
+    The README's router table is one run of it.  Of the
+    extra cost of bins from the stream, the nine re-cuts themselves
+    (re-binning and rebuilding every forest, the last at 16384 contexts) are
+    a part that falls on longer streams, as there are none after the last
+    cut; the rest is how the forests respond to the edges: a router given
+    only the first 16384 contexts as ``X_reference`` is also slower than one
+    given the whole stream.
+
+    Parameters
+    ----------
+    policies : sequence of str
+        Among :data:`ONLINE_POLICIES`.
+    T, d : int
+        Length and context dimension of the synthetic stream.
+    seed : int
+        Seed of the stream and the routers.
+    eta : float or DecayingEta
+        The routers' queue step (default the paper's 0.5).
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    dict
+        Policy (or ``"<policy>, stream bins"``) -> ``us`` and ``cpu_us`` (wall
+        and CPU microseconds per task) and the ``error`` of the tasks routed.
+
+    Examples
+    --------
+    >>> lines = []
+    >>> sorted(benchmark_router(policies=("random",), T=200, d=2, out=lines.append))
+    ['random']
+    >>> lines[0]
+    'capassign bench --router: Router.assign + Router.update, A=2 agents, ...'
+    """
+
+    for name, v in (("T", T), ("d", d)):
+        _validate_int(v, name, lo=1)
+    eta = _validate_step(eta)
+    # the stream, a view of each row and the rewards as lists (the routers' own
+    # state stays bounded: measured 274-278 MiB of RSS at T = 20,000 and 200,000)
+    _check_memory(f"T={T}", _stream_bytes(T, d) + 256 * T,
+                  f"the benchmark's stream of {T:,} tasks")
+    X, R, _ = synthetic_stream(T, d, seed=seed)
+    Xw, Rw, _ = synthetic_stream(64, d, seed=seed)
+    out(f"capassign bench --router: Router.assign + Router.update, A=2 agents, "
+        f"capacities (0.5, 0.5), eta={eta}, d={d}, T={T} tasks, immediate rewards")
+    out(f"{'policy':<26}{'us/task':>10}{'(cpu)':>9}{'error':>9}")
+    result = {}
+    runs = [(p, False) for p in policies] + [(p, True) for p in policies
+                                             if p.startswith("tree")]
+    for policy, stream in runs:
+        ref = None if stream else X
+        warm = Router(2, [0.5, 0.5], policy, X_reference=None if stream else Xw,
+                      n_features=d, seed=seed, eta=eta)
+        for t in range(64):
+            a = warm.assign(Xw[t])
+            warm.update(t, a, int(Rw[t, a]))
+        router = Router(2, [0.5, 0.5], policy, X_reference=ref, n_features=d, seed=seed, eta=eta)
+        rows = [X[t] for t in range(T)]
+        rewards = R.tolist()
+        total = 0
+        t0, c0 = time.perf_counter(), time.process_time()
+        for t in range(T):
+            a = router.assign(rows[t])
+            r = rewards[t][a]
+            router.update(t, a, r)
+            total += r
+        us = (time.perf_counter() - t0) / T * 1e6
+        cpu = (time.process_time() - c0) / T * 1e6
+        label = f"{policy}, stream bins" if stream else policy
+        result[label] = dict(us=us, cpu_us=cpu, error=1.0 - total / T)
+        out(f"{label:<26}{us:>10.2f}{cpu:>9.2f}{1.0 - total / T:>9.4f}")
+    return result
+
+
+# --- the real tabular tasks ----------------------------------------------------
 
 #: The tasks and policies of ``bench --tabular``: the two widest tabular tasks,
 #: where the tree policies cost most per decision (credit 90 columns, bank 57).
@@ -12988,6 +12886,42 @@ def _benchmark_tabular(runs, seed, policies=None, out=print):
     return rows
 
 
+# =============================================================================
+# 14. Command line
+# =============================================================================
+
+def _cmd_data_list(args):
+    reg = data_registry()
+    root = reg.data_dir
+    problem = reg.data_dir_problem()
+    print(f"data root: {root if root is not None else reg.cache_dir}"
+          f" ({'from ' + DATA_ENV if root is not None else 'download cache'})"
+          + (f" - WARNING: {problem}" if problem else ""))
+    for e in reg.registry["files"]:
+        src = e["urls"][0] if e.get("urls") else (
+            f"rebuilt from {len(e['derived_from'])} files" if e.get("rebuild")
+            else f"no public URL ({DATA_ENV} only)")
+        print(f"{e['path']:50s} {e['bytes']:>9d}  {e['dataset']:14s} {src}")
+
+
+def _cmd_data_check(args):
+    """``data verify`` and ``data fetch``: one status line per file, then the
+    counts; exit status 1 when a file is not ok."""
+    reg = data_registry()
+    reg._check_data_dir()  # a missing CAPASSIGN_DATA folder is one clear error
+    rows = reg.fetch(args.paths or None) if args.data_command == "fetch" else reg.verify()
+    for path, status, detail in rows:
+        print(f"{status:8s} {path}" + (f"  ({detail})" if detail else ""))
+    bad = sum(status != "ok" for _, status, _ in rows)
+    print(f"{len(rows) - bad} ok, {bad} not ok")
+    if bad:
+        sys.exit(1)
+
+
+def _cmd_data_embed(args):
+    print(f"wrote {embed_mmlu_questions(args.out)}")
+
+
 def _cmd_bench(args):
     if args.reference_T is not None:
         _validate_int(args.reference_T, "--reference-T", lo=1)
@@ -13001,9 +12935,7 @@ def _cmd_bench(args):
     for name, v in (("--T", T), ("--d", args.d), ("--fast-runs", args.fast_runs),
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
         _validate_int(v, name, lo=1)
-    if args.readme:
-        _speed_tables(seed=args.seed)
-    elif args.oracle:
+    if args.oracle:
         benchmark_oracle(seed=args.seed)
     elif args.startup:
         benchmark_startup()
@@ -13164,10 +13096,7 @@ _COMMANDS = [
                    "policy, on T tasks)"),
          _opt("--oracle", action="store_true",
               help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts and A = 2 "
-                   "and 5 agents"),
-         _opt("--readme", action="store_true",
-              help="run --startup, the engines (full grid) and --router (T=20000) once and "
-                   "print README.md's speed tables (Markdown, with the date and load)")]),
+                   "and 5 agents")]),
     ("simulate", "simulate one policy on one task",
      "Run one online policy (or offline benchmark) on one task at one capacity vector, over "
      "randomised task orders (Algorithm 1), and print the error rate.", _cmd_simulate, [

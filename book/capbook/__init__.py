@@ -42,12 +42,15 @@ Modules, in the order a chapter meets them:
 ``fullstream``
     the stored runs of the two engines on the whole Coupon stream
     (``book/results/coupon_full_stream.json``);
+``speed``
+    the README's speed tables: one run of the library's benchmarks, printed
+    as Markdown;
 ``pipeline``
     the chapter tools of a checkout: papermill re-execution, the
     source/notebook drift check, prose sync, a chapter's glued values;
 ``cli``
     ``python -m capbook reproduce | sync-text | validate-engines | table4-spreads |
-    coupon-depth | full-stream``.
+    coupon-depth | full-stream | speed-tables``.
 
 The public API is ``__all__``; every name in it is available here.
 """
