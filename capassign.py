@@ -93,67 +93,74 @@ __version__ = "0.1.0"
 #: Capacity sums must equal one within this tolerance.
 CAPACITY_TOL = 1e-9
 
-#: The public API: what a practitioner, the README, the book's chapters and the
-#: command line use, with the classes and exceptions they return or raise.  Every
-#: other name is private and may change.  The book's own helpers (tables, glue,
-#: figure style, read-outs, chapter tools) are not here but in its module capbook.
+#: The public API: what a user of the method calls, each name used by the README, a
+#: chapter's code or a documented workflow (data/README.md, the command line), with the
+#: paper's numbers the book prints beside ours.  Every other name is private and may
+#: change; the classes the functions return need no import.  The book's own code (the
+#: page, the read-outs, the paper's evidence, the chapter tools) is its module capbook.
 __all__ = [
     # the paper's numbers (before section 1)
-    "DEFAULT_ETA", "PAPER_RUNS", "PAPER_ALPHAS", "PAPER_CAPACITY_GRID", "PAPER_TABLE3",
-    "PAPER_TABLE4", "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
-    # validation constants and the reward rule (section 1)
-    "CAPACITY_TOL", "REWARD_RULE", "MEMORY_ENV", "MEMORY_FRACTION",
-    # compiled kernels: the first-use notice (section 2)
-    "PROGRESS_ENV",
+    "DEFAULT_ETA", "PAPER_RUNS", "PAPER_ALPHAS", "PAPER_TABLE3", "PAPER_TABLE4",
+    "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
     # theory / oracle (section 3)
-    "TIE_TOL", "ORACLE_LP_MAX_CONTEXTS", "HINDSIGHT_METHODS", "OptimalAssignment",
-    "TwoAgentThreshold", "DisagreementRegions", "HindsightOptimum", "random_assignment_value",
-    "optimal_assignment", "benchmark_oracle", "shadow_price_policy", "two_agent_threshold",
+    "optimal_assignment", "shadow_price_policy", "two_agent_threshold",
     "disagreement_regions", "disagreement_gain", "hindsight_optimum",
     # capacity control (section 4)
-    "DecayingEta", "VirtualQueues", "select_agent", "BATCH_METHODS", "batch_counts",
-    "batch_queue_update", "batch_assign",
+    "DecayingEta", "batch_counts", "batch_assign",
     # reward models (section 5)
-    "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees", "MarginalAccuracy",
-    "ROUTER_STREAM_CUTS", "ROUTER_STATE_LIMITS",
+    "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees",
+    "ROUTER_STREAM_CUTS",
     # simulation engine (section 6)
     "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES",
-    "SimulationResult", "synthetic_stream", "simulate", "OFFLINE_MAX_BINS", "MEMO_ENV",
-    "benchmark_engines",
+    "synthetic_stream", "simulate",
     # streaming router (section 7)
-    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "Decision", "PROPENSITY_DRAWS",
-    "LOG_FORMAT", "benchmark_startup", "benchmark_router",
+    "Router", "Decision", "PROPENSITY_DRAWS", "LOG_FORMAT",
     # off-policy evaluation (section 8)
-    "OPE_ESTIMATORS", "OffPolicyEstimate", "LogEvaluation", "evaluate_log",
+    "OPE_ESTIMATORS", "evaluate_log",
     # tasks (section 9)
-    "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
-    "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
-    "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
-    "AGENT_SUBSET_READINGS", "AGENT_SCALINGS", "TABULAR_SUBSET", "TABULAR_SCALING",
-    "CONTEXT_CODINGS", "TABULAR_COLUMN_TYPES", "normal_scores",
-    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS",
-    "MMLU_EXPERIMENTS", "TABULAR_STREAM_FRACTION", "TABULAR_AGENT1_SHARE",
-    "IMAGENET16H_CLASSES", "MMLU_EMBEDDINGS_PATH", "MMLU_EXACT_SOURCE",
-    "tabular_agent_accuracies", "mmlu_questions", "mmlu_models", "mmlu_substitutes",
-    "mmlu_embeddings", "embed_mmlu_questions", "first_pc", "mmlu_task", "synthetic_task",
-    "load_task", "accuracy_by_context", "paper_accuracies",
-    "write_tabular_agent_search", "tabular_agent_search", "paper_agent_seed",
+    "DataUnavailable", "data_registry", "data_path", "TABULAR_TASKS", "TABULAR_ENCODING",
+    "TABULAR_SUBSET", "TABULAR_SCALING", "CONTEXT_CODINGS", "MMLU_EXPERIMENTS", "mmlu_models",
+    "mmlu_substitutes", "first_pc", "mmlu_task", "synthetic_task", "load_task",
+    "accuracy_by_context", "paper_accuracies", "write_tabular_agent_search",
+    "tabular_agent_search", "paper_agent_seed",
     # experiments (section 10)
-    "contrast_separation", "task_errors",
-    "laplace_update_influence", "mean_ci",
-    "two_agent_capacities", "simulate_grid", "error_vs_capacity",
-    "difference_ci", "runs_needed", "paired_tests", "hindsight_gaps",
-    "CapacityAdherence", "capacity_adherence", "simulate_known_mu",
-    "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
-    "EtaTuning", "tune_eta_schedule", "OffPolicyCheck", "off_policy_check",
+    "contrast_separation", "laplace_update_influence", "mean_ci", "two_agent_capacities",
+    "simulate_grid", "error_vs_capacity", "difference_ci", "runs_needed", "paired_tests",
+    "hindsight_gaps", "capacity_adherence", "simulate_known_mu", "regret_curve",
+    "loglog_slope", "price_tracking", "tune_eta_schedule", "off_policy_check",
     # resumable sweeps (section 11)
-    "SWEEP_SCHEMA", "SWEEP_BACKENDS", "sweep",
+    "sweep",
     # plotting (section 12)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
     "plot_capacity_adherence", "plot_paired_differences",
-    # command line (section 13)
+    # command line (section 14)
     "main",
 ]
+
+#: What the companion book's module capbook uses of this module besides __all__:
+#: helpers it shares rather than copies, and the names its evidence, stored results
+#: and speed tables read.  Not for users; each may change with the book
+#: (tests/test_validation.py checks the list against capbook's imports).
+_BOOK_API = (
+    # argument checks, worded as everywhere (sections 1 and 10)
+    "_validate_bool", "_validate_int", "_validate_real", "_validate_share",
+    "_validate_choice", "_validate_names", "_validate_eta", "_check_frame",
+    # stored results: canonical JSON, digests, atomic writes (sections 9 and 11)
+    "_canonical_json", "_json_digest", "_task_digest", "_write_json_atomic",
+    "_write_text_atomic", "_read_json_file", "_finite_shares",
+    # paired tests of the engine validation (section 10)
+    "_holm", "_paired_t_pvalue",
+    # the command line both share (section 14)
+    "_CommandParser", "_add_commands", "_opt", "_int_opt", "_run_command", "_split_names",
+    # the readings of the tabular agents and their seed search (section 9)
+    "TABULAR_ENCODINGS", "AGENT_SUBSET_READINGS", "AGENT_SCALINGS", "TABULAR_AGENTS_PATH",
+    # the memo of simulations the chapter runs share (section 6)
+    "MEMO_ENV",
+    # the class adherence_table formats (section 10)
+    "CapacityAdherence",
+    # the benchmarks behind the README's speed tables (section 13)
+    "benchmark_startup", "benchmark_engines", "benchmark_router",
+)
 
 
 # =============================================================================
