@@ -33,7 +33,9 @@ The module is organised in the order data flows through it:
                               off-policy estimates
 11. resumable sweeps        - grids stored cell by cell, joblib or Dask
 12. plotting                - figures in the paper's style
-13. command line            - ``python -m capassign ...``
+13. benchmarks              - timings of the oracle, the engines, the router and
+                              the first calls, printed (``bench``)
+14. command line            - ``python -m capassign ...``
 
 The numbers quoted from the paper (``PAPER_*``, the queue step ``PAPER_ETA``) stand
 together before section 1, each with its place in the paper.  A section uses
@@ -91,69 +93,74 @@ __version__ = "0.1.0"
 #: Capacity sums must equal one within this tolerance.
 CAPACITY_TOL = 1e-9
 
-#: The public API: what a practitioner, the README, the book's chapters and the
-#: command line use, with the classes and exceptions they return or raise.  Every
-#: other name is private and may change.  The book's own helpers (tables, glue,
-#: figure style, read-outs, chapter tools) are not here but in its module capbook.
+#: The public API: what a user of the method calls, each name used by the README, a
+#: chapter's code or a documented workflow (data/README.md, the command line), with the
+#: paper's numbers the book prints beside ours.  Every other name is private and may
+#: change; the classes the functions return need no import.  The book's own code (the
+#: page, the read-outs, the paper's evidence, the chapter tools) is its module capbook.
 __all__ = [
     # the paper's numbers (before section 1)
-    "PAPER_ETA", "PAPER_RUNS", "PAPER_ALPHAS", "PAPER_CAPACITY_GRID", "PAPER_TABLE3",
-    "PAPER_TABLE4", "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
-    # validation constants and the reward rule (section 1)
-    "CAPACITY_TOL", "REWARD_RULE", "MEMORY_ENV", "MEMORY_FRACTION",
-    # compiled kernels: the first-use notice (section 2)
-    "PROGRESS_ENV",
+    "PAPER_ETA", "PAPER_RUNS", "PAPER_ALPHAS", "PAPER_TABLE3", "PAPER_TABLE4",
+    "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
     # theory / oracle (section 3)
-    "TIE_TOL", "ORACLE_LP_MAX_CONTEXTS", "HINDSIGHT_METHODS", "OptimalAssignment",
-    "TwoAgentThreshold", "DisagreementRegions", "HindsightOptimum", "random_assignment_value",
-    "optimal_assignment", "benchmark_oracle", "shadow_price_policy", "two_agent_threshold",
+    "optimal_assignment", "shadow_price_policy", "two_agent_threshold",
     "disagreement_regions", "disagreement_gain", "hindsight_optimum",
     # capacity control (section 4)
-    "DecayingEta", "DEFAULT_ETA", "VirtualQueues", "select_agent", "BATCH_METHODS", "batch_counts",
-    "batch_queue_update", "batch_assign",
+    "DecayingEta", "DEFAULT_ETA", "batch_counts", "batch_assign",
     # reward models (section 5)
-    "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees", "MarginalAccuracy",
-    "ROUTER_STREAM_CUTS", "ROUTER_STATE_LIMITS",
+    "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees",
+    "ROUTER_STREAM_CUTS",
     # simulation engine (section 6)
     "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES",
-    "SimulationResult", "synthetic_stream", "simulate", "OFFLINE_MAX_BINS", "MEMO_ENV",
-    "benchmark_engines",
+    "synthetic_stream", "simulate",
     # streaming router (section 7)
-    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "Decision", "PROPENSITY_DRAWS",
-    "LOG_FORMAT", "benchmark_startup", "benchmark_router",
+    "Router", "Decision", "PROPENSITY_DRAWS", "LOG_FORMAT",
     # off-policy evaluation (section 8)
-    "OPE_ESTIMATORS", "OffPolicyEstimate", "LogEvaluation", "evaluate_log",
+    "OPE_ESTIMATORS", "evaluate_log",
     # tasks (section 9)
-    "DataUnavailable", "DataIntegrityError", "DATA_ENV", "CACHE_ENV", "DATA_DIR",
-    "REGISTRY_PATH", "DataRegistry", "data_registry", "data_path", "Task", "TASK_NAMES",
-    "TABULAR_TASKS", "TABULAR_ENCODINGS", "TABULAR_ENCODING",
-    "AGENT_SUBSET_READINGS", "AGENT_SCALINGS", "TABULAR_SUBSET", "TABULAR_SCALING",
-    "CONTEXT_CODINGS", "TABULAR_COLUMN_TYPES", "normal_scores",
-    "TABULAR_AGENTS_PATH", "TABULAR_AGENTS_SCHEMA", "AGENT_SEED_SEARCH", "MMLU_SUBJECTS",
-    "MMLU_EXPERIMENTS", "TABULAR_STREAM_FRACTION", "TABULAR_AGENT1_SHARE",
-    "IMAGENET16H_CLASSES", "MMLU_EMBEDDINGS_PATH", "MMLU_EXACT_SOURCE",
-    "tabular_agent_accuracies", "mmlu_questions", "mmlu_models", "mmlu_substitutes",
-    "mmlu_embeddings", "embed_mmlu_questions", "first_pc", "mmlu_task", "synthetic_task",
-    "load_task", "accuracy_by_context", "ENCODING_TOL", "paper_accuracies",
-    "paper_logistic_targets", "write_tabular_agent_search", "tabular_agent_search",
-    "encoding_evidence", "agent_evidence", "paper_agent_seed",
+    "DataUnavailable", "data_registry", "data_path", "TABULAR_TASKS", "TABULAR_ENCODING",
+    "TABULAR_SUBSET", "TABULAR_SCALING", "CONTEXT_CODINGS", "MMLU_EXPERIMENTS", "mmlu_models",
+    "mmlu_substitutes", "first_pc", "mmlu_task", "synthetic_task", "load_task",
+    "accuracy_by_context", "paper_accuracies", "write_tabular_agent_search",
+    "tabular_agent_search", "paper_agent_seed",
     # experiments (section 10)
-    "MATCH_TOL", "TABLE4_POLICIES", "TABLE4_RUNS", "table4_matched_seeds",
-    "table4_seed_errors", "table4_spreads", "contrast_separation", "task_errors",
-    "laplace_update_influence", "mean_ci",
-    "two_agent_capacities", "simulate_grid", "error_vs_capacity",
-    "difference_ci", "runs_needed", "paired_tests", "hindsight_gaps",
-    "CapacityAdherence", "capacity_adherence", "simulate_known_mu",
-    "RegretCurves", "regret_curve", "loglog_slope", "PriceTracking", "price_tracking",
-    "EtaTuning", "tune_eta_schedule", "OffPolicyCheck", "off_policy_check",
+    "contrast_separation", "laplace_update_influence", "mean_ci", "two_agent_capacities",
+    "simulate_grid", "error_vs_capacity", "difference_ci", "runs_needed", "paired_tests",
+    "hindsight_gaps", "capacity_adherence", "simulate_known_mu", "regret_curve",
+    "loglog_slope", "price_tracking", "tune_eta_schedule", "off_policy_check",
     # resumable sweeps (section 11)
-    "SWEEP_SCHEMA", "SWEEP_BACKENDS", "sweep",
+    "sweep",
     # plotting (section 12)
     "POLICY_STYLE", "plot_error_vs_capacity", "plot_regret", "plot_price_tracking",
     "plot_capacity_adherence", "plot_paired_differences",
-    # command line (section 13)
+    # command line (section 14)
     "main",
 ]
+
+#: What the companion book's module capbook uses of this module besides __all__:
+#: helpers it shares rather than copies, and the names its evidence, stored results
+#: and speed tables read.  Not for users; each may change with the book
+#: (tests/test_validation.py checks the list against capbook's imports).
+_BOOK_API = (
+    # argument checks, worded as everywhere (sections 1 and 10)
+    "_validate_bool", "_validate_int", "_validate_real", "_validate_share",
+    "_validate_choice", "_validate_names", "_validate_eta", "_check_frame",
+    # stored results: canonical JSON, digests, atomic writes (sections 9 and 11)
+    "_canonical_json", "_json_digest", "_task_digest", "_write_json_atomic",
+    "_write_text_atomic", "_read_json_file", "_finite_shares",
+    # paired tests of the engine validation (section 10)
+    "_holm", "_paired_t_pvalue",
+    # the command line both share (section 14)
+    "_CommandParser", "_add_commands", "_opt", "_int_opt", "_run_command", "_split_names",
+    # the readings of the tabular agents and their seed search (section 9)
+    "TABULAR_ENCODINGS", "AGENT_SUBSET_READINGS", "AGENT_SCALINGS", "TABULAR_AGENTS_PATH",
+    # the memo of simulations the chapter runs share (section 6)
+    "MEMO_ENV",
+    # the class adherence_table formats (section 10)
+    "CapacityAdherence",
+    # the benchmarks behind the README's speed tables (section 13)
+    "benchmark_startup", "benchmark_engines", "benchmark_router",
+)
 
 
 # =============================================================================
@@ -169,7 +176,7 @@ __all__ = [
 
 #: The queue penalty eta of the experiments (Sec. 4; Eq. 2): 0.5.  Every
 #: chapter that reproduces the paper passes it explicitly; the library's own
-#: default is the shrinking step DEFAULT_ETA (section 3).
+#: default is the shrinking step DEFAULT_ETA (section 4).
 PAPER_ETA = 0.5
 #: The experimental protocol of Sec. 4: capacities of agent 1 on the x-axis of
 #: the main figures (the online policies run at PAPER_CAPACITY_GRID inside it).
@@ -1513,72 +1520,6 @@ def optimal_assignment(mu, capacities, weights=None):
         assignment=P, shadow_prices=lam, value=float(np.sum(w[:, None] * P * mu)),
         random_value=float(w @ mu @ _selection_shares(alpha, constrained)), loads=w @ P,
         capacities=np.where(constrained, alpha, np.nan), weights=w, mu=mu)
-
-
-def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, tied=True,
-                     out=print):
-    """Time :func:`optimal_assignment` on random instances of growing size.
-
-    For every number of agents A in ``agents`` and every n in ``sizes``, the
-    rewards mu are n x A uniform draws (``seed``), the weights uniform and the
-    capacities equal; one line per instance gives the wall time, the method
-    (HiGHS on the whole programme up to :data:`ORACLE_LP_MAX_CONTEXTS`
-    distinct rows of mu, the dual method above) and the largest capacity
-    error.  With ``tied``, two more lines time rewards full of ties at the
-    largest n and A: 0/1 rewards (at most 2^A distinct rows) and rewards on a
-    10-level grid {0, 1/9, ..., 1} (at most 10^A distinct rows, and many
-    exact ties of reward differences), as piecewise-constant estimates
-    produce.  This is ``python -m capassign bench --oracle``.
-
-    Parameters
-    ----------
-    sizes : sequence of int
-        Numbers n of context points.
-    agents : sequence of int
-        Numbers A of agents.
-    seed : int
-        Seed of the random rewards.
-    tied : bool
-        Also time the two tied instances.
-    out : callable
-        Receives each line (``print`` by default).
-
-    Returns
-    -------
-    None
-
-    Examples
-    --------
-    >>> benchmark_oracle(sizes=(100,), agents=(2,))
-    optimal_assignment, A = 2, n = 100: ... s (HiGHS, whole programme), max |load - alpha| = ...
-    optimal_assignment, A = 2, n = 100, binary mu (4 distinct rows): ... s (HiGHS, whole ...
-    optimal_assignment, A = 2, n = 100, 10-level mu (... distinct rows): ... s (HiGHS, whole ...
-    """
-
-    from scipy.optimize import linprog  # noqa: F401  (imported once, before the clock)
-
-    def timed(mu, kind=None):
-        n, A = mu.shape
-        groups = _distinct_rows(mu)          # outside the clock: only for the label
-        distinct = n if groups is None else groups[0].size
-        label = "" if kind is None else f", {kind} mu ({distinct:,} distinct rows)"
-        start = time.perf_counter()
-        res = optimal_assignment(mu, [1.0 / A] * A)
-        took = time.perf_counter() - start
-        method = ("HiGHS, whole programme" if distinct <= ORACLE_LP_MAX_CONTEXTS
-                  else "dual method")
-        err = float(np.max(np.abs(res.loads - 1.0 / A)))
-        out(f"optimal_assignment, A = {A}, n = {n:,}{label}: {took:.2f} s ({method}), "
-            f"max |load - alpha| = {err:.1e}")
-
-    rng = np.random.default_rng(seed)
-    for A in agents:
-        for n in sizes:
-            timed(rng.random((n, A)))
-    if tied:
-        n, A = max(sizes), max(agents)
-        for kind, levels in (("binary", 2), ("10-level", 10)):
-            timed(rng.integers(0, levels, size=(n, A)) / (levels - 1), kind)
 
 
 def _split_ties(tied, w, left, exact, upper):
@@ -6591,171 +6532,6 @@ def _offline_runs(X, R, orders, policy, policy_seeds, engine, settings):
     return rewards, counts, assign
 
 
-# --- benchmark -----------------------------------------------------------------
-
-def _stream_bytes(T, d):
-    """Estimated bytes of a two-agent :func:`synthetic_stream`: d + 10 columns
-    of 8 bytes (X, R, mu and the intermediate arrays) per task."""
-    return 8 * T * (d + 10)
-
-
-
-def _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T, policies, grid):
-    """Check the arguments of :func:`benchmark_engines`, and the memory its
-    stream and runs need, before any work; return the reference engine's
-    stream length and the grid's shape (``False`` without a grid)."""
-    for name, v in (("T", T), ("d", d), ("fast_runs", fast_runs),
-                    ("reference_runs", reference_runs)):
-        _validate_int(v, name, lo=1)
-    shape = grid and _keyword_group(grid if isinstance(grid, dict) else {},
-                                    {"T": 21000, "d": 11, "runs": 100}, "benchmark_engines grid")
-    reference_T = T if reference_T is None else min(_validate_int(reference_T, "reference_T", 1), T)
-    _check_memory(f"T={T}", _stream_bytes(T, d) + max(
-        max(_simulation_memory(fast_runs, T, d, 2, p, "fast", False, PAPER_SETTINGS),
-            _simulation_memory(reference_runs, reference_T, d, 2, p, "reference", False,
-                               PAPER_SETTINGS)) for p in policies),
-        f"the benchmark's stream of {T:,} tasks and its runs")
-    if grid:
-        for name in ("T", "d", "runs"):
-            _validate_int(shape[name], f"grid {name}", lo=1)
-        _check_memory(f"grid_runs={shape['runs']}", _stream_bytes(shape["T"], shape["d"]) + max(
-            _simulation_memory(shape["runs"], shape["T"], shape["d"], 2, p, "fast", False,
-                               PAPER_SETTINGS)
-            for p in CONTEXTUAL_POLICIES), f"the grid's runs of {shape['T']:,} tasks")
-    return reference_T, shape
-
-
-def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference_T=None,
-                      policies=("random", "marginal") + CONTEXTUAL_POLICIES, seed=0,
-                      grid=True, eta=PAPER_ETA, out=print):
-    """Time both engines on a synthetic stream and the paper's largest grid.
-
-    For each policy: microseconds per decision = time / (runs x T) on a
-    :func:`synthetic_stream` with two agents at capacities (0.5, 0.5), both
-    as wall-clock time and as CPU time of the process (all threads).  Two
-    speed-ups are printed: of wall time (the fast engine using every core,
-    the reference engine one) and of CPU time (work per decision, and less
-    disturbed by other load on the machine).  The fast engine is first called
-    once on a tiny stream, so compilation (or loading the compiled cache) is
-    never timed.  The reference engine may be timed on fewer runs or a shorter
-    prefix of the stream (``reference_runs``, ``reference_T``).
-
-    With ``grid`` it then times the paper's full grid for its largest task
-    shape (T = 21,000, d = 11 like Cardio; synthetic data here): 100 runs x
-    5 capacities x (4 contextual policies + random).  With fewer runs per
-    grid point (``grid={"runs": 2}``) only that many runs are simulated per
-    point and the printed total is scaled to 100 runs (runs are independent,
-    so time is linear in runs); the output says so.
-
-    Parameters
-    ----------
-    T, d, seed : int
-        Length, context dimension and seed of the synthetic stream.
-    fast_runs, reference_runs, reference_T : int
-        Runs timed on each engine; the reference's stream prefix (optional).
-    policies : sequence of str
-        The online policies to time.
-    grid : bool or dict
-        Whether to time the grid; a dict overrides its stream's shape and
-        runs per point, ``{"T": 21000, "d": 11, "runs": 100}`` by default.
-    eta : float or DecayingEta
-        The queue step of every timed run (default the paper's 0.5).
-    out : callable
-        Receives each line of the report (``print`` by default).
-
-    Returns
-    -------
-    dict
-        The settings, per-policy us per decision and speed-ups (``"policies"``)
-        and the grid times.
-
-    Examples
-    --------
-    >>> lines = []
-    >>> res = benchmark_engines(T=200, d=2, fast_runs=2, policies=("random",), grid=False,
-    ...                         out=lines.append)
-    >>> lines[0]
-    'capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta=0.5, d=2; ...'
-    >>> sorted(res["policies"]["random"])
-    ['fast_cpu_us', 'fast_us', 'reference_cpu_us', 'reference_us', 'speedup', 'speedup_cpu']
-    """
-    reference_T, shape = _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T,
-                                              policies, grid)
-    eta = _validate_step(eta)
-
-    import numba
-
-    def clocks():
-        return time.perf_counter(), time.process_time()
-
-    out(f"capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta={eta}, "
-        f"d={d}; numba threads={numba.get_num_threads()} (cpu_count={os.cpu_count()})")
-    w0, _ = clocks()
-    Xw, Rw, _ = synthetic_stream(60, d, seed=seed)
-    for policy in policies:
-        simulate(Xw, Rw, [0.5, 0.5], policy, runs=2, seed=seed, eta=eta)
-    out(f"compile / cache load of the fast kernels: {clocks()[0] - w0:.1f} s (not counted)")
-    X, R, _ = synthetic_stream(T, d, seed=seed)
-    out(f"fast engine: {fast_runs} runs x {T} decisions (parallel over runs); "
-        f"reference engine: {reference_runs} run(s) x {reference_T} decisions")
-    header = (f"{'policy':<17}{'fast us/dec':>12}{'(cpu)':>9}{'reference us/dec':>18}"
-              f"{'(cpu)':>9}{'speed-up wall':>15}{'(cpu)':>8}")
-    out(header)
-    out("-" * len(header))
-    rows = {}
-    for policy in policies:
-        w0, c0 = clocks()
-        simulate(X, R, [0.5, 0.5], policy, runs=fast_runs, seed=seed, eta=eta)
-        w1, c1 = clocks()
-        fast = ((w1 - w0) / (fast_runs * T) * 1e6, (c1 - c0) / (fast_runs * T) * 1e6)
-        simulate(X[:reference_T], R[:reference_T], [0.5, 0.5], policy, runs=reference_runs,
-                 seed=seed, engine="reference", eta=eta)
-        w2, c2 = clocks()
-        n_ref = reference_runs * reference_T
-        ref = ((w2 - w1) / n_ref * 1e6, (c2 - c1) / n_ref * 1e6)
-        rows[policy] = dict(fast_us=fast[0], fast_cpu_us=fast[1], reference_us=ref[0],
-                            reference_cpu_us=ref[1], speedup=ref[0] / fast[0],
-                            speedup_cpu=ref[1] / fast[1])
-        out(f"{policy:<17}{fast[0]:>12.3f}{fast[1]:>9.3f}{ref[0]:>18.1f}{ref[1]:>9.1f}"
-            f"{ref[0] / fast[0]:>14.0f}x{ref[1] / fast[1]:>7.0f}x")
-    if reference_T < T:
-        out(f"note: the reference engine ran on the first {reference_T} of {T} tasks; its "
-            f"tree refits cost more per decision on longer streams, so the tree speed-ups "
-            f"above understate the ratio at T={T}.")
-    result = dict(policies=rows, T=T, d=d, fast_runs=fast_runs,
-                  reference_runs=reference_runs, reference_T=reference_T)
-    if grid:
-        result.update(_benchmark_grid(shape["T"], shape["d"], shape["runs"], seed, out, eta))
-    return result
-
-
-def _benchmark_grid(T, d, runs, seed, out, eta=PAPER_ETA):
-    """The grid timing of :func:`benchmark_engines`: 5 capacities x (4
-    contextual policies + random) on a synthetic stream of shape (T, d),
-    ``runs`` runs per point, the time scaled to 100 runs."""
-    Xg, Rg, _ = synthetic_stream(T, d, seed=seed)
-    grid_policies = CONTEXTUAL_POLICIES + ("random",)
-    per_policy = {p: 0.0 for p in grid_policies}
-    w0, c0 = time.perf_counter(), time.process_time()
-    for c in PAPER_CAPACITY_GRID:
-        for policy in grid_policies:
-            t0 = time.perf_counter()
-            simulate(Xg, Rg, [c, 1.0 - c], policy, runs=runs, seed=seed, eta=eta)
-            per_policy[policy] += time.perf_counter() - t0
-    w1, c1 = time.perf_counter(), time.process_time()
-    scale = 100 / runs
-    n_sim = len(PAPER_CAPACITY_GRID) * len(grid_policies)
-    parts = ", ".join(f"{p} {s * scale:.1f} s" for p, s in per_policy.items())
-    how = "measured" if runs == 100 else f"scaled from {runs} runs per grid point to 100"
-    out(f"full grid T={T}, d={d}: 100 runs x {len(PAPER_CAPACITY_GRID)} capacities x "
-        f"(4 contextual + random) = {n_sim} simulations: wall {(w1 - w0) * scale:.1f} s, "
-        f"cpu {(c1 - c0) * scale:.1f} s ({how}; {parts})")
-    return dict(grid_wall_seconds=(w1 - w0) * scale, grid_cpu_seconds=(c1 - c0) * scale,
-                grid_runs=runs, grid_T=T, grid_d=d,
-                grid_per_policy={p: s * scale for p, s in per_policy.items()})
-
-
-
 # =============================================================================
 # 7. Streaming router (live use)
 # =============================================================================
@@ -7968,262 +7744,6 @@ class Router(_Team):
         return router
 
 
-_STARTUP_CASES = (
-    ("Router tree-greedy: first assign + update",
-     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
-     "r = ca.Router(2, [0.5, 0.5], 'tree-greedy', X_reference=X, seed=0)\n"
-     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
-    ("Router logistic-greedy: first assign + update",
-     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
-     "r = ca.Router(2, [0.5, 0.5], 'logistic-greedy', n_features=12, seed=0)\n"
-     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
-    ("simulate random, T=2000, 1 run",
-     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
-     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'random', runs=1)"),
-    ("simulate logistic-greedy, T=2000, 1 run",
-     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
-     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'logistic-greedy', runs=1)"),
-    ("simulate tree-greedy, T=2000, 1 run",
-     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
-     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'tree-greedy', runs=1)"),
-)
-
-
-def benchmark_startup(*, repeats=3, out=print):
-    """Import time and first-call times, cold and warm, each in a fresh process.
-
-    *Import* is ``import capassign`` in a new interpreter (the fastest of
-    ``repeats``).  Each *first call* runs in a new interpreter twice with
-    ``NUMBA_CACHE_DIR`` set to a new empty folder: *cold* compiles the kernels
-    it needs (and stores them there), *warm* then loads them from that cache -
-    what a user sees on the very first run and on every later one.  The
-    project's own cache is not touched.
-
-    Parameters
-    ----------
-    repeats : int
-        Fresh interpreters timed for the import.
-    out : callable
-        Receives each line of the report (``print`` by default).
-
-    Returns
-    -------
-    list of dict
-        One row per measurement (``what``, ``cold``, ``warm``), the imports
-        (``"import capassign"``, ``"import numba"``) first.
-
-    Examples
-    --------
-    The cold calls compile every kernel, which takes minutes, so this is not
-    run here:
-
-    >>> rows = benchmark_startup(repeats=1)   # doctest: +SKIP
-    """
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).resolve().parent)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.pop(PROGRESS_ENV, None)
-
-    def run(code, extra=None):
-        got = subprocess.run([sys.executable, "-c", code], env=dict(env, **(extra or {})),
-                             capture_output=True, text=True, check=False)
-        if got.returncode != 0:
-            raise RuntimeError(f"startup benchmark failed: {got.stderr.strip()[-500:]}")
-        return float(got.stdout.split()[-1])
-
-    rows = []
-    imp = min(run("import time\nt0 = time.perf_counter()\nimport capassign\n"
-                  "print(time.perf_counter() - t0)") for _ in range(repeats))
-    numba_imp = min(run("import time\nt0 = time.perf_counter()\nimport numba\n"
-                        "print(time.perf_counter() - t0)") for _ in range(repeats))
-    out(f"import capassign: {imp:.2f} s; numba, imported at the first kernel call: "
-        f"{numba_imp:.2f} s" + (" (bytecode caching is off: PYTHONDONTWRITEBYTECODE)"
-                                if sys.flags.dont_write_bytecode else ""))
-    rows += [dict(what="import capassign", cold=imp, warm=imp),
-             dict(what="import numba", cold=numba_imp, warm=numba_imp)]
-    out(f"{'first call':48s} {'cold (s)':>9s} {'warm (s)':>9s}")
-    for what, body in _STARTUP_CASES:
-        code = ("import time\nimport capassign as ca\n" + body
-                + "\nprint(time.perf_counter() - t0)")
-        with tempfile.TemporaryDirectory(prefix="capassign-numba-") as cache:
-            cold = run(code, {"NUMBA_CACHE_DIR": cache})
-            warm = run(code, {"NUMBA_CACHE_DIR": cache})
-        out(f"{what:48s} {cold:9.1f} {warm:9.2f}")
-        rows.append(dict(what=what, cold=cold, warm=warm))
-    return rows
-
-
-def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, eta=PAPER_ETA,
-                     out=print):
-    """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
-
-    Two agents at capacities (0.5, 0.5), eta = 0.5 (or ``eta``), on a :func:`synthetic_stream`
-    of T tasks with d features; every reward comes back right after its
-    assignment.  The compiled kernels are loaded before timing.  Prints wall
-    and CPU time per task (CPU time is less disturbed by other load on the
-    machine) and the error (share of wrong answers) of the tasks routed.
-    The tree policies are given the whole stream as ``X_reference``; they run
-    a second time without it (rows ``tree-*, stream bins``), their bin edges
-    then cut from the stream itself (see :class:`Router`).
-
-    The README's router table is one run of it (``bench --readme``).  Of the
-    extra cost of bins from the stream, the nine re-cuts themselves
-    (re-binning and rebuilding every forest, the last at 16384 contexts) are
-    a part that falls on longer streams, as there are none after the last
-    cut; the rest is how the forests respond to the edges: a router given
-    only the first 16384 contexts as ``X_reference`` is also slower than one
-    given the whole stream.
-
-    Parameters
-    ----------
-    policies : sequence of str
-        Among :data:`ONLINE_POLICIES`.
-    T, d : int
-        Length and context dimension of the synthetic stream.
-    seed : int
-        Seed of the stream and the routers.
-    eta : float or DecayingEta
-        The routers' queue step (default the paper's 0.5).
-    out : callable
-        Receives each line of the report (``print`` by default).
-
-    Returns
-    -------
-    dict
-        Policy (or ``"<policy>, stream bins"``) -> ``us`` and ``cpu_us`` (wall
-        and CPU microseconds per task) and the ``error`` of the tasks routed.
-
-    Examples
-    --------
-    >>> lines = []
-    >>> sorted(benchmark_router(policies=("random",), T=200, d=2, out=lines.append))
-    ['random']
-    >>> lines[0]
-    'capassign bench --router: Router.assign + Router.update, A=2 agents, ...'
-    """
-
-    for name, v in (("T", T), ("d", d)):
-        _validate_int(v, name, lo=1)
-    eta = _validate_step(eta)
-    # the stream, a view of each row and the rewards as lists (the routers' own
-    # state stays bounded: measured 274-278 MiB of RSS at T = 20,000 and 200,000)
-    _check_memory(f"T={T}", _stream_bytes(T, d) + 256 * T,
-                  f"the benchmark's stream of {T:,} tasks")
-    X, R, _ = synthetic_stream(T, d, seed=seed)
-    Xw, Rw, _ = synthetic_stream(64, d, seed=seed)
-    out(f"capassign bench --router: Router.assign + Router.update, A=2 agents, "
-        f"capacities (0.5, 0.5), eta={eta}, d={d}, T={T} tasks, immediate rewards")
-    out(f"{'policy':<26}{'us/task':>10}{'(cpu)':>9}{'error':>9}")
-    result = {}
-    runs = [(p, False) for p in policies] + [(p, True) for p in policies
-                                             if p.startswith("tree")]
-    for policy, stream in runs:
-        ref = None if stream else X
-        warm = Router(2, [0.5, 0.5], policy, X_reference=None if stream else Xw,
-                      n_features=d, seed=seed, eta=eta)
-        for t in range(64):
-            a = warm.assign(Xw[t])
-            warm.update(t, a, int(Rw[t, a]))
-        router = Router(2, [0.5, 0.5], policy, X_reference=ref, n_features=d, seed=seed, eta=eta)
-        rows = [X[t] for t in range(T)]
-        rewards = R.tolist()
-        total = 0
-        t0, c0 = time.perf_counter(), time.process_time()
-        for t in range(T):
-            a = router.assign(rows[t])
-            r = rewards[t][a]
-            router.update(t, a, r)
-            total += r
-        us = (time.perf_counter() - t0) / T * 1e6
-        cpu = (time.process_time() - c0) / T * 1e6
-        label = f"{policy}, stream bins" if stream else policy
-        result[label] = dict(us=us, cpu_us=cpu, error=1.0 - total / T)
-        out(f"{label:<26}{us:>10.2f}{cpu:>9.2f}{1.0 - total / T:>9.4f}")
-    return result
-
-
-# --- the README's speed tables -------------------------------------------------
-
-#: The first and last lines of the speed tables ``bench --readme`` prints and
-#: README.md carries (tests/test_readme.py keeps the two in one format).
-_SPEED_MARKERS = ("<!-- speed tables: python -m capassign bench --readme -->",
-                  "<!-- end of the speed tables -->")
-
-
-def _speed_markdown(startup, engines, router, run):
-    """The README's speed tables in Markdown, from one ``bench --readme`` run.
-
-    ``startup``, ``engines`` and ``router`` are what :func:`benchmark_startup`,
-    :func:`benchmark_engines` and :func:`benchmark_router` return; ``run``
-    holds the ``date``, ``cores``, ``numba`` version, ``threads`` and the
-    lowest and highest ``load`` average seen during the run.  Returns the
-    lines, the markers of :data:`_SPEED_MARKERS` first and last.
-    """
-    imports = {r["what"]: r["cold"] for r in startup}
-    lo, hi = run["load"]
-    lines = [_SPEED_MARKERS[0], "",
-             f"Measured with `python -m capassign bench --readme` on {run['date']}: "
-             f"{run['cores']} cores, numba {run['numba']} on {run['threads']} threads, "
-             f"load average {lo:.2f} to {hi:.2f} during the run.", "",
-             f"*First calls*, each in a fresh process (`import capassign`: "
-             f"{imports['import capassign']:.2f} s; numba, imported at the first kernel "
-             f"call: {imports['import numba']:.2f} s), cold (an empty numba cache) and warm "
-             f"(the cache the cold call filled):", "",
-             "| first call | cold (s) | warm (s) |", "|---|---|---|"]
-    lines += [f"| {r['what']} | {r['cold']:.1f} | {r['warm']:.2f} |" for r in startup
-              if not r["what"].startswith("import ")]
-    lines += ["", f"*Engines*, microseconds per decision on a synthetic stream (T={engines['T']}, "
-                  f"d={engines['d']}, two agents at 0.5/0.5; fast engine: "
-                  f"{engines['fast_runs']} runs in parallel, reference: "
-                  f"{engines['reference_runs']} run(s) of {engines['reference_T']} tasks):", "",
-              "| policy | fast (wall) | fast (CPU) | reference (wall) | reference (CPU) "
-              "| speed-up, wall (CPU) |", "|---|---|---|---|---|---|"]
-    lines += [f"| {p} | {r['fast_us']:.3f} | {r['fast_cpu_us']:.3f} | {r['reference_us']:,.1f} "
-              f"| {r['reference_cpu_us']:,.1f} | {r['speedup']:,.0f}x ({r['speedup_cpu']:,.0f}x) |"
-              for p, r in engines["policies"].items()]
-    if "grid_wall_seconds" in engines:
-        tree = sum(v for p, v in engines["grid_per_policy"].items() if p.startswith("tree"))
-        runs = engines["grid_runs"]
-        lines += ["", f"The paper's full grid for its largest task shape (100 runs x 5 capacities "
-                      f"x 5 policies, T={engines['grid_T']}, d={engines['grid_d']}): "
-                      f"{engines['grid_wall_seconds']:,.0f} s wall, "
-                      f"{engines['grid_cpu_seconds']:,.0f} CPU-seconds, "
-                      f"{100 * tree / sum(engines['grid_per_policy'].values()):.0f}% of it in the "
-                      f"tree policies ("
-                      + ("measured" if runs == 100 else f"{runs} runs per point, scaled to 100")
-                      + ")."]
-    lines += ["", "*Router*, `assign` then `update` per task (synthetic stream, two agents, "
-                  "immediate rewards; the tree policies with the whole stream as `X_reference`, "
-                  "or cutting their bins from the stream):", "",
-              "| policy | µs per task (wall) | (CPU) | error |", "|---|---|---|---|"]
-    lines += [f"| {p} | {r['us']:.2f} | {r['cpu_us']:.2f} | {r['error']:.4f} |"
-              for p, r in router.items()]
-    return lines + ["", _SPEED_MARKERS[1]]
-
-
-def _speed_tables(seed=0, out=print):
-    """Run :func:`benchmark_startup`, :func:`benchmark_engines` (full grid)
-    and :func:`benchmark_router` (T = 20000) once, their reports on stderr,
-    and send the README's tables (:func:`_speed_markdown`) to ``out``."""
-    import numba
-
-    loads = [os.getloadavg()[0]]
-
-    def log(line):
-        loads.append(os.getloadavg()[0])
-        print(line, file=sys.stderr, flush=True)
-
-    startup = benchmark_startup(out=log)
-    engines = benchmark_engines(seed=seed, out=log)
-    router = benchmark_router(T=20000, seed=seed, out=log)
-    log("done")
-    run = dict(date=time.strftime("%Y-%m-%d"), cores=os.cpu_count(), numba=numba.__version__,
-               threads=numba.get_num_threads(), load=(min(loads), max(loads)))
-    for line in _speed_markdown(startup, engines, router, run):
-        out(line)
-
-
 # =============================================================================
 # 8. Off-policy evaluation (router logs)
 # =============================================================================
@@ -9171,28 +8691,28 @@ _CODED_CATEGORICALS = {
 }
 
 #: Codings of the logistic agent's categorical inputs compared by
-#: :func:`encoding_evidence`.
+#: ``capbook.encoding_evidence``.
 TABULAR_ENCODINGS = ("ordinal", "onehot")
 
 #: The coding each tabular task uses for its logistic agent, chosen per data
-#: set by :func:`encoding_evidence` (see data/README.md).
+#: set by ``capbook.encoding_evidence`` (see data/README.md).
 TABULAR_ENCODING = {"bank": "onehot", "credit": "onehot", "coupon": "onehot",
                     "cardio": "ordinal"}
 
 #: Two readings of "a random subset of up to 20% of the features" (App. H.1)
-#: for agent 1, compared by :func:`agent_evidence`: ``"exact"`` takes K =
+#: for agent 1, compared by ``capbook.agent_evidence``: ``"exact"`` takes K =
 #: max(1, floor(0.2 d)) features; ``"upto"`` draws a size uniformly from 1..K,
 #: then a subset of that size (:func:`_agent_features`).
 AGENT_SUBSET_READINGS = ("exact", "upto")
 #: Scalings of the logistic agent's numeric inputs compared by
-#: :func:`agent_evidence`: ``"z"`` (training mean and sd) or ``"normal"``
+#: ``capbook.agent_evidence``: ``"z"`` (training mean and sd) or ``"normal"``
 #: (:func:`normal_scores` against the training rows).
 AGENT_SCALINGS = ("z", "normal")
 #: The subset reading of the tabular agents ("exact": agent 1 takes exactly
-#: floor(0.2 d) features), chosen by :func:`agent_evidence` (data/README.md).
+#: floor(0.2 d) features), chosen by ``capbook.agent_evidence`` (data/README.md).
 TABULAR_SUBSET = "exact"
 #: The numeric scaling of the tabular agents' inputs ("z": z-scores of the
-#: training rows), chosen by :func:`agent_evidence` (data/README.md).
+#: training rows), chosen by ``capbook.agent_evidence`` (data/README.md).
 TABULAR_SCALING = "z"
 
 #: Codings of the policies' contexts (``Task.X``) of the tabular tasks:
@@ -9506,7 +9026,7 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
                              subset="exact", scaling="z"):
     """Correct counts of the tabular agents over construction seeds (App. H.1 agents).
 
-    The raw material of :func:`encoding_evidence`, :func:`agent_evidence` and
+    The raw material of ``capbook.encoding_evidence``, ``capbook.agent_evidence`` and
     :func:`paper_agent_seed`: for each seed, the number of stream tasks the
     logistic agent gets right under each coding of its categorical inputs, and
     the XGBoost agent's.
@@ -10232,39 +9752,8 @@ TABULAR_AGENTS_PATH = DATA_DIR / "tabular_agents.json"
 TABULAR_AGENTS_SCHEMA = "capassign.tabular_agents/2"
 #: The fixed range of construction seeds searched by :func:`paper_agent_seed`.
 AGENT_SEED_SEARCH = range(100)
-#: Half-width of the window around a reported accuracy in :func:`encoding_evidence`.
-ENCODING_TOL = 0.02
 #: The logistic agents of the seed search, ``"<coding>/<scaling>"``.
 _SEARCH_LOGISTIC = tuple(f"{e}/{s}" for s in AGENT_SCALINGS for e in TABULAR_ENCODINGS)
-
-
-def paper_logistic_targets(name):
-    """Logistic-agent accuracies the paper reports or implies for a tabular task.
-
-    At alpha1 = 0.5 random assignment's expected error is the mean of the two
-    agents' errors, so each row s of Table 4 (App. H.2) implies a logistic
-    accuracy ``2 (1 - e_random) - acc_xgboost``, with the XGBoost accuracy of
-    Table 3 (the only one the paper prints).  Row 2 is Table 3's agents: its
-    implied value agrees with Table 3's printed logistic accuracy to 0.01.
-
-    Parameters
-    ----------
-    name : str
-        One of :data:`TABULAR_TASKS`.
-
-    Returns
-    -------
-    ndarray, shape (5,)
-        Implied logistic accuracy for the paper's construction seeds 0-4.
-
-    Examples
-    --------
-    >>> paper_logistic_targets("bank").round(3).tolist()
-    [0.834, 0.818, 0.534, 0.57, 0.842]
-    """
-    _validate_choice(name, TABULAR_TASKS, "name")
-    acc_xgb = paper_accuracies(name)[1]
-    return np.array([2 * (1 - row[0]) - acc_xgb for row in PAPER_TABLE4[name]])
 
 
 def write_tabular_agent_search(path=None, seeds=AGENT_SEED_SEARCH, names=None):
@@ -10410,129 +9899,6 @@ def tabular_agent_search(name, path=None, *, subset=None, scaling=None):
                          "xgboost": cols[r["subset"], "xgboost"]})
 
 
-def encoding_evidence(path=None, *, tol=ENCODING_TOL, subset=None, scaling=None):
-    """How well each coding of categorical columns reproduces the paper's logistic agents.
-
-    For each tabular task and coding (``ordinal`` codes or ``onehot``), the
-    logistic agent's accuracy over the construction seeds of the committed
-    search (:func:`tabular_agent_search`, under the readings ``subset`` and
-    ``scaling``) is compared with the five accuracies the paper reports or
-    implies (:func:`paper_logistic_targets`): the share of our seeds within
-    ``tol`` of each, and their mean.  The coding with the larger mean share
-    is chosen (ties to ``ordinal``); :data:`TABULAR_ENCODING` records the
-    choice under the chosen readings (:func:`agent_evidence`).
-
-    Parameters
-    ----------
-    path : str or Path, optional
-        Search file (default :data:`TABULAR_AGENTS_PATH`).
-    tol : float
-        Half-width of the window around each reported accuracy.
-    subset, scaling : str, optional
-        As in :func:`tabular_agent_search`.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per (task, encoding): ``median``, ``q05``, ``q95`` of the
-        logistic accuracy over seeds, ``within_s0`` ... ``within_s4`` (share
-        of seeds within ``tol`` of the value implied by Table 4's row s),
-        ``mean_within`` and ``chosen``.
-
-    Examples
-    --------
-    >>> ev = encoding_evidence()
-    >>> ev[ev.chosen].set_index("task").encoding.to_dict() == TABULAR_ENCODING
-    True
-    """
-    import pandas as pd
-
-    tol = _validate_share(tol, "tol")
-    rows = []
-    for name in TABULAR_TASKS:
-        df = tabular_agent_search(name, path, subset=subset, scaling=scaling)
-        targets = paper_logistic_targets(name)
-        shares = {}
-        for enc in TABULAR_ENCODINGS:
-            acc = df[enc].to_numpy()
-            within = [float(np.mean(np.abs(acc - p) <= tol + 1e-12)) for p in targets]
-            shares[enc] = float(np.mean(within))
-            rows.append(dict(task=name, encoding=enc, seeds=len(acc),
-                             median=float(np.median(acc)), q05=float(np.quantile(acc, 0.05)),
-                             q95=float(np.quantile(acc, 0.95)),
-                             **{f"within_s{s}": w for s, w in enumerate(within)},
-                             mean_within=shares[enc]))
-        best = "onehot" if shares["onehot"] > shares["ordinal"] else "ordinal"
-        for r in rows[-len(TABULAR_ENCODINGS):]:
-            r["chosen"] = r["encoding"] == best
-    return pd.DataFrame(rows)
-
-
-def agent_evidence(path=None, *, tol=ENCODING_TOL):
-    """The agents' open readings decided by the paper's accuracies (data/README.md).
-
-    Two questions about the tabular agents (App. H.1) are open: whether agent
-    1 gets exactly K = max(1, floor(0.2 d)) features or a size drawn from
-    1..K ("up to 20%", :data:`AGENT_SUBSET_READINGS`), and whether the
-    logistic agent's numeric inputs are z-scores or normal scores
-    (:data:`AGENT_SCALINGS`).  For each combination of readings every data set
-    keeps the coding of categorical inputs that its own evidence prefers
-    (:func:`encoding_evidence`); the combination's score is the mean share of
-    our seeds within ``tol`` of the 20 (data set, Table 4 row) logistic
-    accuracies (:func:`paper_logistic_targets`).  The combination with the
-    largest score holds for all four data sets; a tie keeps the readings used
-    until then (``exact``, ``z``).  :data:`TABULAR_SUBSET`,
-    :data:`TABULAR_SCALING` and :data:`TABULAR_ENCODING` record the choice.
-
-    Parameters
-    ----------
-    path : str or Path, optional
-        Search file (default :data:`TABULAR_AGENTS_PATH`).
-    tol : float
-        The window around each target, as in :func:`encoding_evidence`.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per (subset, scaling, task): the coding the task prefers
-        there (``encoding``), its shares ``within_s0`` ... ``within_s4`` and
-        ``mean_within``, the combination's ``score`` and ``chosen`` (True on
-        the four rows of the chosen combination).
-
-    Examples
-    --------
-    >>> ev = agent_evidence()
-    >>> chosen = ev[ev.chosen]
-    >>> (chosen.subset.iloc[0], chosen.scaling.iloc[0]) == (TABULAR_SUBSET, TABULAR_SCALING)
-    True
-    >>> chosen.set_index("task").encoding.to_dict() == TABULAR_ENCODING
-    True
-    """
-    import pandas as pd
-
-    parts = []
-    for subset in AGENT_SUBSET_READINGS:
-        for scaling in AGENT_SCALINGS:
-            ev = encoding_evidence(path, tol=tol, subset=subset, scaling=scaling)
-            ev = ev[ev.chosen].drop(columns=["chosen", "seeds", "median", "q05", "q95"])
-            parts.append(ev.assign(subset=subset, scaling=scaling,
-                                   score=float(ev.mean_within.mean())))
-    df = pd.concat(parts, ignore_index=True)
-    df = df[["subset", "scaling", "task", "encoding",
-             *[f"within_s{s}" for s in range(5)], "mean_within", "score"]]
-    # the best score; among (near-)ties, the combination departing least from (exact, z)
-    top = df.score.max()
-    best = df[df.score >= top - 1e-12][["subset", "scaling"]].drop_duplicates()
-    changes = (best.subset != AGENT_SUBSET_READINGS[0]).astype(int) + \
-        (best.scaling != AGENT_SCALINGS[0]).astype(int)
-    best = best[changes == changes.min()]
-    if len(best) > 1:
-        raise ValueError(f"the readings tie: {best.values.tolist()}; the rule does not decide")
-    subset, scaling = best.iloc[0]
-    df["chosen"] = (df.subset == subset) & (df.scaling == scaling)
-    return df
-
-
 def paper_agent_seed(name, path=None, *, encoding=None, subset=None, scaling=None):
     """The construction seed whose agents are nearest the paper's Table 3 (App. H.1).
 
@@ -10576,192 +9942,6 @@ def paper_agent_seed(name, path=None, *, encoding=None, subset=None, scaling=Non
 # =============================================================================
 # 10. Experiments
 # =============================================================================
-
-
-#: Window of the matched-seed rule of Table 4's spreads: each of our agents'
-#: accuracies within this of the paper's (data/README.md).
-MATCH_TOL = 0.01
-#: Table 4's columns (App. H.2): the non-contextual baseline (random
-#: assignment), logistic greedy and tree greedy.
-TABLE4_POLICIES = ("random", "logistic-greedy", "tree-greedy")
-#: Table 4's runs per cell (App. H.2).
-TABLE4_RUNS = 10
-
-
-def table4_matched_seeds(name, path=None, *, tol=MATCH_TOL):
-    """Our construction seeds that stand for each row of the paper's Table 4 (App. H.2).
-
-    A paper construction seed is one agent pair we cannot rebuild.  The seeds
-    of :data:`AGENT_SEED_SEARCH` that stand for row s are those whose agents
-    (the chosen readings, :func:`tabular_agent_search`) match what the paper
-    reports for it, within ``tol`` on each agent: for row 2, both accuracies
-    of Table 3 (:func:`paper_accuracies`); for rows 0, 1, 3 and 4, the
-    logistic accuracy implied by the row's random cell
-    (:func:`paper_logistic_targets`) and Table 3's XGBoost accuracy.  The
-    rule uses the agents' accuracies only (data/README.md).
-
-    Parameters
-    ----------
-    name : str
-        A tabular task (:data:`TABULAR_TASKS`).
-    path : str or Path, optional
-        The seed search to read (default: the committed one).
-    tol : float
-        Half-width of the window on each accuracy.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per (Table 4 row, matched seed), sorted: ``row``, ``seed``,
-        ``logistic`` and ``xgboost`` (our agents' accuracies),
-        ``target_logistic`` and ``target_xgboost``.
-
-    Examples
-    --------
-    >>> m = table4_matched_seeds("bank")
-    >>> bool((m.logistic - m.target_logistic).abs().max() <= MATCH_TOL + 1e-12)
-    True
-    """
-    import pandas as pd
-
-    _validate_choice(name, TABULAR_TASKS, "name")
-    tol = _validate_share(tol, "tol")
-    df = tabular_agent_search(name, path)
-    logistic = df[TABULAR_ENCODING[name]].to_numpy()
-    xgb = df["xgboost"].to_numpy()
-    p_logistic, p_xgb = paper_accuracies(name)
-    targets = paper_logistic_targets(name)
-    targets[2] = p_logistic
-    rows = []
-    for s, target in enumerate(targets):
-        hit = (np.abs(logistic - target) <= tol + 1e-12) & (np.abs(xgb - p_xgb) <= tol + 1e-12)
-        for i in np.flatnonzero(hit):
-            rows.append(dict(row=s, seed=int(df.seed.iloc[i]), logistic=float(logistic[i]),
-                             xgboost=float(xgb[i]), target_logistic=float(target),
-                             target_xgboost=float(p_xgb)))
-    return pd.DataFrame(rows, columns=["row", "seed", "logistic", "xgboost", "target_logistic",
-                                       "target_xgboost"])
-
-
-def table4_seed_errors(name, seeds, *, coding="typed", runs=TABLE4_RUNS, eta=PAPER_ETA,
-                       seed=0):
-    """Table 4's three policies on our construction seeds (App. H.2).
-
-    For each construction seed, the task of :func:`load_task` (agents of the
-    chosen readings, contexts coded by ``coding``) is run with each policy of
-    :data:`TABLE4_POLICIES` at alpha = (0.5, 0.5) by :func:`simulate` with
-    ``runs`` task orders and ``seed``, the same for every policy and
-    construction seed (Table 4: 10 runs).
-
-    Parameters
-    ----------
-    name : str
-        One of :data:`TABULAR_TASKS`.
-    seeds : iterable of int
-        Construction seeds (e.g. those of :func:`table4_matched_seeds`).
-    coding : {"typed", "codes"}
-        Coding of the policies' contexts (:data:`CONTEXT_CODINGS`).
-    runs, eta, seed
-        As in :func:`simulate`.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per (construction seed, policy): ``task``, ``coding``,
-        ``agent_seed``, ``policy``, ``error`` (mean over runs) and ``errors``
-        (the runs' error rates, an array).
-
-    Examples
-    --------
-    Two runs (Table 4 has 10) on Coupon's agents of seed 24:
-
-    >>> df = table4_seed_errors("coupon", [24], runs=2)
-    >>> df[["agent_seed", "policy", "error"]].round(3)
-       agent_seed           policy  error
-    0          24           random  0.353
-    1          24  logistic-greedy  0.348
-    2          24      tree-greedy  0.357
-    """
-    import pandas as pd
-
-    _validate_choice(name, TABULAR_TASKS, "name")
-    _validate_choice(coding, CONTEXT_CODINGS, "coding")
-    rows = []
-    for i, s in enumerate(seeds):
-        s = _validate_int(s, f"seeds[{i}]", lo=0)
-        task = load_task(name, s, coding=coding)
-        for p in TABLE4_POLICIES:
-            res = simulate(task.X, task.R, (0.5, 0.5), p, eta=eta, runs=runs, seed=seed)
-            rows.append(dict(task=name, coding=coding, agent_seed=s, policy=p, error=res.error,
-                             errors=np.asarray(res.errors, dtype=float)))
-    return pd.DataFrame(rows, columns=["task", "coding", "agent_seed", "policy", "error",
-                                       "errors"])
-
-
-def table4_spreads(errors, path=None, *, tol=MATCH_TOL):
-    """Every tabular cell of the paper's Table 4 against our range over its matched seeds.
-
-    For each task and coding in ``errors`` (rows as :func:`table4_seed_errors`
-    returns them), each row s of Table 4 and each policy, the paper's cell is
-    compared with our errors on the seeds that stand for row s
-    (:func:`table4_matched_seeds`): their number, minimum, median and
-    maximum, whether the paper's value lies in [min, max], and its percentile
-    among ours, ``100 (#{ours < paper} + #{ours = paper} / 2) / n``
-    (data/README.md, "Which seeds stand for a paper row").
-
-    Parameters
-    ----------
-    errors : pandas.DataFrame
-        Columns ``task``, ``coding``, ``agent_seed``, ``policy``, ``error``,
-        with a row for every matched seed and policy of its tasks.
-    path : str or Path, optional
-        Search file of :func:`table4_matched_seeds`.
-    tol : float
-        Matching window.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per (task, coding, Table 4 row, policy): ``paper``, ``seeds``
-        (number matched), ``low``, ``median``, ``high``, ``inside`` and
-        ``percentile`` (NaN and False without a matched seed).
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> m = table4_matched_seeds("coupon")
-    >>> fake = pd.DataFrame([dict(task="coupon", coding="typed", agent_seed=s, policy=p,
-    ...                           error=0.3) for s in set(m.seed) for p in TABLE4_POLICIES])
-    >>> bool(table4_spreads(fake).inside.any())
-    False
-    """
-    import pandas as pd
-
-    _check_frame(errors, ["task", "coding", "agent_seed", "policy", "error"], "errors",
-                 "table4_seed_errors")
-    rows = []
-    for (name, coding), g in errors.groupby(["task", "coding"], sort=False):
-        matched = table4_matched_seeds(name, path, tol=tol)
-        ours = g.set_index(["agent_seed", "policy"])["error"]
-        for s in range(len(PAPER_TABLE4[name])):
-            seeds = matched.seed[matched.row == s].tolist()
-            for j, p in enumerate(TABLE4_POLICIES):
-                missing = [k for k in seeds if (k, p) not in ours.index]
-                if missing:
-                    raise ValueError(f"errors has no {p!r} row for {name} ({coding}) seeds "
-                                     f"{missing}, matched to Table 4 row {s}")
-                v = np.array([float(ours[k, p]) for k in seeds])
-                paper = PAPER_TABLE4[name][s][j]
-                n = v.size
-                rows.append(dict(
-                    task=name, coding=coding, row=s, policy=p, paper=paper, seeds=n,
-                    low=float(v.min()) if n else np.nan,
-                    median=float(np.median(v)) if n else np.nan,
-                    high=float(v.max()) if n else np.nan,
-                    inside=bool(n and v.min() <= paper <= v.max()),
-                    percentile=(100.0 * (np.sum(v < paper) + 0.5 * np.sum(v == paper)) / n
-                                if n else np.nan)))
-    return pd.DataFrame(rows)
 
 
 # --- What a model class can separate ------------------------------------------------
@@ -13290,40 +12470,423 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
 
 
 # =============================================================================
-# 13. Command line
+# 13. Benchmarks
 # =============================================================================
-
-def _cmd_data_list(args):
-    reg = data_registry()
-    root = reg.data_dir
-    problem = reg.data_dir_problem()
-    print(f"data root: {root if root is not None else reg.cache_dir}"
-          f" ({'from ' + DATA_ENV if root is not None else 'download cache'})"
-          + (f" - WARNING: {problem}" if problem else ""))
-    for e in reg.registry["files"]:
-        src = e["urls"][0] if e.get("urls") else (
-            f"rebuilt from {len(e['derived_from'])} files" if e.get("rebuild")
-            else f"no public URL ({DATA_ENV} only)")
-        print(f"{e['path']:50s} {e['bytes']:>9d}  {e['dataset']:14s} {src}")
+#
+# What ``python -m capassign bench`` runs: each benchmark prints its measurements
+# (to ``out``) and returns them; none writes a file.  They come last, after
+# everything they time, and before the command line that runs them.
 
 
-def _cmd_data_check(args):
-    """``data verify`` and ``data fetch``: one status line per file, then the
-    counts; exit status 1 when a file is not ok."""
-    reg = data_registry()
-    reg._check_data_dir()  # a missing CAPASSIGN_DATA folder is one clear error
-    rows = reg.fetch(args.paths or None) if args.data_command == "fetch" else reg.verify()
-    for path, status, detail in rows:
-        print(f"{status:8s} {path}" + (f"  ({detail})" if detail else ""))
-    bad = sum(status != "ok" for _, status, _ in rows)
-    print(f"{len(rows) - bad} ok, {bad} not ok")
-    if bad:
-        sys.exit(1)
+def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, tied=True,
+                     out=print):
+    """Time :func:`optimal_assignment` on random instances of growing size.
+
+    For every number of agents A in ``agents`` and every n in ``sizes``, the
+    rewards mu are n x A uniform draws (``seed``), the weights uniform and the
+    capacities equal; one line per instance gives the wall time, the method
+    (HiGHS on the whole programme up to :data:`ORACLE_LP_MAX_CONTEXTS`
+    distinct rows of mu, the dual method above) and the largest capacity
+    error.  With ``tied``, two more lines time rewards full of ties at the
+    largest n and A: 0/1 rewards (at most 2^A distinct rows) and rewards on a
+    10-level grid {0, 1/9, ..., 1} (at most 10^A distinct rows, and many
+    exact ties of reward differences), as piecewise-constant estimates
+    produce.  This is ``python -m capassign bench --oracle``.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Numbers n of context points.
+    agents : sequence of int
+        Numbers A of agents.
+    seed : int
+        Seed of the random rewards.
+    tied : bool
+        Also time the two tied instances.
+    out : callable
+        Receives each line (``print`` by default).
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> benchmark_oracle(sizes=(100,), agents=(2,))
+    optimal_assignment, A = 2, n = 100: ... s (HiGHS, whole programme), max |load - alpha| = ...
+    optimal_assignment, A = 2, n = 100, binary mu (4 distinct rows): ... s (HiGHS, whole ...
+    optimal_assignment, A = 2, n = 100, 10-level mu (... distinct rows): ... s (HiGHS, whole ...
+    """
+
+    from scipy.optimize import linprog  # noqa: F401  (imported once, before the clock)
+
+    def timed(mu, kind=None):
+        n, A = mu.shape
+        groups = _distinct_rows(mu)          # outside the clock: only for the label
+        distinct = n if groups is None else groups[0].size
+        label = "" if kind is None else f", {kind} mu ({distinct:,} distinct rows)"
+        start = time.perf_counter()
+        res = optimal_assignment(mu, [1.0 / A] * A)
+        took = time.perf_counter() - start
+        method = ("HiGHS, whole programme" if distinct <= ORACLE_LP_MAX_CONTEXTS
+                  else "dual method")
+        err = float(np.max(np.abs(res.loads - 1.0 / A)))
+        out(f"optimal_assignment, A = {A}, n = {n:,}{label}: {took:.2f} s ({method}), "
+            f"max |load - alpha| = {err:.1e}")
+
+    rng = np.random.default_rng(seed)
+    for A in agents:
+        for n in sizes:
+            timed(rng.random((n, A)))
+    if tied:
+        n, A = max(sizes), max(agents)
+        for kind, levels in (("binary", 2), ("10-level", 10)):
+            timed(rng.integers(0, levels, size=(n, A)) / (levels - 1), kind)
 
 
-def _cmd_data_embed(args):
-    print(f"wrote {embed_mmlu_questions(args.out)}")
+# --- the engines ---------------------------------------------------------------
 
+
+def _stream_bytes(T, d):
+    """Estimated bytes of a two-agent :func:`synthetic_stream`: d + 10 columns
+    of 8 bytes (X, R, mu and the intermediate arrays) per task."""
+    return 8 * T * (d + 10)
+
+
+
+def _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T, policies, grid):
+    """Check the arguments of :func:`benchmark_engines`, and the memory its
+    stream and runs need, before any work; return the reference engine's
+    stream length and the grid's shape (``False`` without a grid)."""
+    for name, v in (("T", T), ("d", d), ("fast_runs", fast_runs),
+                    ("reference_runs", reference_runs)):
+        _validate_int(v, name, lo=1)
+    shape = grid and _keyword_group(grid if isinstance(grid, dict) else {},
+                                    {"T": 21000, "d": 11, "runs": 100}, "benchmark_engines grid")
+    reference_T = T if reference_T is None else min(_validate_int(reference_T, "reference_T", 1), T)
+    _check_memory(f"T={T}", _stream_bytes(T, d) + max(
+        max(_simulation_memory(fast_runs, T, d, 2, p, "fast", False, PAPER_SETTINGS),
+            _simulation_memory(reference_runs, reference_T, d, 2, p, "reference", False,
+                               PAPER_SETTINGS)) for p in policies),
+        f"the benchmark's stream of {T:,} tasks and its runs")
+    if grid:
+        for name in ("T", "d", "runs"):
+            _validate_int(shape[name], f"grid {name}", lo=1)
+        _check_memory(f"grid_runs={shape['runs']}", _stream_bytes(shape["T"], shape["d"]) + max(
+            _simulation_memory(shape["runs"], shape["T"], shape["d"], 2, p, "fast", False,
+                               PAPER_SETTINGS)
+            for p in CONTEXTUAL_POLICIES), f"the grid's runs of {shape['T']:,} tasks")
+    return reference_T, shape
+
+
+def benchmark_engines(*, T=5000, d=12, fast_runs=20, reference_runs=1, reference_T=None,
+                      policies=("random", "marginal") + CONTEXTUAL_POLICIES, seed=0,
+                      grid=True, eta=PAPER_ETA, out=print):
+    """Time both engines on a synthetic stream and the paper's largest grid.
+
+    For each policy: microseconds per decision = time / (runs x T) on a
+    :func:`synthetic_stream` with two agents at capacities (0.5, 0.5), both
+    as wall-clock time and as CPU time of the process (all threads).  Two
+    speed-ups are printed: of wall time (the fast engine using every core,
+    the reference engine one) and of CPU time (work per decision, and less
+    disturbed by other load on the machine).  The fast engine is first called
+    once on a tiny stream, so compilation (or loading the compiled cache) is
+    never timed.  The reference engine may be timed on fewer runs or a shorter
+    prefix of the stream (``reference_runs``, ``reference_T``).
+
+    With ``grid`` it then times the paper's full grid for its largest task
+    shape (T = 21,000, d = 11 like Cardio; synthetic data here): 100 runs x
+    5 capacities x (4 contextual policies + random).  With fewer runs per
+    grid point (``grid={"runs": 2}``) only that many runs are simulated per
+    point and the printed total is scaled to 100 runs (runs are independent,
+    so time is linear in runs); the output says so.
+
+    Parameters
+    ----------
+    T, d, seed : int
+        Length, context dimension and seed of the synthetic stream.
+    fast_runs, reference_runs, reference_T : int
+        Runs timed on each engine; the reference's stream prefix (optional).
+    policies : sequence of str
+        The online policies to time.
+    grid : bool or dict
+        Whether to time the grid; a dict overrides its stream's shape and
+        runs per point, ``{"T": 21000, "d": 11, "runs": 100}`` by default.
+    eta : float or DecayingEta
+        The queue step of every timed run (default the paper's 0.5).
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    dict
+        The settings, per-policy us per decision and speed-ups (``"policies"``)
+        and the grid times.
+
+    Examples
+    --------
+    >>> lines = []
+    >>> res = benchmark_engines(T=200, d=2, fast_runs=2, policies=("random",), grid=False,
+    ...                         out=lines.append)
+    >>> lines[0]
+    'capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta=0.5, d=2; ...'
+    >>> sorted(res["policies"]["random"])
+    ['fast_cpu_us', 'fast_us', 'reference_cpu_us', 'reference_us', 'speedup', 'speedup_cpu']
+    """
+    reference_T, shape = _benchmark_arguments(T, d, fast_runs, reference_runs, reference_T,
+                                              policies, grid)
+    eta = _validate_step(eta)
+
+    import numba
+
+    def clocks():
+        return time.perf_counter(), time.process_time()
+
+    out(f"capassign bench: synthetic stream, A=2 agents, capacities (0.5, 0.5), eta={eta}, "
+        f"d={d}; numba threads={numba.get_num_threads()} (cpu_count={os.cpu_count()})")
+    w0, _ = clocks()
+    Xw, Rw, _ = synthetic_stream(60, d, seed=seed)
+    for policy in policies:
+        simulate(Xw, Rw, [0.5, 0.5], policy, runs=2, seed=seed, eta=eta)
+    out(f"compile / cache load of the fast kernels: {clocks()[0] - w0:.1f} s (not counted)")
+    X, R, _ = synthetic_stream(T, d, seed=seed)
+    out(f"fast engine: {fast_runs} runs x {T} decisions (parallel over runs); "
+        f"reference engine: {reference_runs} run(s) x {reference_T} decisions")
+    header = (f"{'policy':<17}{'fast us/dec':>12}{'(cpu)':>9}{'reference us/dec':>18}"
+              f"{'(cpu)':>9}{'speed-up wall':>15}{'(cpu)':>8}")
+    out(header)
+    out("-" * len(header))
+    rows = {}
+    for policy in policies:
+        w0, c0 = clocks()
+        simulate(X, R, [0.5, 0.5], policy, runs=fast_runs, seed=seed, eta=eta)
+        w1, c1 = clocks()
+        fast = ((w1 - w0) / (fast_runs * T) * 1e6, (c1 - c0) / (fast_runs * T) * 1e6)
+        simulate(X[:reference_T], R[:reference_T], [0.5, 0.5], policy, runs=reference_runs,
+                 seed=seed, engine="reference", eta=eta)
+        w2, c2 = clocks()
+        n_ref = reference_runs * reference_T
+        ref = ((w2 - w1) / n_ref * 1e6, (c2 - c1) / n_ref * 1e6)
+        rows[policy] = dict(fast_us=fast[0], fast_cpu_us=fast[1], reference_us=ref[0],
+                            reference_cpu_us=ref[1], speedup=ref[0] / fast[0],
+                            speedup_cpu=ref[1] / fast[1])
+        out(f"{policy:<17}{fast[0]:>12.3f}{fast[1]:>9.3f}{ref[0]:>18.1f}{ref[1]:>9.1f}"
+            f"{ref[0] / fast[0]:>14.0f}x{ref[1] / fast[1]:>7.0f}x")
+    if reference_T < T:
+        out(f"note: the reference engine ran on the first {reference_T} of {T} tasks; its "
+            f"tree refits cost more per decision on longer streams, so the tree speed-ups "
+            f"above understate the ratio at T={T}.")
+    result = dict(policies=rows, T=T, d=d, fast_runs=fast_runs,
+                  reference_runs=reference_runs, reference_T=reference_T)
+    if grid:
+        result.update(_benchmark_grid(shape["T"], shape["d"], shape["runs"], seed, out, eta))
+    return result
+
+
+def _benchmark_grid(T, d, runs, seed, out, eta=PAPER_ETA):
+    """The grid timing of :func:`benchmark_engines`: 5 capacities x (4
+    contextual policies + random) on a synthetic stream of shape (T, d),
+    ``runs`` runs per point, the time scaled to 100 runs."""
+    Xg, Rg, _ = synthetic_stream(T, d, seed=seed)
+    grid_policies = CONTEXTUAL_POLICIES + ("random",)
+    per_policy = {p: 0.0 for p in grid_policies}
+    w0, c0 = time.perf_counter(), time.process_time()
+    for c in PAPER_CAPACITY_GRID:
+        for policy in grid_policies:
+            t0 = time.perf_counter()
+            simulate(Xg, Rg, [c, 1.0 - c], policy, runs=runs, seed=seed, eta=eta)
+            per_policy[policy] += time.perf_counter() - t0
+    w1, c1 = time.perf_counter(), time.process_time()
+    scale = 100 / runs
+    n_sim = len(PAPER_CAPACITY_GRID) * len(grid_policies)
+    parts = ", ".join(f"{p} {s * scale:.1f} s" for p, s in per_policy.items())
+    how = "measured" if runs == 100 else f"scaled from {runs} runs per grid point to 100"
+    out(f"full grid T={T}, d={d}: 100 runs x {len(PAPER_CAPACITY_GRID)} capacities x "
+        f"(4 contextual + random) = {n_sim} simulations: wall {(w1 - w0) * scale:.1f} s, "
+        f"cpu {(c1 - c0) * scale:.1f} s ({how}; {parts})")
+    return dict(grid_wall_seconds=(w1 - w0) * scale, grid_cpu_seconds=(c1 - c0) * scale,
+                grid_runs=runs, grid_T=T, grid_d=d,
+                grid_per_policy={p: s * scale for p, s in per_policy.items()})
+
+
+# --- start-up and the router ---------------------------------------------------
+
+_STARTUP_CASES = (
+    ("Router tree-greedy: first assign + update",
+     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
+     "r = ca.Router(2, [0.5, 0.5], 'tree-greedy', X_reference=X, seed=0)\n"
+     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
+    ("Router logistic-greedy: first assign + update",
+     "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\n"
+     "r = ca.Router(2, [0.5, 0.5], 'logistic-greedy', n_features=12, seed=0)\n"
+     "t0 = time.perf_counter(); a = r.assign(X[0]); r.update(0, a, int(R[0, a]))"),
+    ("simulate random, T=2000, 1 run",
+     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
+     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'random', runs=1)"),
+    ("simulate logistic-greedy, T=2000, 1 run",
+     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
+     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'logistic-greedy', runs=1)"),
+    ("simulate tree-greedy, T=2000, 1 run",
+     "X, R, _ = ca.synthetic_stream(2000, 12, seed=0)\n"
+     "t0 = time.perf_counter(); ca.simulate(X, R, [0.5, 0.5], 'tree-greedy', runs=1)"),
+)
+
+
+def benchmark_startup(*, repeats=3, out=print):
+    """Import time and first-call times, cold and warm, each in a fresh process.
+
+    *Import* is ``import capassign`` in a new interpreter (the fastest of
+    ``repeats``).  Each *first call* runs in a new interpreter twice with
+    ``NUMBA_CACHE_DIR`` set to a new empty folder: *cold* compiles the kernels
+    it needs (and stores them there), *warm* then loads them from that cache -
+    what a user sees on the very first run and on every later one.  The
+    project's own cache is not touched.
+
+    Parameters
+    ----------
+    repeats : int
+        Fresh interpreters timed for the import.
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    list of dict
+        One row per measurement (``what``, ``cold``, ``warm``), the imports
+        (``"import capassign"``, ``"import numba"``) first.
+
+    Examples
+    --------
+    The cold calls compile every kernel, which takes minutes, so this is not
+    run here:
+
+    >>> rows = benchmark_startup(repeats=1)   # doctest: +SKIP
+    """
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.pop(PROGRESS_ENV, None)
+
+    def run(code, extra=None):
+        got = subprocess.run([sys.executable, "-c", code], env=dict(env, **(extra or {})),
+                             capture_output=True, text=True, check=False)
+        if got.returncode != 0:
+            raise RuntimeError(f"startup benchmark failed: {got.stderr.strip()[-500:]}")
+        return float(got.stdout.split()[-1])
+
+    rows = []
+    imp = min(run("import time\nt0 = time.perf_counter()\nimport capassign\n"
+                  "print(time.perf_counter() - t0)") for _ in range(repeats))
+    numba_imp = min(run("import time\nt0 = time.perf_counter()\nimport numba\n"
+                        "print(time.perf_counter() - t0)") for _ in range(repeats))
+    out(f"import capassign: {imp:.2f} s; numba, imported at the first kernel call: "
+        f"{numba_imp:.2f} s" + (" (bytecode caching is off: PYTHONDONTWRITEBYTECODE)"
+                                if sys.flags.dont_write_bytecode else ""))
+    rows += [dict(what="import capassign", cold=imp, warm=imp),
+             dict(what="import numba", cold=numba_imp, warm=numba_imp)]
+    out(f"{'first call':48s} {'cold (s)':>9s} {'warm (s)':>9s}")
+    for what, body in _STARTUP_CASES:
+        code = ("import time\nimport capassign as ca\n" + body
+                + "\nprint(time.perf_counter() - t0)")
+        with tempfile.TemporaryDirectory(prefix="capassign-numba-") as cache:
+            cold = run(code, {"NUMBA_CACHE_DIR": cache})
+            warm = run(code, {"NUMBA_CACHE_DIR": cache})
+        out(f"{what:48s} {cold:9.1f} {warm:9.2f}")
+        rows.append(dict(what=what, cold=cold, warm=warm))
+    return rows
+
+
+def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, eta=PAPER_ETA,
+                     out=print):
+    """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
+
+    Two agents at capacities (0.5, 0.5), eta = 0.5 (or ``eta``), on a :func:`synthetic_stream`
+    of T tasks with d features; every reward comes back right after its
+    assignment.  The compiled kernels are loaded before timing.  Prints wall
+    and CPU time per task (CPU time is less disturbed by other load on the
+    machine) and the error (share of wrong answers) of the tasks routed.
+    The tree policies are given the whole stream as ``X_reference``; they run
+    a second time without it (rows ``tree-*, stream bins``), their bin edges
+    then cut from the stream itself (see :class:`Router`).
+
+    The README's router table is one run of it.  Of the
+    extra cost of bins from the stream, the nine re-cuts themselves
+    (re-binning and rebuilding every forest, the last at 16384 contexts) are
+    a part that falls on longer streams, as there are none after the last
+    cut; the rest is how the forests respond to the edges: a router given
+    only the first 16384 contexts as ``X_reference`` is also slower than one
+    given the whole stream.
+
+    Parameters
+    ----------
+    policies : sequence of str
+        Among :data:`ONLINE_POLICIES`.
+    T, d : int
+        Length and context dimension of the synthetic stream.
+    seed : int
+        Seed of the stream and the routers.
+    eta : float or DecayingEta
+        The routers' queue step (default the paper's 0.5).
+    out : callable
+        Receives each line of the report (``print`` by default).
+
+    Returns
+    -------
+    dict
+        Policy (or ``"<policy>, stream bins"``) -> ``us`` and ``cpu_us`` (wall
+        and CPU microseconds per task) and the ``error`` of the tasks routed.
+
+    Examples
+    --------
+    >>> lines = []
+    >>> sorted(benchmark_router(policies=("random",), T=200, d=2, out=lines.append))
+    ['random']
+    >>> lines[0]
+    'capassign bench --router: Router.assign + Router.update, A=2 agents, ...'
+    """
+
+    for name, v in (("T", T), ("d", d)):
+        _validate_int(v, name, lo=1)
+    eta = _validate_step(eta)
+    # the stream, a view of each row and the rewards as lists (the routers' own
+    # state stays bounded: measured 274-278 MiB of RSS at T = 20,000 and 200,000)
+    _check_memory(f"T={T}", _stream_bytes(T, d) + 256 * T,
+                  f"the benchmark's stream of {T:,} tasks")
+    X, R, _ = synthetic_stream(T, d, seed=seed)
+    Xw, Rw, _ = synthetic_stream(64, d, seed=seed)
+    out(f"capassign bench --router: Router.assign + Router.update, A=2 agents, "
+        f"capacities (0.5, 0.5), eta={eta}, d={d}, T={T} tasks, immediate rewards")
+    out(f"{'policy':<26}{'us/task':>10}{'(cpu)':>9}{'error':>9}")
+    result = {}
+    runs = [(p, False) for p in policies] + [(p, True) for p in policies
+                                             if p.startswith("tree")]
+    for policy, stream in runs:
+        ref = None if stream else X
+        warm = Router(2, [0.5, 0.5], policy, X_reference=None if stream else Xw,
+                      n_features=d, seed=seed, eta=eta)
+        for t in range(64):
+            a = warm.assign(Xw[t])
+            warm.update(t, a, int(Rw[t, a]))
+        router = Router(2, [0.5, 0.5], policy, X_reference=ref, n_features=d, seed=seed, eta=eta)
+        rows = [X[t] for t in range(T)]
+        rewards = R.tolist()
+        total = 0
+        t0, c0 = time.perf_counter(), time.process_time()
+        for t in range(T):
+            a = router.assign(rows[t])
+            r = rewards[t][a]
+            router.update(t, a, r)
+            total += r
+        us = (time.perf_counter() - t0) / T * 1e6
+        cpu = (time.process_time() - c0) / T * 1e6
+        label = f"{policy}, stream bins" if stream else policy
+        result[label] = dict(us=us, cpu_us=cpu, error=1.0 - total / T)
+        out(f"{label:<26}{us:>10.2f}{cpu:>9.2f}{1.0 - total / T:>9.4f}")
+    return result
+
+
+# --- the real tabular tasks ----------------------------------------------------
 
 #: The tasks and policies of ``bench --tabular``: the two widest tabular tasks,
 #: where the tree policies cost most per decision (credit 90 columns, bank 57).
@@ -13360,6 +12923,42 @@ def _benchmark_tabular(runs, seed, policies=None, out=print):
     return rows
 
 
+# =============================================================================
+# 14. Command line
+# =============================================================================
+
+def _cmd_data_list(args):
+    reg = data_registry()
+    root = reg.data_dir
+    problem = reg.data_dir_problem()
+    print(f"data root: {root if root is not None else reg.cache_dir}"
+          f" ({'from ' + DATA_ENV if root is not None else 'download cache'})"
+          + (f" - WARNING: {problem}" if problem else ""))
+    for e in reg.registry["files"]:
+        src = e["urls"][0] if e.get("urls") else (
+            f"rebuilt from {len(e['derived_from'])} files" if e.get("rebuild")
+            else f"no public URL ({DATA_ENV} only)")
+        print(f"{e['path']:50s} {e['bytes']:>9d}  {e['dataset']:14s} {src}")
+
+
+def _cmd_data_check(args):
+    """``data verify`` and ``data fetch``: one status line per file, then the
+    counts; exit status 1 when a file is not ok."""
+    reg = data_registry()
+    reg._check_data_dir()  # a missing CAPASSIGN_DATA folder is one clear error
+    rows = reg.fetch(args.paths or None) if args.data_command == "fetch" else reg.verify()
+    for path, status, detail in rows:
+        print(f"{status:8s} {path}" + (f"  ({detail})" if detail else ""))
+    bad = sum(status != "ok" for _, status, _ in rows)
+    print(f"{len(rows) - bad} ok, {bad} not ok")
+    if bad:
+        sys.exit(1)
+
+
+def _cmd_data_embed(args):
+    print(f"wrote {embed_mmlu_questions(args.out)}")
+
+
 def _cmd_bench(args):
     if args.reference_T is not None:
         _validate_int(args.reference_T, "--reference-T", lo=1)
@@ -13373,9 +12972,7 @@ def _cmd_bench(args):
     for name, v in (("--T", T), ("--d", args.d), ("--fast-runs", args.fast_runs),
                     ("--reference-runs", args.reference_runs), ("--grid-runs", grid_runs)):
         _validate_int(v, name, lo=1)
-    if args.readme:
-        _speed_tables(seed=args.seed)
-    elif args.oracle:
+    if args.oracle:
         benchmark_oracle(seed=args.seed)
     elif args.startup:
         benchmark_startup()
@@ -13539,10 +13136,7 @@ _COMMANDS = [
                    "policy, on T tasks)"),
          _opt("--oracle", action="store_true",
               help="time optimal_assignment instead, for n = 10^3 ... 10^6 contexts and A = 2 "
-                   "and 5 agents"),
-         _opt("--readme", action="store_true",
-              help="run --startup, the engines (full grid) and --router (T=20000) once and "
-                   "print README.md's speed tables (Markdown, with the date and load)")]),
+                   "and 5 agents")]),
     ("simulate", "simulate one policy on one task",
      "Run one online policy (or offline benchmark) on one task at one capacity vector, over "
      "randomised task orders (Algorithm 1), and print the error rate.", _cmd_simulate, [

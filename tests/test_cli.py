@@ -1,4 +1,4 @@
-"""The command lines, the library's (``python -m capassign``, section 13) and
+"""The command lines, the library's (``python -m capassign``, section 14) and
 the book's (``python -m capbook``): help for every option, and every expected
 failure reported as one line on stderr (what is wrong, what to do), exit
 status 2, no traceback."""

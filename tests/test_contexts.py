@@ -1,10 +1,9 @@
-"""The tabular tasks' contexts coded by column type, and the spreads of Table 4.
+"""The tabular tasks' contexts coded by column type.
 
 The coding rule is data/README.md's "How the contexts are coded" (fixed on
 2026-11-26); the old coding ("codes") must still give the contexts, and with
 the old agents the whole task, of the version before the rule.
 """
-import json
 
 import numpy as np
 import pandas as pd
@@ -257,88 +256,6 @@ def test_agent_features_exact_and_upto_readings():
         assert sizes == set(range(1, K + 1))      # every size 1..K occurs
     with pytest.raises(ValueError, match="subset"):
         ca._agent_features(10, 0, "some")
-
-
-# --- the spreads of Table 4 -------------------------------------------------------------
-
-
-def _bank_search(tmp_path):
-    """A search file in which bank's seeds 0-5 have chosen accuracies (n = 10,000)."""
-    n = 10_000
-    # Table 3: logistic 0.53, XGBoost 0.91; row 2's implied logistic accuracy is 0.534
-    logistic = [0.5300, 0.5405, 0.5200, 0.8340, 0.8340, 0.5350]
-    xgb = [0.9100, 0.9100, 0.9100, 0.9200, 0.9201, 0.8990]
-    counts = {name: (n, {**{a: [5000] * 6 for a in ca._SEARCH_LOGISTIC},
-                         "xgboost": [9000] * 6}) for name in ca.TABULAR_TASKS}
-    counts["bank"][1].update({f"{ca.TABULAR_ENCODING['bank']}/{ca.TABULAR_SCALING}":
-                              [round(v * n) for v in logistic],
-                              "xgboost": [round(v * n) for v in xgb]})
-    tasks = {name: {"n_stream": n, **{s: dict(c) for s in ca.AGENT_SUBSET_READINGS}}
-             for name, (n, c) in counts.items()}
-    path = tmp_path / "search.json"
-    path.write_text(json.dumps({"schema": ca.TABULAR_AGENTS_SCHEMA, "seeds": [0, 6],
-                                "tasks": tasks}))
-    return path
-
-
-def test_table4_matched_seeds_apply_the_window_on_each_agent(tmp_path):
-    path = _bank_search(tmp_path)
-    m = ca.table4_matched_seeds("bank", path)
-    by_row = m.groupby("row").seed.apply(list).to_dict()
-    # row 2 is matched on Table 3's printed 0.53 (seed 1, at 0.0105, is out; seed 2, at
-    # -0.0100, is in); seed 5's XGBoost is 0.011 below 0.91
-    assert by_row[2] == [0, 2]
-    # rows 0 (0.834) and 4 (0.842): seed 3 (XGBoost +0.0100) is in, seed 4 (+0.0101) out
-    assert by_row[0] == [3] and by_row[4] == [3]
-    assert 1 not in by_row and 3 not in by_row       # 0.818 and 0.570: no seed
-    np.testing.assert_allclose(m.target_xgboost, 0.91)
-    assert set(m.columns) == {"row", "seed", "logistic", "xgboost", "target_logistic",
-                              "target_xgboost"}
-    # a wider window takes in more seeds
-    assert len(ca.table4_matched_seeds("bank", path, tol=0.02)) > len(m)
-
-
-def test_table4_spreads_range_and_percentile(tmp_path):
-    path = _bank_search(tmp_path)
-    paper = ca.PAPER_TABLE4["bank"]
-    errs = {0: (0.270, 0.180, 0.160), 2: (0.290, 0.195, 0.175), 3: (0.120, 0.100, 0.090)}
-    rows = [dict(task="bank", coding="typed", agent_seed=s, policy=p, error=e)
-            for s, v in errs.items() for p, e in zip(ca.TABLE4_POLICIES, v)]
-    out = ca.table4_spreads(pd.DataFrame(rows), path).set_index(["row", "policy"])
-    r2 = out.loc[2]
-    assert list(r2.seeds) == [2, 2, 2]
-    assert r2.loc["random", "low"] == 0.270 and r2.loc["random", "high"] == 0.290
-    assert r2.loc["random", "paper"] == paper[2][0] == 0.278
-    assert bool(r2.loc["random", "inside"]) and r2.loc["random", "percentile"] == 50.0
-    # 0.195 equals seed 2's value: half of it counts below
-    assert bool(r2.loc["logistic-greedy", "inside"])
-    assert r2.loc["logistic-greedy", "percentile"] == 75.0
-    assert bool(r2.loc["tree-greedy", "inside"])               # 0.160 <= 0.171 <= 0.175
-    # row 0 has one matched seed (3), below every paper cell
-    r0 = out.loc[0]
-    assert (r0.seeds == 1).all() and not r0.inside.any() and (r0.percentile == 100.0).all()
-    assert (r0.low == r0.high).all()
-    # rows without a matched seed: no range
-    r1 = out.loc[1]
-    assert (r1.seeds == 0).all() and r1.low.isna().all() and not r1.inside.any()
-    # a matched seed without errors is an error
-    with pytest.raises(ValueError, match="seeds \\[3\\]"):
-        ca.table4_spreads(pd.DataFrame([r for r in rows if r["agent_seed"] != 3]), path)
-    with pytest.raises(ValueError, match="errors lacks"):
-        ca.table4_spreads(pd.DataFrame(rows).drop(columns="coding"), path)
-
-
-def test_table4_seed_errors_are_simulate_at_equal_capacities(coupon):
-    df = ca.table4_seed_errors("coupon", [3], runs=2)
-    assert list(df.policy) == list(ca.TABLE4_POLICIES)
-    assert set(df.coding) == {"typed"} and set(df.agent_seed) == {3}
-    for r in df.itertuples():
-        res = ca.simulate(coupon.X, coupon.R, (0.5, 0.5), r.policy, eta=ca.PAPER_ETA, runs=2,
-                          seed=0)
-        np.testing.assert_array_equal(r.errors, res.errors)
-        assert r.error == res.error
-    old = ca.table4_seed_errors("coupon", [3], coding="codes", runs=2)
-    assert old.error[0] == df.error[0]        # random assignment ignores the contexts
 
 
 # --- what a model class can separate ------------------------------------------------------

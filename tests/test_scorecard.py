@@ -241,7 +241,7 @@ def test_verdict_kinds_and_ranges():
 def test_one_tolerance_table_for_shading_and_verdicts():
     """MMLU agent 1 (error 0.694 against the paper's 0.680) gets one verdict everywhere:
     the chapters shade with the scorecard's tolerances, never a number of their own."""
-    assert cb.SCORECARD_TOL["accuracy"] == ca.MATCH_TOL
+    assert cb.SCORECARD_TOL["accuracy"] == cb.MATCH_TOL
     for ch in cb.chapter_names():
         text = (cb.CHAPTER_DIR / f"{ch}.md").read_text(encoding="utf-8")
         assert not re.search(r"\btol=0\.\d", text), ch

@@ -2,7 +2,7 @@
 
 The file is written by ``python -m capbook table4-spreads`` (about an hour on one
 core) and holds, for every construction seed matched to a row of Table 4
-(``capassign.table4_matched_seeds``), the per-run errors of the table's three
+(``capbook.table4_matched_seeds``), the per-run errors of the table's three
 policies under both codings of the contexts.  These tests check that the file
 is intact, describes the matched seeds of the library as it is now, and that a
 seeded sample of its cells comes back exactly.
@@ -24,17 +24,17 @@ def stored():
 
 def test_file_is_complete_for_every_matched_seed(stored):
     st = stored["settings"]
-    assert st["runs"] == ca.TABLE4_RUNS == 10 and st["capacities"] == [0.5, 0.5]
-    assert st["policies"] == list(ca.TABLE4_POLICIES)
+    assert st["runs"] == cb.TABLE4_RUNS == 10 and st["capacities"] == [0.5, 0.5]
+    assert st["policies"] == list(cb.TABLE4_POLICIES)
     assert set(stored["tasks"]) == set(ca.TABULAR_TASKS)
     for name, rec in stored["tasks"].items():
-        m = ca.table4_matched_seeds(name)
+        m = cb.table4_matched_seeds(name)
         seeds = {str(s) for s in m.seed}
         for coding in ca.CONTEXT_CODINGS:
             cells = rec["codings"][coding]
             assert set(cells) == seeds
             for cell in cells.values():
-                assert set(cell["errors"]) == set(ca.TABLE4_POLICIES)
+                assert set(cell["errors"]) == set(cb.TABLE4_POLICIES)
                 assert all(len(v) == st["runs"] for v in cell["errors"].values())
         # same agents under both codings: same accuracies and the same random assignment
         for s in seeds:
@@ -42,7 +42,7 @@ def test_file_is_complete_for_every_matched_seed(stored):
             assert a["accuracies"] == b["accuracies"]
             assert a["errors"]["random"] == b["errors"]["random"]
     df = cb.spreads_errors(stored)
-    assert len(df) == 2 * 3 * sum(len(set(ca.table4_matched_seeds(n).seed))
+    assert len(df) == 2 * 3 * sum(len(set(cb.table4_matched_seeds(n).seed))
                                   for n in ca.TABULAR_TASKS)
 
 
@@ -70,13 +70,13 @@ def test_stored_cells_come_back_exactly(stored):
     except ca.DataUnavailable as exc:
         pytest.skip(f"real data unavailable: {exc}")
     assert ca._task_digest(task.X, task.R) == cell["digest"]
-    df = ca.table4_seed_errors("coupon", [int(s)], coding=coding)
+    df = cb.table4_seed_errors("coupon", [int(s)], coding=coding)
     for r in df.itertuples():
         assert [float(e) for e in r.errors] == cell["errors"][r.policy], (s, coding, r.policy)
 
 
 def test_spreads_of_the_stored_errors(stored):
-    sp = ca.table4_spreads(cb.spreads_errors(stored))
+    sp = cb.table4_spreads(cb.spreads_errors(stored))
     assert len(sp) == len(ca.TABULAR_TASKS) * len(ca.CONTEXT_CODINGS) * 5 * 3
     has = sp[sp.seeds > 0]
     assert ((has.low <= has["median"]) & (has["median"] <= has.high)).all()

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import capassign as ca
-from _helpers import or_skip as _or_skip
+from _helpers import or_skip as _or_skip, search_file as _search_file
 
 
 # --- the committed seed search and the rules that read it ------------------------
@@ -46,16 +46,6 @@ def test_paper_agent_seed_applies_the_stated_rule():
         assert min(dist) <= 0.03
 
 
-def _search_file(path, seeds, counts):
-    """A schema-2 search file with the same ``counts[name]`` (dict agent -> list) under
-    every reading."""
-    tasks = {name: {"n_stream": n, **{s: dict(c) for s in ca.AGENT_SUBSET_READINGS}}
-             for name, (n, c) in counts.items()}
-    path.write_text(json.dumps({"schema": ca.TABULAR_AGENTS_SCHEMA, "seeds": list(seeds),
-                                "tasks": tasks}))
-    return path
-
-
 def test_paper_agent_seed_ties_go_to_the_smaller_seed(tmp_path):
     n = 1000
     counts = {}
@@ -75,71 +65,6 @@ def test_old_search_file_is_refused(tmp_path):
                                 "tasks": {}}))
     with pytest.raises(ValueError, match="tabular_agents/2"):
         ca.tabular_agent_search("bank", path)
-
-
-def test_encoding_choice_is_the_evidence():
-    ev = ca.encoding_evidence()
-    assert set(ev.task) == set(ca.TABULAR_TASKS)
-    for name in ca.TABULAR_TASKS:
-        rows = ev[ev.task == name].set_index("encoding")
-        assert rows.chosen.sum() == 1
-        chosen = rows.index[rows.chosen][0]
-        assert chosen == ca.TABULAR_ENCODING[name]
-        other = [e for e in ca.TABULAR_ENCODINGS if e != chosen][0]
-        assert rows.mean_within[chosen] >= rows.mean_within[other]
-
-
-def test_agent_readings_are_the_evidence():
-    ev = ca.agent_evidence()
-    assert len(ev) == 4 * len(ca.TABULAR_TASKS)
-    chosen = ev[ev.chosen]
-    assert len(chosen) == len(ca.TABULAR_TASKS)
-    assert set(chosen.subset) == {ca.TABULAR_SUBSET} and set(chosen.scaling) == {ca.TABULAR_SCALING}
-    assert chosen.set_index("task").encoding.to_dict() == ca.TABULAR_ENCODING
-    for (subset, scaling), g in ev.groupby(["subset", "scaling"]):
-        # the score is the mean share over the 20 (data set, Table 4 row) targets, each data
-        # set with the coding its own evidence prefers under these readings
-        shares = g[[f"within_s{s}" for s in range(5)]].to_numpy()
-        assert g.score.iloc[0] == pytest.approx(shares.mean(), abs=1e-12)
-        enc = ca.encoding_evidence(subset=subset, scaling=scaling)
-        assert enc[enc.chosen].set_index("task").encoding.to_dict() == \
-            g.set_index("task").encoding.to_dict()
-        assert g.score.iloc[0] <= chosen.score.iloc[0] + 1e-12
-
-
-def test_agent_evidence_tie_keeps_the_readings_used_until_then(tmp_path):
-    counts = {}
-    for name in ca.TABULAR_TASKS:
-        logi = [int(round(t * 1000)) for t in ca.paper_logistic_targets(name)]
-        counts[name] = (1000, {**{a: logi for a in ca._SEARCH_LOGISTIC}, "xgboost": [900] * 5})
-    path = _search_file(tmp_path / "tie.json", [0, 5], counts)
-    ev = ca.agent_evidence(path)
-    assert ev.score.nunique() == 1
-    chosen = ev[ev.chosen]
-    assert set(chosen.subset) == {"exact"} and set(chosen.scaling) == {"z"}
-    # under the exact reading no coupon seed matches: upto wins, under both scalings
-    # equally, and of those two the one keeping the z-scores is taken
-    worse = json.loads(path.read_text())
-    exact = worse["tasks"]["coupon"]["exact"]
-    for a in ca._SEARCH_LOGISTIC:
-        exact[a] = [v - 500 for v in exact[a]]
-    path2 = tmp_path / "worse.json"
-    path2.write_text(json.dumps(worse))
-    ev2 = ca.agent_evidence(path2)
-    top = ev2[ev2.subset == "upto"].score
-    assert top.nunique() == 1 and (ev2[ev2.subset == "exact"].score < top.iloc[0]).all()
-    chosen = ev2[ev2.chosen]
-    assert set(chosen.subset) == {"upto"} and set(chosen.scaling) == {"z"}
-
-
-def test_paper_logistic_targets_follow_table4():
-    # credit: 2 (1 - 0.195) - 0.82 = 0.79 for seed 0; seed 2's row is Table 3's agents
-    t = ca.paper_logistic_targets("credit")
-    np.testing.assert_allclose(t[0], 2 * (1 - 0.195) - 0.82)
-    for name in ca.TABULAR_TASKS:
-        assert abs(ca.paper_logistic_targets(name)[2] - ca.paper_accuracies(name)[0]) <= 0.01
-    with pytest.raises(ValueError, match="name"):
-        ca.paper_logistic_targets("mmlu")
 
 
 @pytest.mark.parametrize("name", ca.TABULAR_TASKS)

@@ -484,17 +484,24 @@ def _references(paths, pattern):
     return found
 
 
-def test_every_name_the_book_readme_and_tests_use_is_public():
+def test_every_name_the_book_and_readme_use_is_public():
     docs = sorted((ROOT / "book" / "chapters").glob("*.md")) + [ROOT / "README.md"]
     # quoted strings such as "capassign.router/2" and the file name capassign.py are
     # not attribute references
     used = _references(docs, r"(?<![\w\"'/])(?:ca|capassign)\.([A-Za-z]\w*)")
     used.pop("py", None)
-    used.update(_references(sorted((ROOT / "tests").glob("test_*.py")),
-                            r"\bca\.([A-Za-z]\w*)"))
     assert len(used) > 50
     missing = {n: where for n, where in used.items() if n not in ca.__all__}
     assert not missing, f"used but not in capassign.__all__: {missing}"
+
+
+def test_every_name_the_tests_use_exists():
+    """The tests also check names that are not public (a test of a part is not a use of
+    the method): each must exist."""
+    used = _references(sorted((ROOT / "tests").glob("test_*.py")), r"\bca\.([A-Za-z]\w*)")
+    assert len(used) > 50
+    absent = {n: where for n, where in used.items() if not hasattr(ca, n)}
+    assert not absent, f"tests use names capassign does not have: {absent}"
 
 
 def test_every_name_the_book_and_tests_use_of_the_book_module_is_public():
@@ -504,6 +511,54 @@ def test_every_name_the_book_and_tests_use_of_the_book_module_is_public():
     assert len(used) > 15
     missing = {n: where for n, where in used.items() if n not in cb.__all__}
     assert not missing, f"used but not in capbook.__all__: {missing}"
+
+
+def _book_uses_of_the_library():
+    """``{name: files}`` of every capassign name that capbook's code imports or reads as an
+    attribute of the module (an import from it or an attribute of its alias; no dunders)."""
+    used = {}
+    for path in sorted((ROOT / "book" / "capbook").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+                   for a in n.names if a.name == "capassign"}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module == "capassign":
+                names = [a.name for a in n.names]
+            elif (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                  and n.value.id in aliases and not n.attr.startswith("__")):
+                names = [n.attr]
+            else:
+                continue
+            for name in names:
+                used.setdefault(name, set()).add(path.name)
+    return used
+
+
+def test_the_book_uses_public_names_or_the_declared_book_api():
+    used = _book_uses_of_the_library()
+    assert len(used) > 40
+    assert len(set(ca._BOOK_API)) == len(ca._BOOK_API)
+    assert not set(ca._BOOK_API) & set(ca.__all__)
+    assert all(hasattr(ca, name) for name in ca._BOOK_API)
+    undeclared = {n: sorted(f) for n, f in used.items()
+                  if n not in ca.__all__ and n not in ca._BOOK_API}
+    assert not undeclared, f"capbook uses names neither in __all__ nor in _BOOK_API: {undeclared}"
+    stale = sorted(set(ca._BOOK_API) - set(used))
+    assert not stale, f"_BOOK_API lists names capbook no longer uses: {stale}"
+
+
+def test_every_public_name_has_a_use():
+    """A name is public because a user of the method calls it: the README, a chapter or
+    data/README.md name it (as an attribute of the module or in backticks), or the
+    book's code uses it."""
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in
+                     sorted((ROOT / "book" / "chapters").glob("*.md"))
+                     + [ROOT / "README.md", ROOT / "data" / "README.md"])
+    used = _book_uses_of_the_library()
+    unused = [n for n in ca.__all__ if n != "main" and n not in used
+              and not re.search(rf"(?:\b(?:ca|capassign)\.|`){re.escape(n)}\b", docs)]
+    assert not unused, f"public names with no use in the README, the book or data/README.md: {unused}"
+    assert len(ca.__all__) <= 80
 
 
 @pytest.mark.parametrize("package", ["capassign", "capbook"])

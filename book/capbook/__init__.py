@@ -29,6 +29,10 @@ Modules, in the order a chapter meets them:
 ``engines``
     the stored comparison of the fast and reference engines on the tabular
     tasks (``book/results/engine_validation.json``);
+``evidence``
+    the paper's evidence: the readings of the tabular agents decided by the
+    paper's accuracies, and the construction seeds that stand for each row of
+    Table 4 with the table's cells against our range over them;
 ``spreads``
     the stored errors of Table 4's policies on every construction seed
     matched to a row of the paper's Table 4 (``book/results/table4_spreads.json``);
@@ -38,12 +42,15 @@ Modules, in the order a chapter meets them:
 ``fullstream``
     the stored runs of the two engines on the whole Coupon stream
     (``book/results/coupon_full_stream.json``);
+``speed``
+    the README's speed tables: one run of the library's benchmarks, printed
+    as Markdown;
 ``pipeline``
     the chapter tools of a checkout: papermill re-execution, the
     source/notebook drift check, prose sync, a chapter's glued values;
 ``cli``
     ``python -m capbook reproduce | sync-text | validate-engines | table4-spreads |
-    coupon-depth | full-stream``.
+    coupon-depth | full-stream | speed-tables``.
 
 The public API is ``__all__``; every name in it is available here.
 """
@@ -62,6 +69,9 @@ from .sources import Source, show_source
 from .depth import DEPTH_PATH, depth_gaps, depth_settings, read_coupon_depth, write_coupon_depth
 from .fullstream import (FULL_STREAM_PATH, engine_gap, full_stream_settings, read_full_stream,
                          write_full_stream)
+from .evidence import (ENCODING_TOL, MATCH_TOL, TABLE4_POLICIES, TABLE4_RUNS, agent_evidence,
+                       encoding_evidence, paper_logistic_targets, table4_matched_seeds,
+                       table4_seed_errors, table4_spreads)
 from .spreads import (SPREADS_PATH, read_table4_spreads, spreads_errors, spreads_settings,
                       write_table4_spreads)
 from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, POWER_MULTIPLE, SCORECARD_TOL,
@@ -85,6 +95,10 @@ __all__ = [
     # the engine validation (engines)
     "ENGINE_VALIDATION_PATH", "validate_engines", "read_engine_validation",
     "engine_validation",
+    # the paper's evidence: the agents' readings and Table 4's matched seeds (evidence)
+    "ENCODING_TOL", "paper_logistic_targets", "encoding_evidence", "agent_evidence",
+    "MATCH_TOL", "TABLE4_POLICIES", "TABLE4_RUNS", "table4_matched_seeds", "table4_seed_errors",
+    "table4_spreads",
     # Table 4's matched-seed spreads (spreads)
     "SPREADS_PATH", "spreads_settings", "write_table4_spreads", "read_table4_spreads",
     "spreads_errors",

@@ -4,7 +4,8 @@
 prose-only edits into the executed notebooks, ``validate-engines`` computes
 the stored comparison of the two engines, ``table4-spreads`` Table 4's policies on
 every matched construction seed, ``coupon-depth`` Coupon's trees at two depths against
-logistic greedy, ``full-stream`` the two engines on the whole Coupon stream.  The library's own commands
+logistic greedy, ``full-stream`` the two engines on the whole Coupon stream, ``speed-tables``
+the README's speed tables from one run of the library's benchmarks.  The library's own commands
 (``simulate``, ``sweep``, ``bench``, ``data``) are ``python -m capassign``;
 both command lines report an expected failure the same way, in one line on
 stderr with exit status 2.
@@ -18,7 +19,7 @@ from capassign import (CONTEXT_CODINGS, TABULAR_TASKS, _add_commands, _CommandPa
                        _int_opt, _opt, _run_command, _split_names, _validate_int,
                        _validate_names)
 
-from . import depth, engines, fullstream, pipeline, spreads
+from . import depth, engines, fullstream, pipeline, speed, spreads
 
 
 def _tasks(arg):
@@ -166,6 +167,13 @@ _COMMANDS = [
               help="results file (default book/results/coupon_full_stream.json)"),
          _opt("--check", action="store_true",
               help="verify the stored file and the task's data hash, and exit")]),
+    ("speed-tables",
+     "the README's speed tables: the library's benchmarks once, printed as Markdown",
+     "Run python -m capassign bench --startup, bench (the engines with the paper's full grid) "
+     "and bench --router (T=20000) once, their reports on stderr, and print README.md's "
+     "speed tables (Markdown, with the date, the machine and its load during the run; some "
+     "minutes).", lambda a: speed.speed_tables(seed=a.seed), [
+         _int_opt("--seed", 0, "seed of the synthetic streams and the runs")]),
 ]
 
 

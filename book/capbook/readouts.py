@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from capassign import (CONTEXTUAL_POLICIES, MATCH_TOL, OFFLINE_POLICIES, PAPER_TABLE3, POLICY_STYLE,
+from capassign import (CONTEXTUAL_POLICIES, OFFLINE_POLICIES, PAPER_TABLE3, POLICY_STYLE,
                        _check_frame, _validate_bool, _validate_choice, _validate_int,
                        hindsight_gaps, paired_tests, paper_accuracies, plot_error_vs_capacity)
 
+from .evidence import MATCH_TOL
 from .present import book_figure, error_table, legend_outside
 
 
@@ -322,7 +323,7 @@ def analyse_experiment(results):
 #: paper's, by kind of number.  The chapters' shading (``show_table(tol=...)``) and the
 #: scorecard's verdicts both read it, so one number gets one verdict everywhere.
 #: ``accuracy``: Table 3's accuracies, printed to two decimals, within the window the
-#: tabular agents were matched in (``capassign.MATCH_TOL``); ``error``: Table 4's error
+#: tabular agents were matched in (:data:`capbook.evidence.MATCH_TOL`); ``error``: Table 4's error
 #: rates (three decimals, means of 10 runs); ``rough``: values the paper calls
 #: approximate; ``count``: counts and settings, exactly.
 SCORECARD_TOL = {"accuracy": MATCH_TOL, "error": 0.01, "rough": 0.01, "count": 0}

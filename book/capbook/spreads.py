@@ -4,7 +4,7 @@ The paper's Table 4 (App. H.2) reports, for five agent-construction seeds of
 each tabular data set, the error at alpha = (0.5, 0.5) over 10 runs of random
 assignment, logistic greedy and tree greedy.  Its seeds' agents cannot be
 rebuilt, so each row is compared with the range of our values over the
-construction seeds whose agents match it (``capassign.table4_matched_seeds``,
+construction seeds whose agents match it (:func:`capbook.evidence.table4_matched_seeds`,
 the rule of data/README.md).  :func:`write_table4_spreads` computes those
 values for every matched seed, under both codings of the policies' contexts
 (by column type, and the z-scored codes used before it; same seeds, same
@@ -17,7 +17,7 @@ reads (``python -m capbook table4-spreads``, about an hour on one core)::
 The work is stored task by task in ``<file>.<task>.<coding>.partial`` files,
 so an interrupted run resumes; the same inputs give the same bytes.
 :func:`read_table4_spreads` returns the verified payload and
-:func:`spreads_errors` the table that ``capassign.table4_spreads`` takes.
+:func:`spreads_errors` the table that :func:`capbook.evidence.table4_spreads` takes.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from capassign import _canonical_json, _json_digest, _task_digest, _write_json_a
     _write_text_atomic
 
 from .engines import _check_results_path, _read_checksummed
+from .evidence import (MATCH_TOL, TABLE4_POLICIES, TABLE4_RUNS, table4_matched_seeds,
+                       table4_seed_errors)
 from .pipeline import BOOK_DIR
 
 #: The results file (committed).
@@ -41,7 +43,7 @@ SPREADS_PATH = BOOK_DIR / "results" / "table4_spreads.json"
 SPREADS_SCHEMA = "capassign.table4-spreads/1"
 
 
-def spreads_settings(runs=ca.TABLE4_RUNS, eta=ca.PAPER_ETA, seed=0):
+def spreads_settings(runs=TABLE4_RUNS, eta=ca.PAPER_ETA, seed=0):
     """What the stored numbers depend on besides the data: the protocol, the agents'
     readings and the seed search they were matched on.
 
@@ -67,7 +69,7 @@ def spreads_settings(runs=ca.TABLE4_RUNS, eta=ca.PAPER_ETA, seed=0):
     (10, [0.5, 0.5], ['typed', 'codes'])
     """
     return {"capacities": [0.5, 0.5], "runs": runs, "eta": eta, "seed": seed,
-            "policies": list(ca.TABLE4_POLICIES), "match_tol": ca.MATCH_TOL,
+            "policies": list(TABLE4_POLICIES), "match_tol": MATCH_TOL,
             "codings": list(ca.CONTEXT_CODINGS),
             "agents": {"subset": ca.TABULAR_SUBSET, "scaling": ca.TABULAR_SCALING,
                        "encoding": dict(ca.TABULAR_ENCODING)},
@@ -76,7 +78,7 @@ def spreads_settings(runs=ca.TABLE4_RUNS, eta=ca.PAPER_ETA, seed=0):
 
 
 def _matched(name):
-    m = ca.table4_matched_seeds(name)
+    m = table4_matched_seeds(name)
     return {str(r): [int(s) for s in m.seed[m.row == r]] for r in range(5)}
 
 
@@ -109,7 +111,7 @@ def _compute_part(name, coding, head, part, say):
     for s in sorted({s for seeds in head["matched"].values() for s in seeds}):
         if str(s) in cells:
             continue
-        df = ca.table4_seed_errors(name, [s], coding=coding, runs=st["runs"], eta=st["eta"],
+        df = table4_seed_errors(name, [s], coding=coding, runs=st["runs"], eta=st["eta"],
                                    seed=st["seed"])
         task = ca.load_task(name, s, coding=coding)
         cells[str(s)] = {"digest": _task_digest(task.X, task.R),
@@ -122,7 +124,7 @@ def _compute_part(name, coding, head, part, say):
     return cells
 
 
-def write_table4_spreads(path=SPREADS_PATH, *, tasks=ca.TABULAR_TASKS, runs=ca.TABLE4_RUNS,
+def write_table4_spreads(path=SPREADS_PATH, *, tasks=ca.TABULAR_TASKS, runs=TABLE4_RUNS,
                          eta=ca.PAPER_ETA, seed=0, out=print):
     """Compute every matched seed's errors under both codings and write the file.
 
@@ -227,7 +229,7 @@ def read_table4_spreads(path=SPREADS_PATH, *, check_data=False):
 
 
 def spreads_errors(obj):
-    """The stored errors as ``capassign.table4_seed_errors`` returns them (all tasks and
+    """The stored errors as :func:`capbook.evidence.table4_seed_errors` returns them (all tasks and
     codings).
 
     Parameters
