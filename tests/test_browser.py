@@ -1233,3 +1233,105 @@ def test_page_length_check_itself():
         "14.3 screens long (at most 12)"
     assert _length_problem("book/executed/exp_tabular.html", 11.9) is None
     assert _length_problem("book/executed/scorecard.html", 20.0) is None
+
+
+# --------------------------------------------------------------------------- equations, scorecard
+
+# Display equations wider than their box once MathJax and the book's fitting script
+# (book/_static/capassign-math.js) are done: each with the start of its TeX.
+WIDE_MATH_JS = """
+async () => {
+  if (!document.querySelector('.math')) return {displays: 0, wide: []};
+  const t0 = Date.now();
+  while (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
+    if (Date.now() - t0 > 20000) return {error: 'MathJax never started'};
+    await new Promise(r => setTimeout(r, 50));
+  }
+  await MathJax.startup.promise;
+  await document.fonts.ready;
+  if (window.capassignFitMath) window.capassignFitMath();
+  const boxes = Array.from(document.querySelectorAll('.bd-article mjx-container[display="true"]'));
+  return {displays: boxes.length, wide: boxes.filter(b => b.scrollWidth > b.clientWidth + 1)
+    .map(b => ({box: b.clientWidth, needs: b.scrollWidth,
+                tex: (MathJax.startup.document.getMathItemsWithin(b)[0] || {math: '?'})
+                     .math.trim().slice(0, 60)}))};
+}
+"""
+
+# An equation no column holds, typeset into the page like the book's own.
+WIDE_MATH_INJECT_JS = """
+async () => {
+  const div = document.createElement('div');
+  div.className = 'math notranslate nohighlight';
+  div.textContent = '\\\\[' + Array.from({length: 60}, (_, i) => 'x_{' + i + '}').join(' + ') + '\\\\]';
+  document.querySelector('.bd-article section').appendChild(div);
+  await MathJax.typesetPromise([div]);
+}
+"""
+
+MATH_PAGES = [p for p in PAGES if p.startswith("book/executed/")]
+
+
+def _wide_math(v, page):
+    v.page.goto(v.site + page, wait_until="load")
+    found = v.page.evaluate(WIDE_MATH_JS)
+    assert not found.get("error"), found
+    return found
+
+
+def test_display_equations_fit_their_box(browser, site):
+    """No display equation is wider than its box (it would be cut or scroll), at 1280
+    and at 390 px: long ones are written on several lines or set smaller."""
+    report, displays = [], 0
+    for viewport in VIEWPORTS:
+        v = _Visit(browser, site, VIEWPORTS[viewport])
+        try:
+            for page in MATH_PAGES:
+                found = _wide_math(v, page)
+                displays += found["displays"]
+                report += [f"{page} at {viewport} px: {w['needs']} px in a {w['box']}-px box: "
+                           f"{w['tex']!r}" for w in found["wide"]]
+        finally:
+            v.close()
+    assert displays > 40, "too few display equations found: the check reads nothing"
+    assert not report, f"{len(report)} display equations wider than their box:\n" + \
+        "\n".join(report)
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_equation_check_itself(viewport, browser, site):
+    """An injected equation far wider than any column is reported, the page's own are not."""
+    v = _Visit(browser, site, VIEWPORTS[viewport])
+    try:
+        before = _wide_math(v, MATH_PAGE)
+        v.page.evaluate(WIDE_MATH_INJECT_JS)
+        after = v.page.evaluate(WIDE_MATH_JS)
+    finally:
+        v.close()
+    assert before["wide"] == [] and before["displays"] > 0, before
+    assert len(after["wide"]) == 1 and after["wide"][0]["tex"].startswith("x_{0} + x_{1}"), after
+
+
+def _scorecard_text_problems(text, ids):
+    """What a reader should not meet in the scorecard's text (outside code): an item's
+    internal id, or maths written in ASCII (alpha_1, eta, <=)."""
+    problems = [f"internal id {i!r}" for i in ids
+                if re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", text)]
+    ascii_maths = re.compile(r"\b(?:alpha|eta|Delta|theta|lambda|mu|tau)(?:_\w+)?\b|<=|>=")
+    problems += [f"ASCII maths {m[0]!r} in ...{text[max(0, m.start() - 40):m.end() + 40]!r}..."
+                 for m in ascii_maths.finditer(text)]
+    return problems
+
+
+def test_scorecard_speaks_words(visit):
+    """The scorecard's text, folded tables included and code excluded, names every item
+    in words and typesets its maths; the check itself catches an injected id and alpha_1."""
+    items = yaml.safe_load((ROOT / "book" / "scorecard.yml").read_text(encoding="utf-8"))
+    ids = [it["id"] for it in items]
+    v = visit("book/executed/scorecard.html")
+    text = " ".join(v.page.evaluate(TEXT_JS).split())
+    assert "What the colours mean" in text and len(text) > 20_000, "the page's text was not read"
+    assert _scorecard_text_problems(text, ids) == []
+    injected = text + " the item S4-sd-bank at alpha_1 = 0.5, eta <= 5"
+    found = _scorecard_text_problems(injected, ids)
+    assert len(found) == 4 and "internal id 'S4-sd-bank'" in found[0], found

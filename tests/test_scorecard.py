@@ -226,7 +226,15 @@ def test_verdict_kinds_and_ranges():
     # a range is context whatever its basis and its check (injected: a result range)
     assert cb.verdict_kind({"kind": "range"}, "reproduced") == "context only"
     assert cb.verdict_kind({"kind": "range", "basis": "result"}, "differs") == "context only"
-    assert len({cb.verdict_class(k) for k in cb.VERDICT_KINDS}) == len(cb.VERDICT_KINDS)
+    # one colour per meaning: every kind has one of the five, results differing split by
+    # their cause, every kind that is not a result shares one (injected: a new kind)
+    meanings = {k: cb.verdict_meaning(k) for k in cb.VERDICT_KINDS}
+    assert set(meanings.values()) | {"differs, cause demonstrated"} == set(cb.VERDICT_MEANINGS)
+    assert cb.verdict_meaning("result differs", "tested") == "differs, cause demonstrated"
+    assert {m for k, m in meanings.items() if not k.startswith("result")} == {"not a result"}
+    assert len({cls for cls, _ in cb.VERDICT_MEANINGS.values()}) == len(cb.VERDICT_MEANINGS)
+    with pytest.raises(ValueError, match="kind"):
+        cb.verdict_meaning("result differs badly")
     with pytest.raises(ValueError, match="basis"):
         cb.verdict_kind({"basis": "copied"}, "reproduced")
     rng = {"kind": "range", "paper": 0.335, "ours": "r"}

@@ -77,7 +77,9 @@ from .spreads import (SPREADS_PATH, read_table4_spreads, spreads_errors, spreads
 from .readouts import (ITEM_BASES, OFFLINE_FIGURE_STYLE, POWER_MULTIPLE, SCORECARD_TOL,
                        SIMILAR_TOL, VERDICT_KINDS, VERDICTS, Z_INTERVAL, ExperimentAnalysis,
                        analyse_experiment, paper_claims, scorecard_se, scorecard_verdict,
-                       verdict_class, verdict_kind)
+                       verdict_kind)
+from .badges import (VERDICT_MEANINGS, plain_maths, verdict_badge, verdict_legend,
+                     verdict_meaning)
 from .cli import main
 
 __all__ = [
@@ -90,8 +92,10 @@ __all__ = [
     # the chapters' read-outs (readouts)
     "SIMILAR_TOL", "paper_claims", "OFFLINE_FIGURE_STYLE", "ExperimentAnalysis",
     "analyse_experiment", "SCORECARD_TOL", "scorecard_verdict", "ITEM_BASES",
-    "VERDICT_KINDS", "VERDICTS", "verdict_kind", "verdict_class", "scorecard_se",
+    "VERDICT_KINDS", "VERDICTS", "verdict_kind", "scorecard_se",
     "Z_INTERVAL", "POWER_MULTIPLE",
+    # how the scorecard shows its verdicts (badges)
+    "VERDICT_MEANINGS", "verdict_meaning", "verdict_badge", "verdict_legend", "plain_maths",
     # the engine validation (engines)
     "ENGINE_VALIDATION_PATH", "validate_engines", "read_engine_validation",
     "engine_validation",

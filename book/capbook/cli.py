@@ -95,6 +95,13 @@ def _coupon_command(read, write):
     return run
 
 
+def _cmd_pdf(args):
+    from . import pdf
+    done = pdf.book_pdf(args.out, html_dir=args.html)
+    print(f"wrote {done['path']}: {done['pages']} pages, {done['chapters']} chapters, "
+          f"{done['scaled']} wide boxes set smaller, nothing cut off")
+
+
 _cmd_depth = _coupon_command(depth.read_coupon_depth, depth.write_coupon_depth)
 _cmd_full_stream = _coupon_command(fullstream.read_full_stream, fullstream.write_full_stream)
 
@@ -174,6 +181,15 @@ _COMMANDS = [
      "speed tables (Markdown, with the date, the machine and its load during the run; some "
      "minutes).", lambda a: speed.speed_tables(seed=a.seed), [
          _int_opt("--seed", 0, "seed of the synthetic streams and the runs")]),
+    ("pdf", "the whole book as one PDF, printed offline by the system's Chromium",
+     "Build the HTML book from the stored notebooks, print every page of _toc.yml in "
+     "order with folds open and nothing cut off (headless Chromium, through Playwright) "
+     "and join the pages into one PDF (pypdf).  Needs the pdf extra and a Chromium "
+     "(the system's chromium package, or CAPASSIGN_CHROMIUM).", _cmd_pdf, [
+         _opt("--out", default="_build/capassign-book.pdf",
+              help="the PDF to write (default _build/capassign-book.pdf)"),
+         _opt("--html", default=None,
+              help="print an existing HTML build (its html folder) instead of building one")]),
 ]
 
 

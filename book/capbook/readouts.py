@@ -336,8 +336,8 @@ ITEM_BASES = {"result": None, "setting": "setting copied",
               "substitute": "on substitute agents or data",
               "context": "context only"}
 
-#: The verdict kinds of the scorecard, in the order the page lists them (their CSS
-#: classes: :func:`verdict_class`).
+#: The verdict kinds of the scorecard, in the order the page lists them (their colours:
+#: :func:`capbook.badges.verdict_meaning`).
 VERDICT_KINDS = ("result reproduced", "result differs", "result inconclusive",
                  "setting copied", "matched by construction", "on substitute agents or data",
                  "context only", "not re-run", "pending")
@@ -386,29 +386,6 @@ def verdict_kind(item, verdict):
     if item.get("kind") == "range":
         return ITEM_BASES["context"]
     return ITEM_BASES[basis] or f"result {verdict}"
-
-
-def verdict_class(kind):
-    """CSS class of a verdict kind (:data:`VERDICT_KINDS`), e.g. ``sc-differs``.
-
-    Parameters
-    ----------
-    kind : str
-        One of :data:`VERDICT_KINDS`.
-
-    Returns
-    -------
-    str
-        The class the scorecard's tables shade the row with.
-
-    Examples
-    --------
-    >>> verdict_class("result differs"), verdict_class("setting copied")
-    ('sc-differs', 'sc-setting')
-    """
-    _validate_choice(kind, VERDICT_KINDS, "kind")
-    return "sc-" + ("result", "differs", "inconclusive", "setting", "construction", "substitute",
-                    "context", "notrerun", "pending")[VERDICT_KINDS.index(kind)]
 
 
 def _glued(x, values):
