@@ -101,8 +101,8 @@ __all__ = [
     "PAPER_TABLE4", "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
     # validation constants and the reward rule (section 1)
     "CAPACITY_TOL", "REWARD_RULE", "MEMORY_ENV", "MEMORY_FRACTION",
-    # compiled kernels: the first-use notice (section 2)
-    "PROGRESS_ENV",
+    # compiled kernels: the first-use notice, where they are cached (section 2)
+    "PROGRESS_ENV", "KERNEL_CACHE_ENV", "kernel_cache_dir",
     # theory / oracle (section 3)
     "TIE_TOL", "ORACLE_LP_MAX_CONTEXTS", "HINDSIGHT_METHODS", "OptimalAssignment",
     "TwoAgentThreshold", "DisagreementRegions", "HindsightOptimum", "random_assignment_value",
@@ -618,14 +618,46 @@ def _check_memory(request, nbytes, purpose):
                          f"the limit of {_bytes_text(limit)} ({source})")
 
 
+# --- optional dependencies: the extra that brings each --------------------------
+#
+# ``pip install capassign`` installs the method's dependencies only (numpy,
+# scipy, numba); the paper's tasks and experiments, the plots and the book
+# bring theirs through the extras of pyproject.toml.
+
+#: The extra of pyproject.toml that installs each optional dependency.
+_EXTRAS = {"pandas": "tasks", "pooch": "tasks", "sklearn": "tasks", "xgboost": "tasks",
+           "joblib": "tasks", "tqdm": "tasks", "matplotlib": "plot"}
+
+
+def _optional(module):
+    """Import the optional dependency ``module`` (e.g. ``"pandas"``,
+    ``"sklearn.tree"``); when it is missing, a one-line ImportError naming
+    the function that needs it and the extra that installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        top = module.split(".")[0]
+        if exc.name is None or exc.name.split(".")[0] != top:
+            raise                              # the package is there, but broken
+        code = sys._getframe(1).f_code
+        caller = getattr(code, "co_qualname", code.co_name)
+        raise ImportError(f"capassign.{caller} needs {top}, which is not installed: "
+                          f"pip install 'capassign[{_EXTRAS[top]}]'", name=top) from None
+
+
 # =============================================================================
 # 2. Compiled kernels: numba, loaded on first use
 # =============================================================================
 
 # The fast engine compiles its inner loops with numba; ``cache=True`` stores the
-# machine code next to this file, so a new process (or notebook kernel) loads
-# it instead of compiling again.  That cache folder (``__pycache__`` here, or
-# NUMBA_CACHE_DIR) must be writable by its owner alone: numba's index files
+# machine code on disk, so a new process (or notebook kernel) loads it instead
+# of compiling again: in ``__pycache__`` next to this file in a checkout, in
+# the user's cache folder for an installed copy, or in the folder named by
+# CAPASSIGN_NUMBA_CACHE or NUMBA_CACHE_DIR (:func:`kernel_cache_dir`;
+# ``python -m capassign warmup`` fills it ahead of time).  That cache folder
+# must be writable by its owner alone: numba's index files
 # are pickles, which it loads, so whoever can write them can run code in every
 # process that calls a kernel (README, "Speed").
 # numba (about two thirds of the import time of this module) is imported when
@@ -680,12 +712,59 @@ def _numba_kernels():
             if _LAZY_KERNELS:
                 import numba
 
-                for name, kernel in list(_LAZY_KERNELS.items()):
-                    if names.get(name) is kernel:
-                        names[name] = numba.njit(**kernel.options)(kernel.py_func)
-                        _drop_unreadable_index(names[name])
+                cache, numba_dir = kernel_cache_dir(), numba.config.CACHE_DIR
+                if cache is not None:          # numba reads it when a kernel is created
+                    os.makedirs(cache, mode=0o700, exist_ok=True)
+                    numba.config.CACHE_DIR = str(cache)
+                try:
+                    for name, kernel in list(_LAZY_KERNELS.items()):
+                        if names.get(name) is kernel:
+                            names[name] = numba.njit(**kernel.options)(kernel.py_func)
+                            _drop_unreadable_index(names[name])
+                finally:
+                    numba.config.CACHE_DIR = numba_dir
                 _LAZY_KERNELS.clear()
     return names
+
+
+#: Environment variable naming the folder of the kernels' numba cache
+#: (:func:`kernel_cache_dir`); ``python -m capassign warmup --cache DIR`` fills it.
+KERNEL_CACHE_ENV = "CAPASSIGN_NUMBA_CACHE"
+
+
+def kernel_cache_dir():
+    """The folder where numba caches this module's compiled kernels.
+
+    In order: the folder named by ``CAPASSIGN_NUMBA_CACHE``, then numba's own
+    ``NUMBA_CACHE_DIR``; otherwise, for an installed copy (this file in a
+    ``site-packages`` or ``dist-packages`` folder), the user's cache folder
+    ``$XDG_CACHE_HOME/capassign/numba`` (default ``~/.cache/capassign/numba``;
+    ``~/Library/Caches/capassign/numba`` on macOS,
+    ``%LOCALAPPDATA%\\capassign\\Cache\\numba`` on Windows), so that nothing
+    is written into site-packages; and ``None`` for a checkout or an editable
+    install: numba's own rule, ``__pycache__`` next to this file.  The folder
+    is created private (mode 700) when the kernels are first created; it must
+    stay writable by its owner alone (numba's index files are pickles).
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ["CAPASSIGN_NUMBA_CACHE"] = "/tmp/capassign-kernels"
+    >>> str(kernel_cache_dir())
+    '/tmp/capassign-kernels'
+    >>> del os.environ["CAPASSIGN_NUMBA_CACHE"]
+    """
+    for env in (KERNEL_CACHE_ENV, "NUMBA_CACHE_DIR"):
+        if os.environ.get(env):
+            return Path(os.environ[env]).expanduser()
+    if Path(__file__).resolve().parent.name not in ("site-packages", "dist-packages"):
+        return None
+    if sys.platform == "win32":
+        root = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+        return root / "capassign" / "Cache" / "numba"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "capassign" / "numba"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "capassign" / "numba"
 
 
 def _drop_unreadable_index(kernel):
@@ -715,8 +794,8 @@ _LAZY_LOCK = threading.Lock()
 # --- First use of the compiled kernels -------------------------------------------
 #
 # The kernels are compiled by numba on their first call and cached on disk
-# (``__pycache__`` next to this file, or ``NUMBA_CACHE_DIR``), so only the
-# first call after installing or editing the module pays for compilation.
+# (:func:`kernel_cache_dir`), so only the first call after installing or
+# editing the module pays for compilation - or none, after :func:`warmup`.
 # That first call says so, once per process, in one line on stderr - only when
 # stderr is a terminal (never in a notebook's stored outputs), or always with
 # ``CAPASSIGN_PROGRESS=1`` (never with ``CAPASSIGN_PROGRESS=0``).
@@ -3303,8 +3382,8 @@ class BootstrapTrees:
 
     def fit(self, X, r, rng):
         """Grow the ensemble on ``(X, r)``, one bootstrap resample per tree."""
-        import sklearn
-        from sklearn.tree import DecisionTreeRegressor
+        sklearn = _optional("sklearn")
+        DecisionTreeRegressor = _optional("sklearn.tree").DecisionTreeRegressor
 
         s = self.settings
         # scikit-learn trees work on float32 contexts; converting once here and
@@ -5948,7 +6027,7 @@ def _reference_runs(X, R, orders, policy_seeds, sim):
     if n_jobs < 2:
         return [_reference_one(X, R, order, sim, ps) for order, ps in zip(orders, policy_seeds)]
 
-    import joblib
+    joblib = _optional("joblib")
 
     with warnings.catch_warnings():
         # loky may note that an idle worker was replaced; that changes nothing
@@ -8736,7 +8815,7 @@ class DataRegistry:
             return Path(d).expanduser()
         if DATA_DIR.name == "data":  # a source checkout: data/cache (git-ignored)
             return DATA_DIR / "cache"
-        import pooch  # an installed copy: the user's cache folder, never site-packages
+        pooch = _optional("pooch")  # installed: the user cache, not site-packages
 
         return Path(pooch.os_cache("capassign"))
 
@@ -8879,7 +8958,7 @@ class DataRegistry:
         return self.check(relpath, target)
 
     def _download(self, e, path):
-        import pooch
+        pooch = _optional("pooch")
 
         errors = []
         archive = e.get("archive")
@@ -8977,7 +9056,7 @@ def _rebuild_imagenet16h_human48(inputs):
     is the arg-max class.  Returns the CSV bytes (identical to the shipped
     ``derived/human48_vgg19_epoch10.csv``).
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     base = "imagenet16h/"
     cat = pd.read_csv(inputs[base + "imagenet16H.csv"])
@@ -9108,7 +9187,7 @@ def _tabular_design(name):
     Not cached: tasks are cached by :func:`load_task`, which empties its caches
     when the data folder changes (:func:`_sync_data_caches`).
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     src, sep, label, dropped = _TABULAR_FILES[name]
     df = pd.read_csv(data_path(src), sep=sep).drop(columns=list(dropped))
@@ -9405,14 +9484,14 @@ def _tabular_agents(design, seed, split, agents, subset="exact", scaling="z"):
     pred = {}
     for a in agents:
         if a == "xgboost":
-            from xgboost import XGBClassifier
+            XGBClassifier = _optional("xgboost").XGBClassifier
 
             X = design.Xraw[:, f2]
             model = XGBClassifier(n_estimators=200, max_depth=4, learning_rate=0.05,
                                   subsample=0.8, colsample_bytree=0.8, eval_metric="logloss",
                                   random_state=seed, n_jobs=1)
         else:
-            from sklearn.linear_model import LogisticRegression
+            LogisticRegression = _optional("sklearn.linear_model").LogisticRegression
 
             X = _logistic_design(design, f1, train, a, scaling)
             model = LogisticRegression(solver="lbfgs", class_weight="balanced", max_iter=1000)
@@ -9506,7 +9585,7 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
     >>> tabular_agent_accuracies("credit", range(1), agents=("ordinal",)).values.tolist()
     [[0, 9000, 5033]]
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _validate_choice(name, TABULAR_TASKS, "name")
     _validate_names(agents, TABULAR_ENCODINGS + ("xgboost",), "agents", min_count=0)
@@ -9529,7 +9608,7 @@ def _imagenet16h_task(duplicates=10):
     standardised over the 200 items; the 200 (image, noise) items of
     participant 48 are repeated ``duplicates`` times, giving 2,000 tasks.
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     j = pd.read_csv(data_path("imagenet16h/derived/human48_vgg19_epoch10.csv"))
     noise = j["noise_level"].to_numpy(dtype=float)
@@ -9595,7 +9674,7 @@ def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
     >>> q.shape, q.loc[0, "answer"]
     ((11, 9), 'A')
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     subjects = _validate_subjects(subjects)
     splits = _validate_names(splits, ("val", "test"), "splits", min_count=0)
@@ -9652,7 +9731,7 @@ def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=Tr
     >>> len(models), len(questions), C.shape
     (28, 111, (111, 28))
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     subjects = _validate_subjects(subjects)
     df = pd.read_csv(data_path("mmlu/agents/correctness.csv"))
@@ -9744,7 +9823,7 @@ def mmlu_embeddings(path=None):
     >>> E.shape, E.dtype.name, len(keys) == E.shape[0]
     ((570, 384), 'float32', True)
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     path = Path(path) if path is not None else MMLU_EMBEDDINGS_PATH
     if not path.exists():
@@ -10368,7 +10447,7 @@ def tabular_agent_search(name, path=None, *, subset=None, scaling=None):
     >>> df.columns.tolist(), len(df)
     (['seed', 'ordinal', 'onehot', 'xgboost'], 100)
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _validate_choice(name, TABULAR_TASKS, "name")
     r = _agent_readings(None, None, subset, scaling)
@@ -10415,7 +10494,7 @@ def encoding_evidence(path=None, *, tol=ENCODING_TOL, subset=None, scaling=None)
     >>> ev[ev.chosen].set_index("task").encoding.to_dict() == TABULAR_ENCODING
     True
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     tol = _validate_share(tol, "tol")
     rows = []
@@ -10478,7 +10557,7 @@ def agent_evidence(path=None, *, tol=ENCODING_TOL):
     >>> chosen.set_index("task").encoding.to_dict() == TABULAR_ENCODING
     True
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     parts = []
     for subset in AGENT_SUBSET_READINGS:
@@ -10592,7 +10671,7 @@ def table4_matched_seeds(name, path=None, *, tol=MATCH_TOL):
     >>> bool((m.logistic - m.target_logistic).abs().max() <= MATCH_TOL + 1e-12)
     True
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _validate_choice(name, TABULAR_TASKS, "name")
     tol = _validate_share(tol, "tol")
@@ -10652,7 +10731,7 @@ def table4_seed_errors(name, seeds, *, coding="typed", runs=TABLE4_RUNS, eta=DEF
     1          24  logistic-greedy  0.348
     2          24      tree-greedy  0.357
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _validate_choice(name, TABULAR_TASKS, "name")
     _validate_choice(coding, CONTEXT_CODINGS, "coding")
@@ -10705,7 +10784,7 @@ def table4_spreads(errors, path=None, *, tol=MATCH_TOL):
     >>> bool(table4_spreads(fake).inside.any())
     False
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _check_frame(errors, ["task", "coding", "agent_seed", "policy", "error"], "errors",
                  "table4_seed_errors")
@@ -10806,7 +10885,7 @@ def contrast_separation(X, R, alpha1=0.5, *, folds=5, seed=0, settings=PAPER_SET
     0  logistic  0.010     0.5  0.490  1.0
     1      tree  0.005     0.5  0.495  1.0
     """
-    import pandas as pd
+    pd = _optional("pandas")
     from scipy.stats import rankdata
 
     X, R = _two_agent_stream(X, R, binary=True)   # the AUC compares disagreements
@@ -10918,7 +10997,7 @@ def laplace_update_influence(X, R, *, seed=0, reference=2000, settings=PAPER_SET
     >>> len(df), df.agent.tolist()[:4], bool((df.movement >= 0).all())
     (300, [0, 1, 0, 1], True)
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     X, R = _two_agent_stream(X, R)
     T = X.shape[0]
@@ -11071,7 +11150,7 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     0  random     0.2   (0.2, 0.3, 0.5)   0.45
     1  random     0.3  (0.3, None, 0.4)   0.46
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     policies = _validate_names(policies, POLICIES, "policies")
     capacities = [list(c) for c in capacities]
@@ -11165,7 +11244,7 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     2  hindsight     0.0     1  0.420
     3  hindsight     0.5     1  0.200
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     policies = _validate_names(policies, POLICIES, "policies")
     hindsight = _validate_bool(hindsight, "hindsight")
@@ -11193,7 +11272,7 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
 
 
 def _check_frame(df, columns, name="df", source="error_vs_capacity"):
-    import pandas as pd
+    pd = _optional("pandas")
 
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"{name} must be a pandas DataFrame (a table from "
@@ -11430,7 +11509,7 @@ def paired_tests(df, baseline="random", *, level=0.95):
         policy  runs  won  lost  diff
     0  tree-ts     3    3     0 -0.0967
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _check_frame(df, ("task", "policy", "alpha1", "errors"))
     if not isinstance(baseline, str):
@@ -11513,7 +11592,7 @@ def hindsight_gaps(df, *, baseline="random"):
     0   random  0.10     0.0
     1  tree-ts  0.02     0.8
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _check_frame(df, ("task", "policy", "alpha1", "error", "ci_low", "ci_high"))
     floor = {(r.task, float(r.alpha1)): float(r.error)
@@ -12142,7 +12221,7 @@ def tune_eta_schedule(eta0s=(0.1, 0.25, 0.5, 1.0, 2.0), t0s=(1, 10, 100, 1000), 
     >>> tuning.table[["eta0", "gap", "deviation"]].round(4).values.tolist()
     [[0.25, 0.0025, 0.0247], [1.0, 0.0095, 0.0092]]
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     power = _validate_real(power, "power", 0.0, 1.0, lo_open=True)
     cands = [DecayingEta(e, t, power) for e in eta0s for t in t0s]
@@ -12871,7 +12950,7 @@ def _sweep_locked(out_dir, plan, ex):
     """The part of :func:`sweep` that runs while it holds the folder's lock:
     compute or reuse the cells of the :class:`_SweepPlan` ``plan`` as the
     :data:`_SweepExecution` ``ex`` says."""
-    import pandas as pd
+    pd = _optional("pandas")
 
     manifest, specs, keys, shapes = plan.manifest, plan.specs, plan.keys, plan.shapes
     cells = out_dir / "cells"
@@ -12912,8 +12991,8 @@ def _sweep_locked(out_dir, plan, ex):
     reused = len(records)
     threads = 1 if (ex.backend != "sequential" and ex.n_jobs != 1) else None
     if todo:
-        import joblib
-        from tqdm.auto import tqdm
+        joblib = _optional("joblib")
+        tqdm = _optional("tqdm.auto").tqdm
 
         show = sys.stderr.isatty() if ex.progress is None else bool(ex.progress)
         calls = (joblib.delayed(_sweep_cell)(spec, plan.data[spec[0]], plan.sim, threads)
@@ -13026,7 +13105,7 @@ def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
 def _axes(ax):
     """``ax``, or the axes of a new 5.2 x 3.6 inch figure (the plots of this section)."""
     if ax is None:
-        import matplotlib.pyplot as plt
+        plt = _optional("matplotlib.pyplot")
 
         _, ax = plt.subplots(figsize=(5.2, 3.6))
     return ax
@@ -13430,6 +13509,57 @@ def _cmd_sweep(args):
     print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
 
 
+def _warmup_calls():
+    """Call every kernel the way :class:`Router` and :func:`simulate` do, on a
+    small synthetic stream: every online policy, with and without forgetting,
+    0/1 and graded rewards, online and in mini-batches, a router with bins from
+    a reference and one cutting them from the stream, explained decisions,
+    rewards given as a context, and a saved state restored."""
+    X, R, _ = synthetic_stream(200, 3, seed=0)
+    forget = ModelSettings(discount=0.99)
+    for policy in ONLINE_POLICIES:
+        for settings in (PAPER_SETTINGS, forget):
+            for RR in (R, 0.5 * R):
+                simulate(X, RR, [0.5, 0.5], policy, runs=1, settings=settings)
+            simulate(X, R, [0.5, 0.5], policy, runs=1, settings=settings, batch_size=8)
+            for graded, ref in ((False, X), (True, X), (False, None)):
+                router = Router(2, [0.5, 0.5], policy, settings=settings, n_features=3,
+                                X_reference=ref)
+                for i in range(70):
+                    a = router.assign(X[i], explain=i < 2)
+                    a = a.agent if i < 2 else a
+                    router.update(i, a, 0.5 if graded else R[i, a])
+                for i, a in enumerate(router.assign_batch(X[70:80]), start=70):
+                    router.update(i, a, R[i, a])
+                router.update(X[80], 0, 1.0)
+                Router.from_state(json.loads(json.dumps(router.state_dict())))
+    for policy in OFFLINE_POLICIES:
+        simulate(X, R, [0.5, 0.5], policy, runs=1)
+    batch_assign(R[:8], batch_counts(8, [0.5, 0.5], [0.0, 0.0]))
+
+
+def _cmd_warmup(args):
+    if args.cache is not None:
+        if not args.cache.strip():
+            raise ValueError("--cache '' names no folder; give a folder, e.g. --cache "
+                             "~/.cache/capassign/numba")
+        os.environ[KERNEL_CACHE_ENV] = str(Path(args.cache).expanduser().resolve())
+    if not _LAZY_KERNELS:                      # pragma: no cover - created by a caller first
+        raise ValueError("warmup must run before any kernel of this process is created")
+    where = kernel_cache_dir()
+    where = where if where is not None else Path(__file__).resolve().parent / "__pycache__"
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _warmup_calls()
+    print(f"compiled (or found cached) the kernels of every online and offline policy, "
+          f"the Router and the mini-batch solver in {time.perf_counter() - start:.0f} s; "
+          f"cached in {where}")
+    if args.cache is not None:
+        print(f"a process loads them from there with {KERNEL_CACHE_ENV}={where} (or "
+              f"NUMBA_CACHE_DIR={where})")
+
+
 def _opt(*flags, **kw):
     """One option of a command: the arguments of ``parser.add_argument``."""
     return flags, kw
@@ -13547,6 +13677,15 @@ _COMMANDS = [
               help="joblib backend; 'dask' needs --scheduler"),
          _opt("--scheduler", default=None,
               help="Dask scheduler address for --backend dask, e.g. tcp://host:8786")]),
+    ("warmup", "compile every kernel into numba's cache ahead of use",
+     f"Compile (or load) every compiled kernel of the Router and of simulate once, on a "
+     f"small synthetic stream, into the kernel cache: --cache DIR, else ${KERNEL_CACHE_ENV}, "
+     f"$NUMBA_CACHE_DIR, the user's cache folder (an installed copy) or __pycache__ next to "
+     f"capassign.py (a checkout). A later process with the same cache folder then decides "
+     f"at once instead of compiling.", _cmd_warmup, [
+         _opt("--cache", default=None, metavar="DIR",
+              help=f"the cache folder (created, private); processes load it with "
+                   f"{KERNEL_CACHE_ENV}=DIR")]),
 ]
 
 #: The actions of ``python -m capassign data``, as in :data:`_COMMANDS`.
