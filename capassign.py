@@ -4735,6 +4735,13 @@ class _RewardModel:
     ARRAYS = ()
     #: Whether :meth:`see` keeps contexts (a tree model cutting bins from the stream).
     sees = False
+    #: Rows each agent keeps at most (:meth:`_TreeModel.limit_rows`); None: all.
+    row_budget = None
+
+    def limit_rows(self, budget):
+        """Only a tree model stores rows (the ``tree_row_budget`` of :class:`Router`)."""
+        raise ValueError("tree_row_budget applies to the tree policies only (they store "
+                         "every reward's row); the other models keep sums of fixed size")
 
     def __init__(self, config, rng, Q):
         self.A, self.d, self.settings = config.A, config.d, config.settings
@@ -5154,6 +5161,8 @@ class _TreeModel(_RewardModel):
                                   self._constrained, self._eta)
 
     def learn(self, a, x, r):
+        if self.row_budget is not None and self._nobs[a] >= self.row_budget:
+            self._drop_oldest(a, -(-self.row_budget // 8))
         if self._nobs[a] >= self._cap:
             self._alloc_rows(2 * self._cap)
         if self._raw is not None:
@@ -5187,6 +5196,47 @@ class _TreeModel(_RewardModel):
     def _replay(self, a, every_refit=True):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
         _router_tree_replay_nb(a, int(self._nobs[a]), *self._tree_state()[:3], every_refit)
+
+    # --- a budget of rows per agent (Router's tree_row_budget) -----------------------
+    #
+    # The paper's forests keep every row an agent was given (App. E.2), so a
+    # router's state grows with each reward.  With a budget K an agent keeps at
+    # most K rows, its most recent: when a reward arrives and the agent holds K,
+    # its oldest ceil(K / 8) rows are dropped first (bins, reward, Poisson
+    # weights; and the raw context while stream bins are cut) and its forest is
+    # rebuilt from the rows kept by the replay of a restore, so the forest is
+    # the one a router given only those rows would have (refits at multiples of
+    # refit_every counted from the oldest row kept).  Dropping an eighth at a
+    # time costs about 8 replayed rows per reward instead of K.  An agent thus
+    # holds between K - ceil(K / 8) + 1 and K rows once past K (:meth:`kept_rows`).
+
+    def limit_rows(self, budget):
+        """Keep at most ``budget`` rows per agent (see the notes above)."""
+        low = 2 * self.settings.refit_every
+        self.row_budget = _validate_int(budget, "tree_row_budget", lo=low,
+                                        hi=ROUTER_STATE_LIMITS["count"])
+
+    def kept_rows(self, seen):
+        """The rows an agent keeps after ``seen`` rewards under the budget."""
+        K = self.row_budget
+        if K is None or seen <= K:
+            return seen
+        drop = -(-K // 8)
+        return K - drop + 1 + (seen - K - 1) % drop
+
+    def _drop_oldest(self, a, k):
+        """Drop agent a's k oldest rows and rebuild its forest from the rest."""
+        n = int(self._nobs[a])
+        self._Xa[a, :n - k] = self._Xa[a, k:n].copy()
+        self._ya[a, :n - k] = self._ya[a, k:n].copy()
+        self._W[a, :, :n - k] = self._W[a, :, k:n].copy()
+        if self._raw is not None:
+            del self._raw[a][:k]
+        for name, v in (("_feat", -1), ("_thr", 0), ("_val", 0), ("_node_c", 0),
+                        ("_node_s", 0), ("_HC", 0), ("_head", -1), ("_fitted", False)):
+            getattr(self, name)[a] = v
+        self._nobs[a] = n - k
+        self._replay(a, every_refit=False)
 
     # --- bin edges from the stream -------------------------------------------------
 
@@ -5320,8 +5370,10 @@ class _TreeModel(_RewardModel):
     def restore(self, tree, counters):
         """Install the checked rows of a saved tree state and rebuild the forests."""
         nobs, rows, seen = tree["nobs"], tree["rows"], counters["rewards_seen"]
-        if any(nobs[a] != seen[a] for a in range(self.A)):
-            raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
+        if any(nobs[a] != self.kept_rows(seen[a]) for a in range(self.A)):
+            raise ValueError("state['model']['nobs'] must equal state['rewards_seen']"
+                             + ("" if self.row_budget is None else " as kept under "
+                                "state['tree_row_budget']"))
         if tree["stream"] is not None:
             self._restore_stream(tree["stream"], tree["edges"], rows, nobs,
                                  counters["n_assigned"])
@@ -7562,6 +7614,14 @@ class Router(_Team):
         Each line is flushed as written; the path is saved with the state, so
         a restored router appends to the same file.  A router with a log
         refuses :meth:`assign_batch` (it computes no propensities).
+    tree_row_budget : int, optional
+        Tree policies only: each agent keeps at most this many rows (its most
+        recent; at least 2 ``settings.refit_every``), so that the state stays
+        bounded.  When a reward arrives for an agent holding that many, its
+        oldest ceil(budget / 8) rows are dropped and its forest rebuilt from
+        the rest (:meth:`_TreeModel.limit_rows`).  Saved with the state.
+        Default ``None``: every row is kept, as in the paper (App. E.2), with
+        the same decisions as before the option existed.
 
     The configuration (``capacities``, ``policy``, ``eta``, ``seed``,
     ``settings``, ``n_features``, ``log``) is read-only: setting it raises
@@ -7633,7 +7693,7 @@ class Router(_Team):
 
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
-                 max_age=None, log=None):
+                 max_age=None, log=None, tree_row_budget=None):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
                            settings, max_pending, max_age)
         self._policy, self._eta, self._seed, self._settings = c.policy, c.eta, c.seed, c.settings
@@ -7648,6 +7708,8 @@ class Router(_Team):
         self._tasks = _TaskLedger(c.max_pending, c.max_age)
         self._pending = self._tasks.pending   # read and deleted from on the per-task path
         self._model = _reward_model(c.policy)(c, self._rng, self._Q)
+        if tree_row_budget is not None:
+            self._model.limit_rows(tree_row_budget)
         self._score = self._model.score
         # extra per-task steps: expiry, or a model keeping the contexts it sees
         self._extra = self._tasks.expiry or self._model.sees
@@ -7701,6 +7763,8 @@ class Router(_Team):
     settings = _read_only("_settings", "settings", "build a new Router with the settings wanted")
     n_features = _read_only("_n_features", "n_features", "it is fixed by the contexts")
     log = _read_only("_log", "log", "build a new Router with log=PATH")
+    tree_row_budget = property(lambda self: self._model.row_budget,
+                               doc="See the parameters (read-only).")
 
     def _locked(self, f, *args):
         with self._lock:
@@ -7965,6 +8029,8 @@ class Router(_Team):
                 "last_task_id": tasks.last_task_id,
                 "pending": tasks.saved_pending(),
                 "model": self._model.state(),
+                **({} if self._model.row_budget is None
+                   else {"tree_row_budget": self._model.row_budget}),
                 **self._team_state(),
             }
 
@@ -8000,6 +8066,10 @@ class Router(_Team):
         agents, A, kw, model = _saved_config(st, get)
         checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
         kw["log"] = _log_path(st["log"]) if version >= 5 else None
+        budget = st.get("tree_row_budget")     # only when one was given
+        if budget is not None:
+            kw["tree_row_budget"] = _state_int(budget, "state['tree_row_budget']", 1,
+                                               ROUTER_STATE_LIMITS["count"])
         router = cls(agents, st["capacities"], **kw)
         counters = _saved_counters(st, get, router._A, router._constrained,
                                    router._assigned_elsewhere(st), router._queue_starts(st))
