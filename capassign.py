@@ -120,7 +120,7 @@ __all__ = [
     "benchmark_engines",
     # streaming router (section 7)
     "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "Decision", "PROPENSITY_DRAWS",
-    "LOG_FORMAT", "benchmark_startup", "benchmark_router",
+    "LOG_FORMAT", "benchmark_startup", "benchmark_warmup", "benchmark_router",
     # off-policy evaluation (section 8)
     "OPE_ESTIMATORS", "OffPolicyEstimate", "LogEvaluation", "evaluate_log",
     # tasks (section 9)
@@ -8109,6 +8109,20 @@ _STARTUP_CASES = (
 )
 
 
+def _fresh_python(code, extra=None):
+    """Run ``python -c code`` in a new interpreter that imports this file's
+    capassign, with the environment variables ``extra`` (and no kernel cache or
+    progress setting of the caller's); return the last number it prints."""
+    env = {k: v for k, v in os.environ.items() if k not in (PROGRESS_ENV, KERNEL_CACHE_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent)] + [p for p in [env.get("PYTHONPATH")] if p])
+    got = subprocess.run([sys.executable, "-c", code], env=dict(env, **(extra or {})),
+                         capture_output=True, text=True, check=False)
+    if got.returncode != 0:
+        raise RuntimeError(f"startup benchmark failed: {got.stderr.strip()[-500:]}")
+    return float(got.stdout.split()[-1])
+
+
 def benchmark_startup(*, repeats=3, out=print):
     """Import time and first-call times, cold and warm, each in a fresh process.
 
@@ -8140,18 +8154,7 @@ def benchmark_startup(*, repeats=3, out=print):
     >>> rows = benchmark_startup(repeats=1)   # doctest: +SKIP
     """
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).resolve().parent)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.pop(PROGRESS_ENV, None)
-
-    def run(code, extra=None):
-        got = subprocess.run([sys.executable, "-c", code], env=dict(env, **(extra or {})),
-                             capture_output=True, text=True, check=False)
-        if got.returncode != 0:
-            raise RuntimeError(f"startup benchmark failed: {got.stderr.strip()[-500:]}")
-        return float(got.stdout.split()[-1])
-
+    run = _fresh_python
     rows = []
     imp = min(run("import time\nt0 = time.perf_counter()\nimport capassign\n"
                   "print(time.perf_counter() - t0)") for _ in range(repeats))
@@ -8171,6 +8174,53 @@ def benchmark_startup(*, repeats=3, out=print):
             warm = run(code, {"NUMBA_CACHE_DIR": cache})
         out(f"{what:48s} {cold:9.1f} {warm:9.2f}")
         rows.append(dict(what=what, cold=cold, warm=warm))
+    return rows
+
+
+def benchmark_warmup(*, policies=ONLINE_POLICIES, out=print):
+    """A fresh process's first decision, without and with ``capassign warmup``.
+
+    For each policy a new interpreter builds a :class:`Router` (tree policies
+    with ``X_reference``) and makes its first decision, ``assign`` then
+    ``update``, timed from before the router is built (the kernels are
+    created, and compiled or loaded, within that time).  *Without warmup*
+    it runs on a new empty kernel cache (what the very first process of an
+    installation pays); *with warmup* on a cache that ``python -m capassign
+    warmup --cache DIR`` filled beforehand in another process (timed too).
+
+    Returns
+    -------
+    list of dict
+        ``what``, ``without`` and ``with_warmup`` (seconds) per policy, then
+        the warmup itself (``what="warmup"``, its time in ``without``).
+
+    Examples
+    --------
+    Each cold process compiles kernels, which takes minutes, so not run here:
+
+    >>> rows = benchmark_warmup(policies=("tree-greedy",))   # doctest: +SKIP
+    """
+    code = ("import time\nimport capassign as ca\n"
+            "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\nt0 = time.perf_counter()\n"
+            "r = ca.Router(2, [0.5, 0.5], {policy!r}, X_reference=X, seed=0)\n"
+            "a = r.assign(X[0]); r.update(0, a, int(R[0, a]))\n"
+            "print(time.perf_counter() - t0)")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="capassign-warmup-") as tmp:
+        warm, start = str(Path(tmp) / "warm"), time.perf_counter()
+        _fresh_python("import capassign as ca, sys; sys.argv[1:] = ['warmup', '--cache', "
+                      f"{warm!r}]; ca.main(); print(0)", {"NUMBA_NUM_THREADS": "1"})
+        took = time.perf_counter() - start
+        out(f"python -m capassign warmup --cache DIR: {took:.0f} s")
+        out(f"{'first decision of a fresh process (s)':48s} {'without':>9s} {'with warmup':>12s}")
+        for i, policy in enumerate(policies):
+            cold = _fresh_python(code.format(policy=policy),
+                                 {"NUMBA_CACHE_DIR": str(Path(tmp) / f"cold{i}")})
+            hot = _fresh_python(code.format(policy=policy), {KERNEL_CACHE_ENV: warm})
+            what = f"Router {policy}: build, assign, update"
+            out(f"{what:48s} {cold:9.2f} {hot:12.2f}")
+            rows.append(dict(what=what, without=cold, with_warmup=hot))
+    rows.append(dict(what="warmup", without=took, with_warmup=None))
     return rows
 
 
@@ -13498,6 +13548,7 @@ def _cmd_bench(args):
         benchmark_oracle(seed=args.seed)
     elif args.startup:
         benchmark_startup()
+        benchmark_warmup()
     elif args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed, eta=args.eta,
                          policies=kwargs.get("policies", ONLINE_POLICIES))
@@ -13696,7 +13747,8 @@ _COMMANDS = [
          _ETA_OPT,
          _opt("--startup", action="store_true",
               help="time 'import capassign' and the first call of the Router and of "
-                   "simulate, cold (empty numba cache) and warm, each in a fresh process"),
+                   "simulate, cold (empty numba cache) and warm, each in a fresh process; "
+                   "then a fresh process's first decision without and with warmup"),
          _opt("--tabular", action="store_true",
               help="time the tree, logistic and random policies on the real tasks bank and "
                    "credit instead (microseconds per decision; --fast-runs runs each; needs "
@@ -13887,10 +13939,12 @@ def _error_line(exc):
                f"right kind (file or folder) and is readable")
         if exc.strerror is None:
             msg = f"{exc}; check the path and its permissions"
+    elif isinstance(exc, ImportError) and "capassign[" in str(exc):   # names its extra
+        msg = str(exc)
     elif isinstance(exc, ImportError):
         msg = (f"{exc}; this command needs the package {exc.name or 'named above'}: install "
-               f"it (pip install ...), e.g. through capassign's extras 'test', 'book' or "
-               f"'mmlu-embed'")
+               f"it (pip install ...), e.g. through capassign's extras 'tasks', 'plot', "
+               f"'book' or 'mmlu-embed'")
     else:
         msg = str(exc) or type(exc).__name__
     return " ".join(msg.split())
