@@ -121,6 +121,7 @@ __all__ = [
     # streaming router (section 7)
     "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "Decision", "PROPENSITY_DRAWS",
     "LOG_FORMAT", "benchmark_startup", "benchmark_warmup", "benchmark_router",
+    "benchmark_router_state",
     # off-policy evaluation (section 8)
     "OPE_ESTIMATORS", "OffPolicyEstimate", "LogEvaluation", "evaluate_log",
     # tasks (section 9)
@@ -8224,6 +8225,56 @@ def benchmark_warmup(*, policies=ONLINE_POLICIES, out=print):
     return rows
 
 
+def benchmark_router_state(*, rewards=100_000, budgets=(None, 10_000, 1_000), d=12, seed=0,
+                           out=print):
+    """Size of a tree router's saved state, and its restore time, after ``rewards``
+    immediate rewards, without and with a ``tree_row_budget``.
+
+    ``tree-greedy``, two agents at capacities 0.5/0.5 on a synthetic stream of
+    ``d`` features (bins from its first 1,000 contexts).  The size is the
+    length of ``json.dumps(router.state_dict())`` in bytes; the restore time
+    that of ``Router.from_state(json.loads(text))`` (the fastest of three).
+
+    Returns
+    -------
+    list of dict
+        ``budget``, ``rows`` (stored rows per agent), ``bytes``, ``restore_s``
+        and ``feed_us`` (microseconds per assign + update).
+
+    Examples
+    --------
+    >>> rows = benchmark_router_state(rewards=300, budgets=(None, 100), out=lambda s: None)
+    >>> [r["rows"] for r in rows], rows[0]["bytes"] > rows[1]["bytes"]
+    ([[151, 149], [98, 98]], True)
+    """
+    X, R, _ = synthetic_stream(rewards, d, seed=seed)
+    Router(2, [0.5, 0.5], "tree-greedy", X_reference=X[:1000]).assign(X[0])  # kernels loaded
+    rows = []
+    out(f"tree-greedy router after {rewards:,} rewards (two agents, d={d}):")
+    out(f"{'tree_row_budget':>16s} {'rows per agent':>16s} {'state (MB)':>11s} "
+        f"{'restore (s)':>12s} {'us per task':>12s}")
+    for budget in budgets:
+        router = Router(2, [0.5, 0.5], "tree-greedy", X_reference=X[:1000], seed=seed,
+                        tree_row_budget=budget)
+        start = time.perf_counter()
+        for i in range(rewards):
+            a = router.assign(X[i])
+            router.update(i, a, R[i, a])
+        feed = (time.perf_counter() - start) / rewards * 1e6
+        text = json.dumps(router.state_dict())
+        restore = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            Router.from_state(json.loads(text))
+            restore.append(time.perf_counter() - t0)
+        kept = [int(n) for n in router._model._nobs]
+        out(f"{str(budget):>16s} {str(kept):>16s} {len(text) / 1e6:11.2f} "
+            f"{min(restore):12.2f} {feed:12.1f}")
+        rows.append(dict(budget=budget, rows=kept, bytes=len(text), restore_s=min(restore),
+                         feed_us=feed))
+    return rows
+
+
 def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, eta=DEFAULT_ETA,
                      out=print):
     """Microseconds per task of :meth:`Router.assign` + :meth:`Router.update`.
@@ -13549,6 +13600,8 @@ def _cmd_bench(args):
     elif args.startup:
         benchmark_startup()
         benchmark_warmup()
+    elif args.state:
+        benchmark_router_state(seed=args.seed)
     elif args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed, eta=args.eta,
                          policies=kwargs.get("policies", ONLINE_POLICIES))
@@ -13749,6 +13802,9 @@ _COMMANDS = [
               help="time 'import capassign' and the first call of the Router and of "
                    "simulate, cold (empty numba cache) and warm, each in a fresh process; "
                    "then a fresh process's first decision without and with warmup"),
+         _opt("--state", action="store_true",
+              help="the size of a tree router's saved state and its restore time after "
+                   "100,000 rewards, without and with tree_row_budget (10,000 and 1,000)"),
          _opt("--tabular", action="store_true",
               help="time the tree, logistic and random policies on the real tasks bank and "
                    "credit instead (microseconds per decision; --fast-runs runs each; needs "
