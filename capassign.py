@@ -7861,7 +7861,7 @@ class Router(_Team):
     def _explain(self, X, a, Q0, eta_t, n_draws):
         """The :class:`Decision` of the task just assigned to agent ``a`` (see
         :meth:`assign`): ``Q0`` the queues and ``eta_t`` the step before it."""
-        m, A = self._model, self._A
+        m = self._model
         penalties = tuple(float(eta_t * q) for q in Q0)
         p, se, draws, est = 1.0, 0.0, 0, None
         if self._policy == "random":
@@ -7869,28 +7869,47 @@ class Router(_Team):
         elif not m._thompson:
             est = self._mu1[0].copy()
         else:                                      # Monte Carlo, on a stream of its own
-            rng, gauss = m._rng, getattr(m, "_gauss", None)
-            spare = None if gauss is None else gauss.copy()
-            seq = np.random.SeedSequence([self._seed, self._tasks.n_assigned - 1, _PROPENSITY_KEY])
-            mu, counts = np.empty((1, A)), np.zeros(A, dtype=np.int64)
-            try:
-                m._rng = _rng_states([seq])[0]
-                if gauss is not None:
-                    gauss[:] = 0.0
-                for _ in range(n_draws):
-                    m.score(X, mu, False)
-                    counts[_select_nb(mu[0], Q0, eta_t)] += 1
-                m._thompson = False
-                m.score(X, mu, False)               # the posterior means
-                est = mu[0].copy()
-            finally:
-                m._rng, m._thompson = rng, True
-                if gauss is not None:
-                    gauss[:] = spare
-            p, draws = counts[a] / n_draws, n_draws
+            counts, means = self._propensity_draws(
+                X, n_draws, self._tasks.n_assigned - 1,
+                lambda mu: [_select_nb(mu[0], Q0, eta_t)])
+            est = means[0]
+            p, draws = counts[0, a] / n_draws, n_draws
             se = math.sqrt(p * (1.0 - p) / n_draws)
         return Decision(self._agent_out(a), self._tasks.last_task_id, float(p), float(se), draws,
                         None if est is None else tuple(float(v) for v in est), penalties)
+
+    def _propensity_draws(self, X, n_draws, first, choose):
+        """Monte Carlo of the agents a stochastic policy gives the rows of X.
+
+        ``n_draws`` times, fresh draws of the model's scores of X (Thompson
+        draws, or the ``random`` policy's), from a stream of their own seeded
+        by the router's seed and the sequence number ``first`` of the first
+        task, never from the decision stream (restored afterwards); ``choose(mu)``
+        gives each row's agent for those scores.  Returns the counts (rows x
+        agents) of the draws giving each row each agent, and the posterior
+        means of the scores (Thompson; None for ``random``).
+        """
+        m, (n, A) = self._model, (X.shape[0], self._A)
+        rng, thompson, gauss = m._rng, m._thompson, getattr(m, "_gauss", None)
+        spare = None if gauss is None else gauss.copy()
+        seq = np.random.SeedSequence([self._seed, first, _PROPENSITY_KEY])
+        mu, counts, means = np.empty((n, A)), np.zeros((n, A), dtype=np.int64), None
+        try:
+            m._rng = _rng_states([seq])[0]
+            if gauss is not None:
+                gauss[:] = 0.0
+            for _ in range(n_draws):
+                m.score(X, mu, False)
+                counts[np.arange(n), choose(mu)] += 1
+            if thompson:
+                m._thompson = False
+                m.score(X, mu, False)               # the posterior means
+                means = mu.copy()
+        finally:
+            m._rng, m._thompson = rng, thompson
+            if gauss is not None:
+                gauss[:] = spare
+        return counts, means
 
     def _write_log(self, line):
         """Append one JSON line to the log (if any), flushed (see :data:`LOG_FORMAT`)."""
@@ -7899,7 +7918,7 @@ class Router(_Team):
                 f.write(json.dumps(line) + "\n")
                 f.flush()
 
-    def assign_batch(self, X, task_ids=None):
+    def assign_batch(self, X, task_ids=None, *, explain=False, n_draws=PROPENSITY_DRAWS):
         """Assign a mini-batch of tasks at once (the paper, Sec. 4.2, App. H.5).
 
         The batch of n = len(X) tasks gets integer counts per agent from the
@@ -7910,7 +7929,28 @@ class Router(_Team):
         counts (:func:`batch_queue_update`).  Task ids default to the
         sequence numbers, skipping ids of pending tasks, as in :meth:`assign`;
         :attr:`last_task_id` is the batch's last.  Returns the list of agents.
+
+        With ``explain=True`` it returns a :class:`Decision` per task instead,
+        as :meth:`assign` does: the estimates, the penalties eta_t Q_{t,a}
+        before the batch and each task's propensity, the probability that the
+        batch rule gave the task its agent given everything before the batch.
+        It is 1 for the deterministic policies; for ``random`` and Thompson
+        sampling, the share of ``n_draws`` fresh draws of the batch's scores
+        whose allocation (same counts, same solver) gives the task that agent,
+        drawn from a stream of their own (seeded by the router's seed and the
+        batch's first sequence number), so the decisions are those of a batch
+        without ``explain``.
+
+        Examples
+        --------
+        >>> X, R, _ = synthetic_stream(50, 3, seed=1)
+        >>> router = Router(2, [0.5, 0.5], "random")
+        >>> [d.propensity for d in router.assign_batch(X[:4], explain=True, n_draws=200)]
+        [0.28, 0.355, 0.395, 0.24]
         """
+        if explain is not False:
+            _validate_bool(explain, "explain")
+            n_draws = _validate_int(n_draws, "n_draws", lo=1)
         with self._lock:
             if self._log is not None:
                 raise ValueError("log: assign_batch does not compute propensities; a router "
@@ -7920,12 +7960,32 @@ class Router(_Team):
             ids = self._tasks.batch_ids(n, task_ids)
             self._model.see(X)
             mu = np.empty((n, self._A))
+            first, Q0, eta0 = self._tasks.n_assigned, self._Q.copy(), self._model._eta.copy()
             self._score(X, mu, False)             # the estimates only (X is finite: checked)
             chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained,
                                               self._model._eta, self._Q)
             self._tasks.book_batch(ids, chosen, X)
             self._counts += realised
-            return [self._agent_out(int(a)) for a in chosen]
+            if not explain:
+                return [self._agent_out(int(a)) for a in chosen]
+            return self._explain_batch(X, ids, chosen, mu, first, Q0, eta0, n_draws)
+
+    def _explain_batch(self, X, ids, chosen, mu, first, Q0, eta0, n_draws):
+        """The :class:`Decision` of each task of a batch just assigned (see
+        :meth:`assign_batch`): ``mu`` its scores, ``first`` the sequence number
+        of its first task, ``Q0`` and ``eta0`` the queues and step state before it."""
+        eta_t = float(_eta_step_nb(eta0[0], eta0[1], eta0[2], eta0[3]))
+        penalties = tuple(float(eta_t * q) for q in Q0)
+        n, est, p, draws = len(chosen), mu, np.ones(len(chosen)), 0
+        if self._policy == "random" or self._model._thompson:
+            counts, est = self._propensity_draws(
+                X, n_draws, first, lambda m: _batch_step_nb(
+                    m, self._alpha, self._constrained, eta0.copy(), Q0.copy())[0])
+            p, draws = counts[np.arange(n), chosen] / n_draws, n_draws
+        return [Decision(self._agent_out(int(a)), ids[i], float(p[i]),
+                         math.sqrt(p[i] * (1.0 - p[i]) / draws) if draws else 0.0, draws,
+                         None if est is None else tuple(float(v) for v in est[i]), penalties)
+                for i, a in enumerate(chosen)]
 
     def cancel(self, task_id):
         """Forget a pending task whose reward will not come; return its agent.

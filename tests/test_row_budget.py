@@ -90,8 +90,11 @@ def test_saved_and_restored_exactly(policy, reference):
     assert router.state_dict() == restored.state_dict()
     # a state whose rows do not follow the rule is refused
     bad = json.loads(json.dumps(st))
-    bad["tree_row_budget"] = 47
-    with pytest.raises(ValueError, match="tree_row_budget"):
+    bad["tree_row_budget"] = 200
+    with pytest.raises(ValueError, match="as kept under state\\['tree_row_budget'\\]"):
+        ca.Router.from_state(bad)
+    del bad["tree_row_budget"]
+    with pytest.raises(ValueError, match="must equal state\\['rewards_seen'\\]$"):
         ca.Router.from_state(bad)
 
 
