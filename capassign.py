@@ -3383,8 +3383,8 @@ class BootstrapTrees:
 
     def fit(self, X, r, rng):
         """Grow the ensemble on ``(X, r)``, one bootstrap resample per tree."""
-        sklearn = _optional("sklearn")
-        DecisionTreeRegressor = _optional("sklearn.tree").DecisionTreeRegressor
+        import sklearn
+        from sklearn.tree import DecisionTreeRegressor
 
         s = self.settings
         # scikit-learn trees work on float32 contexts; converting once here and
@@ -6076,6 +6076,7 @@ def _reference_runs(X, R, orders, policy_seeds, sim):
     and the numbers do not depend on how many there are.  A single run, or a
     single core, stays in this process.
     """
+    _optional("sklearn")                   # the trees of BootstrapTrees (the tasks extra)
     n_jobs = min(len(orders), os.cpu_count() or 1)
     if n_jobs < 2:
         return [_reference_one(X, R, order, sim, ps) for order, ps in zip(orders, policy_seeds)]
