@@ -100,8 +100,9 @@ CAPACITY_TOL = 1e-9
 #: page, the read-outs, the paper's evidence, the chapter tools) is its module capbook.
 __all__ = [
     # the paper's numbers (before section 1)
-    "PAPER_ETA", "PAPER_RUNS", "PAPER_ALPHAS", "PAPER_TABLE3", "PAPER_TABLE4",
-    "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
+    "PAPER_ETA", "PAPER_TABLE3", "PAPER_TABLE4", "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
+    # compiled kernels: where they are cached (section 2)
+    "kernel_cache_dir",
     # theory / oracle (section 3)
     "optimal_assignment", "shadow_price_policy", "two_agent_threshold",
     "disagreement_regions", "disagreement_gain", "hindsight_optimum",
@@ -111,7 +112,7 @@ __all__ = [
     "ModelSettings", "PAPER_SETTINGS", "LaplaceLogistic", "BootstrapTrees",
     "ROUTER_STREAM_CUTS",
     # simulation engine (section 6)
-    "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES", "ENGINES",
+    "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES",
     "synthetic_stream", "simulate",
     # streaming router (section 7)
     "Router", "Decision", "PROPENSITY_DRAWS", "LOG_FORMAT",
@@ -160,6 +161,8 @@ _BOOK_API = (
     "CapacityAdherence",
     # the benchmarks behind the README's speed tables (section 13)
     "benchmark_startup", "benchmark_engines", "benchmark_router",
+    # the protocol's defaults the book's stored results record (before section 1, section 6)
+    "PAPER_RUNS", "PAPER_ALPHAS", "ENGINES",
 )
 
 
@@ -627,14 +630,46 @@ def _check_memory(request, nbytes, purpose):
                          f"the limit of {_bytes_text(limit)} ({source})")
 
 
+# --- optional dependencies: the extra that brings each --------------------------
+#
+# ``pip install capassign`` installs the method's dependencies only (numpy,
+# scipy, numba); the paper's tasks and experiments, the plots and the book
+# bring theirs through the extras of pyproject.toml.
+
+#: The extra of pyproject.toml that installs each optional dependency.
+_EXTRAS = {"pandas": "tasks", "pooch": "tasks", "sklearn": "tasks", "xgboost": "tasks",
+           "joblib": "tasks", "tqdm": "tasks", "matplotlib": "plot"}
+
+
+def _optional(module):
+    """Import the optional dependency ``module`` (e.g. ``"pandas"``,
+    ``"sklearn.tree"``); when it is missing, a one-line ImportError naming
+    the function that needs it and the extra that installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        top = module.split(".")[0]
+        if exc.name is None or exc.name.split(".")[0] != top:
+            raise                              # the package is there, but broken
+        code = sys._getframe(1).f_code
+        caller = getattr(code, "co_qualname", code.co_name)
+        raise ImportError(f"capassign.{caller} needs {top}, which is not installed: "
+                          f"pip install 'capassign[{_EXTRAS[top]}]'", name=top) from None
+
+
 # =============================================================================
 # 2. Compiled kernels: numba, loaded on first use
 # =============================================================================
 
 # The fast engine compiles its inner loops with numba; ``cache=True`` stores the
-# machine code next to this file, so a new process (or notebook kernel) loads
-# it instead of compiling again.  That cache folder (``__pycache__`` here, or
-# NUMBA_CACHE_DIR) must be writable by its owner alone: numba's index files
+# machine code on disk, so a new process (or notebook kernel) loads it instead
+# of compiling again: in ``__pycache__`` next to this file in a checkout, in
+# the user's cache folder for an installed copy, or in the folder named by
+# CAPASSIGN_NUMBA_CACHE or NUMBA_CACHE_DIR (:func:`kernel_cache_dir`;
+# ``python -m capassign warmup`` fills it ahead of time).  That cache folder
+# must be writable by its owner alone: numba's index files
 # are pickles, which it loads, so whoever can write them can run code in every
 # process that calls a kernel (README, "Speed").
 # numba (about two thirds of the import time of this module) is imported when
@@ -689,12 +724,64 @@ def _numba_kernels():
             if _LAZY_KERNELS:
                 import numba
 
-                for name, kernel in list(_LAZY_KERNELS.items()):
-                    if names.get(name) is kernel:
-                        names[name] = numba.njit(**kernel.options)(kernel.py_func)
-                        _drop_unreadable_index(names[name])
+                cache, numba_dir = kernel_cache_dir(), numba.config.CACHE_DIR
+                if cache is not None:          # numba reads it when a kernel is created
+                    os.makedirs(cache, mode=0o700, exist_ok=True)
+                    numba.config.CACHE_DIR = str(cache)
+                try:
+                    for name, kernel in list(_LAZY_KERNELS.items()):
+                        if names.get(name) is kernel:
+                            names[name] = numba.njit(**kernel.options)(kernel.py_func)
+                            _drop_unreadable_index(names[name])
+                finally:
+                    numba.config.CACHE_DIR = numba_dir
                 _LAZY_KERNELS.clear()
     return names
+
+
+#: Environment variable naming the folder of the kernels' numba cache
+#: (:func:`kernel_cache_dir`); ``python -m capassign warmup --cache DIR`` fills it.
+KERNEL_CACHE_ENV = "CAPASSIGN_NUMBA_CACHE"
+
+
+def kernel_cache_dir():
+    """The folder where numba caches this module's compiled kernels.
+
+    In order: the folder named by ``CAPASSIGN_NUMBA_CACHE``, then numba's own
+    ``NUMBA_CACHE_DIR``; otherwise, for an installed copy (this file in a
+    ``site-packages`` or ``dist-packages`` folder), the user's cache folder
+    ``$XDG_CACHE_HOME/capassign/numba`` (default ``~/.cache/capassign/numba``;
+    ``~/Library/Caches/capassign/numba`` on macOS,
+    ``%LOCALAPPDATA%\\capassign\\Cache\\numba`` on Windows), so that nothing
+    is written into site-packages; and ``None`` for a checkout or an editable
+    install: numba's own rule, ``__pycache__`` next to this file.  The folder
+    is created private (mode 700) when the kernels are first created; it must
+    stay writable by its owner alone (numba's index files are pickles).
+
+    Returns
+    -------
+    pathlib.Path or None
+        The cache folder, or ``None`` for numba's own rule.
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ["CAPASSIGN_NUMBA_CACHE"] = "/tmp/capassign-kernels"
+    >>> str(kernel_cache_dir())
+    '/tmp/capassign-kernels'
+    >>> del os.environ["CAPASSIGN_NUMBA_CACHE"]
+    """
+    for env in (KERNEL_CACHE_ENV, "NUMBA_CACHE_DIR"):
+        if os.environ.get(env):
+            return Path(os.environ[env]).expanduser()
+    if Path(__file__).resolve().parent.name not in ("site-packages", "dist-packages"):
+        return None
+    if sys.platform == "win32":
+        root = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
+        return root / "capassign" / "Cache" / "numba"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "capassign" / "numba"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "capassign" / "numba"
 
 
 def _drop_unreadable_index(kernel):
@@ -724,8 +811,8 @@ _LAZY_LOCK = threading.Lock()
 # --- First use of the compiled kernels -------------------------------------------
 #
 # The kernels are compiled by numba on their first call and cached on disk
-# (``__pycache__`` next to this file, or ``NUMBA_CACHE_DIR``), so only the
-# first call after installing or editing the module pays for compilation.
+# (:func:`kernel_cache_dir`), so only the first call after installing or
+# editing the module pays for compilation - or none, after :func:`warmup`.
 # That first call says so, once per process, in one line on stderr - only when
 # stderr is a terminal (never in a notebook's stored outputs), or always with
 # ``CAPASSIGN_PROGRESS=1`` (never with ``CAPASSIGN_PROGRESS=0``).
@@ -4619,6 +4706,13 @@ class _RewardModel:
     ARRAYS = ()
     #: Whether :meth:`see` keeps contexts (a tree model cutting bins from the stream).
     sees = False
+    #: Rows each agent keeps at most (:meth:`_TreeModel.limit_rows`); None: all.
+    row_budget = None
+
+    def limit_rows(self, budget):
+        """Only a tree model stores rows (the ``tree_row_budget`` of :class:`Router`)."""
+        raise ValueError("tree_row_budget applies to the tree policies only (they store "
+                         "every reward's row); the other models keep sums of fixed size")
 
     def __init__(self, config, rng, Q):
         self.A, self.d, self.settings = config.A, config.d, config.settings
@@ -5038,6 +5132,8 @@ class _TreeModel(_RewardModel):
                                   self._constrained, self._eta)
 
     def learn(self, a, x, r):
+        if self.row_budget is not None and self._nobs[a] >= self.row_budget:
+            self._drop_oldest(a, -(-self.row_budget // 8))
         if self._nobs[a] >= self._cap:
             self._alloc_rows(2 * self._cap)
         if self._raw is not None:
@@ -5071,6 +5167,47 @@ class _TreeModel(_RewardModel):
     def _replay(self, a, every_refit=True):
         """Rebuild agent a's forest from its stored rows (zeroed forest arrays)."""
         _router_tree_replay_nb(a, int(self._nobs[a]), *self._tree_state()[:3], every_refit)
+
+    # --- a budget of rows per agent (Router's tree_row_budget) -----------------------
+    #
+    # The paper's forests keep every row an agent was given (App. E.2), so a
+    # router's state grows with each reward.  With a budget K an agent keeps at
+    # most K rows, its most recent: when a reward arrives and the agent holds K,
+    # its oldest ceil(K / 8) rows are dropped first (bins, reward, Poisson
+    # weights; and the raw context while stream bins are cut) and its forest is
+    # rebuilt from the rows kept by the replay of a restore, so the forest is
+    # the one a router given only those rows would have (refits at multiples of
+    # refit_every counted from the oldest row kept).  Dropping an eighth at a
+    # time costs about 8 replayed rows per reward instead of K.  An agent thus
+    # holds between K - ceil(K / 8) + 1 and K rows once past K (:meth:`kept_rows`).
+
+    def limit_rows(self, budget):
+        """Keep at most ``budget`` rows per agent (see the notes above)."""
+        low = 2 * self.settings.refit_every
+        self.row_budget = _validate_int(budget, "tree_row_budget", lo=low,
+                                        hi=ROUTER_STATE_LIMITS["count"])
+
+    def kept_rows(self, seen):
+        """The rows an agent keeps after ``seen`` rewards under the budget."""
+        K = self.row_budget
+        if K is None or seen <= K:
+            return seen
+        drop = -(-K // 8)
+        return K - drop + 1 + (seen - K - 1) % drop
+
+    def _drop_oldest(self, a, k):
+        """Drop agent a's k oldest rows and rebuild its forest from the rest."""
+        n = int(self._nobs[a])
+        self._Xa[a, :n - k] = self._Xa[a, k:n].copy()
+        self._ya[a, :n - k] = self._ya[a, k:n].copy()
+        self._W[a, :, :n - k] = self._W[a, :, k:n].copy()
+        if self._raw is not None:
+            del self._raw[a][:k]
+        for name, v in (("_feat", -1), ("_thr", 0), ("_val", 0), ("_node_c", 0),
+                        ("_node_s", 0), ("_HC", 0), ("_head", -1), ("_fitted", False)):
+            getattr(self, name)[a] = v
+        self._nobs[a] = n - k
+        self._replay(a, every_refit=False)
 
     # --- bin edges from the stream -------------------------------------------------
 
@@ -5204,8 +5341,10 @@ class _TreeModel(_RewardModel):
     def restore(self, tree, counters):
         """Install the checked rows of a saved tree state and rebuild the forests."""
         nobs, rows, seen = tree["nobs"], tree["rows"], counters["rewards_seen"]
-        if any(nobs[a] != seen[a] for a in range(self.A)):
-            raise ValueError("state['model']['nobs'] must equal state['rewards_seen']")
+        if any(nobs[a] != self.kept_rows(seen[a]) for a in range(self.A)):
+            raise ValueError("state['model']['nobs'] must equal state['rewards_seen']"
+                             + ("" if self.row_budget is None else " as kept under "
+                                "state['tree_row_budget']"))
         if tree["stream"] is not None:
             self._restore_stream(tree["stream"], tree["edges"], rows, nobs,
                                  counters["n_assigned"])
@@ -5913,11 +6052,12 @@ def _reference_runs(X, R, orders, policy_seeds, sim):
     and the numbers do not depend on how many there are.  A single run, or a
     single core, stays in this process.
     """
+    _optional("sklearn")                   # the trees of BootstrapTrees (the tasks extra)
     n_jobs = min(len(orders), os.cpu_count() or 1)
     if n_jobs < 2:
         return [_reference_one(X, R, order, sim, ps) for order, ps in zip(orders, policy_seeds)]
 
-    import joblib
+    joblib = _optional("joblib")
 
     with warnings.catch_warnings():
         # loky may note that an idle worker was replaced; that changes nothing
@@ -7288,6 +7428,14 @@ class Router(_Team):
         Each line is flushed as written; the path is saved with the state, so
         a restored router appends to the same file.  A router with a log
         refuses :meth:`assign_batch` (it computes no propensities).
+    tree_row_budget : int, optional
+        Tree policies only: each agent keeps at most this many rows (its most
+        recent; at least 2 ``settings.refit_every``), so that the state stays
+        bounded.  When a reward arrives for an agent holding that many, its
+        oldest ceil(budget / 8) rows are dropped and its forest rebuilt from
+        the rest (:meth:`_TreeModel.limit_rows`).  Saved with the state.
+        Default ``None``: every row is kept, as in the paper (App. E.2), with
+        the same decisions as before the option existed.
 
     The configuration (``capacities``, ``policy``, ``eta``, ``seed``,
     ``settings``, ``n_features``, ``log``) is read-only: setting it raises
@@ -7359,7 +7507,7 @@ class Router(_Team):
 
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
-                 max_age=None, log=None):
+                 max_age=None, log=None, tree_row_budget=None):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
                            settings, max_pending, max_age)
         self._policy, self._eta, self._seed, self._settings = c.policy, c.eta, c.seed, c.settings
@@ -7374,6 +7522,8 @@ class Router(_Team):
         self._tasks = _TaskLedger(c.max_pending, c.max_age)
         self._pending = self._tasks.pending   # read and deleted from on the per-task path
         self._model = _reward_model(c.policy)(c, self._rng, self._Q)
+        if tree_row_budget is not None:
+            self._model.limit_rows(tree_row_budget)
         self._score = self._model.score
         # extra per-task steps: expiry, or a model keeping the contexts it sees
         self._extra = self._tasks.expiry or self._model.sees
@@ -7427,6 +7577,8 @@ class Router(_Team):
     settings = _read_only("_settings", "settings", "build a new Router with the settings wanted")
     n_features = _read_only("_n_features", "n_features", "it is fixed by the contexts")
     log = _read_only("_log", "log", "build a new Router with log=PATH")
+    tree_row_budget = property(lambda self: self._model.row_budget,
+                               doc="See the parameters (read-only).")
 
     def _locked(self, f, *args):
         with self._lock:
@@ -7522,7 +7674,7 @@ class Router(_Team):
     def _explain(self, X, a, Q0, eta_t, n_draws):
         """The :class:`Decision` of the task just assigned to agent ``a`` (see
         :meth:`assign`): ``Q0`` the queues and ``eta_t`` the step before it."""
-        m, A = self._model, self._A
+        m = self._model
         penalties = tuple(float(eta_t * q) for q in Q0)
         p, se, draws, est = 1.0, 0.0, 0, None
         if self._policy == "random":
@@ -7530,28 +7682,47 @@ class Router(_Team):
         elif not m._thompson:
             est = self._mu1[0].copy()
         else:                                      # Monte Carlo, on a stream of its own
-            rng, gauss = m._rng, getattr(m, "_gauss", None)
-            spare = None if gauss is None else gauss.copy()
-            seq = np.random.SeedSequence([self._seed, self._tasks.n_assigned - 1, _PROPENSITY_KEY])
-            mu, counts = np.empty((1, A)), np.zeros(A, dtype=np.int64)
-            try:
-                m._rng = _rng_states([seq])[0]
-                if gauss is not None:
-                    gauss[:] = 0.0
-                for _ in range(n_draws):
-                    m.score(X, mu, False)
-                    counts[_select_nb(mu[0], Q0, eta_t)] += 1
-                m._thompson = False
-                m.score(X, mu, False)               # the posterior means
-                est = mu[0].copy()
-            finally:
-                m._rng, m._thompson = rng, True
-                if gauss is not None:
-                    gauss[:] = spare
-            p, draws = counts[a] / n_draws, n_draws
+            counts, means = self._propensity_draws(
+                X, n_draws, self._tasks.n_assigned - 1,
+                lambda mu: [_select_nb(mu[0], Q0, eta_t)])
+            est = means[0]
+            p, draws = counts[0, a] / n_draws, n_draws
             se = math.sqrt(p * (1.0 - p) / n_draws)
         return Decision(self._agent_out(a), self._tasks.last_task_id, float(p), float(se), draws,
                         None if est is None else tuple(float(v) for v in est), penalties)
+
+    def _propensity_draws(self, X, n_draws, first, choose):
+        """Monte Carlo of the agents a stochastic policy gives the rows of X.
+
+        ``n_draws`` times, fresh draws of the model's scores of X (Thompson
+        draws, or the ``random`` policy's), from a stream of their own seeded
+        by the router's seed and the sequence number ``first`` of the first
+        task, never from the decision stream (restored afterwards); ``choose(mu)``
+        gives each row's agent for those scores.  Returns the counts (rows x
+        agents) of the draws giving each row each agent, and the posterior
+        means of the scores (Thompson; None for ``random``).
+        """
+        m, (n, A) = self._model, (X.shape[0], self._A)
+        rng, thompson, gauss = m._rng, m._thompson, getattr(m, "_gauss", None)
+        spare = None if gauss is None else gauss.copy()
+        seq = np.random.SeedSequence([self._seed, first, _PROPENSITY_KEY])
+        mu, counts, means = np.empty((n, A)), np.zeros((n, A), dtype=np.int64), None
+        try:
+            m._rng = _rng_states([seq])[0]
+            if gauss is not None:
+                gauss[:] = 0.0
+            for _ in range(n_draws):
+                m.score(X, mu, False)
+                counts[np.arange(n), choose(mu)] += 1
+            if thompson:
+                m._thompson = False
+                m.score(X, mu, False)               # the posterior means
+                means = mu.copy()
+        finally:
+            m._rng, m._thompson = rng, thompson
+            if gauss is not None:
+                gauss[:] = spare
+        return counts, means
 
     def _write_log(self, line):
         """Append one JSON line to the log (if any), flushed (see :data:`LOG_FORMAT`)."""
@@ -7560,7 +7731,7 @@ class Router(_Team):
                 f.write(json.dumps(line) + "\n")
                 f.flush()
 
-    def assign_batch(self, X, task_ids=None):
+    def assign_batch(self, X, task_ids=None, *, explain=False, n_draws=PROPENSITY_DRAWS):
         """Assign a mini-batch of tasks at once (the paper, Sec. 4.2, App. H.5).
 
         The batch of n = len(X) tasks gets integer counts per agent from the
@@ -7571,7 +7742,28 @@ class Router(_Team):
         counts (:func:`batch_queue_update`).  Task ids default to the
         sequence numbers, skipping ids of pending tasks, as in :meth:`assign`;
         :attr:`last_task_id` is the batch's last.  Returns the list of agents.
+
+        With ``explain=True`` it returns a :class:`Decision` per task instead,
+        as :meth:`assign` does: the estimates, the penalties eta_t Q_{t,a}
+        before the batch and each task's propensity, the probability that the
+        batch rule gave the task its agent given everything before the batch.
+        It is 1 for the deterministic policies; for ``random`` and Thompson
+        sampling, the share of ``n_draws`` fresh draws of the batch's scores
+        whose allocation (same counts, same solver) gives the task that agent,
+        drawn from a stream of their own (seeded by the router's seed and the
+        batch's first sequence number), so the decisions are those of a batch
+        without ``explain``.
+
+        Examples
+        --------
+        >>> X, R, _ = synthetic_stream(50, 3, seed=1)
+        >>> router = Router(2, [0.5, 0.5], "random")
+        >>> [d.propensity for d in router.assign_batch(X[:4], explain=True, n_draws=200)]
+        [0.28, 0.355, 0.395, 0.24]
         """
+        if explain is not False:
+            _validate_bool(explain, "explain")
+            n_draws = _validate_int(n_draws, "n_draws", lo=1)
         with self._lock:
             if self._log is not None:
                 raise ValueError("log: assign_batch does not compute propensities; a router "
@@ -7581,12 +7773,32 @@ class Router(_Team):
             ids = self._tasks.batch_ids(n, task_ids)
             self._model.see(X)
             mu = np.empty((n, self._A))
+            first, Q0, eta0 = self._tasks.n_assigned, self._Q.copy(), self._model._eta.copy()
             self._score(X, mu, False)             # the estimates only (X is finite: checked)
             chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained,
                                               self._model._eta, self._Q)
             self._tasks.book_batch(ids, chosen, X)
             self._counts += realised
-            return [self._agent_out(int(a)) for a in chosen]
+            if not explain:
+                return [self._agent_out(int(a)) for a in chosen]
+            return self._explain_batch(X, ids, chosen, mu, first, Q0, eta0, n_draws)
+
+    def _explain_batch(self, X, ids, chosen, mu, first, Q0, eta0, n_draws):
+        """The :class:`Decision` of each task of a batch just assigned (see
+        :meth:`assign_batch`): ``mu`` its scores, ``first`` the sequence number
+        of its first task, ``Q0`` and ``eta0`` the queues and step state before it."""
+        eta_t = float(_eta_step_nb(eta0[0], eta0[1], eta0[2], eta0[3]))
+        penalties = tuple(float(eta_t * q) for q in Q0)
+        n, est, p, draws = len(chosen), mu, np.ones(len(chosen)), 0
+        if self._policy == "random" or self._model._thompson:
+            counts, est = self._propensity_draws(
+                X, n_draws, first, lambda m: _batch_step_nb(
+                    m, self._alpha, self._constrained, eta0.copy(), Q0.copy())[0])
+            p, draws = counts[np.arange(n), chosen] / n_draws, n_draws
+        return [Decision(self._agent_out(int(a)), ids[i], float(p[i]),
+                         math.sqrt(p[i] * (1.0 - p[i]) / draws) if draws else 0.0, draws,
+                         None if est is None else tuple(float(v) for v in est[i]), penalties)
+                for i, a in enumerate(chosen)]
 
     def cancel(self, task_id):
         """Forget a pending task whose reward will not come; return its agent.
@@ -7691,6 +7903,8 @@ class Router(_Team):
                 "last_task_id": tasks.last_task_id,
                 "pending": tasks.saved_pending(),
                 "model": self._model.state(),
+                **({} if self._model.row_budget is None
+                   else {"tree_row_budget": self._model.row_budget}),
                 **self._team_state(),
             }
 
@@ -7726,6 +7940,10 @@ class Router(_Team):
         agents, A, kw, model = _saved_config(st, get)
         checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
         kw["log"] = _log_path(st["log"]) if version >= 5 else None
+        budget = st.get("tree_row_budget")     # only when one was given
+        if budget is not None:
+            kw["tree_row_budget"] = _state_int(budget, "state['tree_row_budget']", 1,
+                                               ROUTER_STATE_LIMITS["count"])
         router = cls(agents, st["capacities"], **kw)
         counters = _saved_counters(st, get, router._A, router._constrained,
                                    router._assigned_elsewhere(st), router._queue_starts(st))
@@ -8286,7 +8504,7 @@ class DataRegistry:
             return Path(d).expanduser()
         if DATA_DIR.name == "data":  # a source checkout: data/cache (git-ignored)
             return DATA_DIR / "cache"
-        import pooch  # an installed copy: the user's cache folder, never site-packages
+        pooch = _optional("pooch")  # installed: the user cache, not site-packages
 
         return Path(pooch.os_cache("capassign"))
 
@@ -8429,7 +8647,7 @@ class DataRegistry:
         return self.check(relpath, target)
 
     def _download(self, e, path):
-        import pooch
+        pooch = _optional("pooch")
 
         errors = []
         archive = e.get("archive")
@@ -8527,7 +8745,7 @@ def _rebuild_imagenet16h_human48(inputs):
     is the arg-max class.  Returns the CSV bytes (identical to the shipped
     ``derived/human48_vgg19_epoch10.csv``).
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     base = "imagenet16h/"
     cat = pd.read_csv(inputs[base + "imagenet16H.csv"])
@@ -8658,7 +8876,7 @@ def _tabular_design(name):
     Not cached: tasks are cached by :func:`load_task`, which empties its caches
     when the data folder changes (:func:`_sync_data_caches`).
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     src, sep, label, dropped = _TABULAR_FILES[name]
     df = pd.read_csv(data_path(src), sep=sep).drop(columns=list(dropped))
@@ -8955,14 +9173,14 @@ def _tabular_agents(design, seed, split, agents, subset="exact", scaling="z"):
     pred = {}
     for a in agents:
         if a == "xgboost":
-            from xgboost import XGBClassifier
+            XGBClassifier = _optional("xgboost").XGBClassifier
 
             X = design.Xraw[:, f2]
             model = XGBClassifier(n_estimators=200, max_depth=4, learning_rate=0.05,
                                   subsample=0.8, colsample_bytree=0.8, eval_metric="logloss",
                                   random_state=seed, n_jobs=1)
         else:
-            from sklearn.linear_model import LogisticRegression
+            LogisticRegression = _optional("sklearn.linear_model").LogisticRegression
 
             X = _logistic_design(design, f1, train, a, scaling)
             model = LogisticRegression(solver="lbfgs", class_weight="balanced", max_iter=1000)
@@ -9056,7 +9274,7 @@ def tabular_agent_accuracies(name, seeds, *, agents=("ordinal", "onehot", "xgboo
     >>> tabular_agent_accuracies("credit", range(1), agents=("ordinal",)).values.tolist()
     [[0, 9000, 5033]]
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _validate_choice(name, TABULAR_TASKS, "name")
     _validate_names(agents, TABULAR_ENCODINGS + ("xgboost",), "agents", min_count=0)
@@ -9079,7 +9297,7 @@ def _imagenet16h_task(duplicates=10):
     standardised over the 200 items; the 200 (image, noise) items of
     participant 48 are repeated ``duplicates`` times, giving 2,000 tasks.
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     j = pd.read_csv(data_path("imagenet16h/derived/human48_vgg19_epoch10.csv"))
     noise = j["noise_level"].to_numpy(dtype=float)
@@ -9145,7 +9363,7 @@ def mmlu_questions(subjects=MMLU_SUBJECTS, splits=("val", "test")):
     >>> q.shape, q.loc[0, "answer"]
     ((11, 9), 'A')
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     subjects = _validate_subjects(subjects)
     splits = _validate_names(splits, ("val", "test"), "splits", min_count=0)
@@ -9202,7 +9420,7 @@ def mmlu_models(subjects=MMLU_SUBJECTS, *, source=MMLU_EXACT_SOURCE, complete=Tr
     >>> len(models), len(questions), C.shape
     (28, 111, (111, 28))
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     subjects = _validate_subjects(subjects)
     df = pd.read_csv(data_path("mmlu/agents/correctness.csv"))
@@ -9294,7 +9512,7 @@ def mmlu_embeddings(path=None):
     >>> E.shape, E.dtype.name, len(keys) == E.shape[0]
     ((570, 384), 'float32', True)
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     path = Path(path) if path is not None else MMLU_EMBEDDINGS_PATH
     if not path.exists():
@@ -9887,7 +10105,7 @@ def tabular_agent_search(name, path=None, *, subset=None, scaling=None):
     >>> df.columns.tolist(), len(df)
     (['seed', 'ordinal', 'onehot', 'xgboost'], 100)
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _validate_choice(name, TABULAR_TASKS, "name")
     r = _agent_readings(None, None, subset, scaling)
@@ -10016,7 +10234,7 @@ def contrast_separation(X, R, alpha1=0.5, *, folds=5, seed=0, settings=PAPER_SET
     0  logistic  0.010     0.5  0.490  1.0
     1      tree  0.005     0.5  0.495  1.0
     """
-    import pandas as pd
+    pd = _optional("pandas")
     from scipy.stats import rankdata
 
     X, R = _two_agent_stream(X, R, binary=True)   # the AUC compares disagreements
@@ -10128,7 +10346,7 @@ def laplace_update_influence(X, R, *, seed=0, reference=2000, settings=PAPER_SET
     >>> len(df), df.agent.tolist()[:4], bool((df.movement >= 0).all())
     (300, [0, 1, 0, 1], True)
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     X, R = _two_agent_stream(X, R)
     T = X.shape[0]
@@ -10281,7 +10499,7 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     0  random     0.2   (0.2, 0.3, 0.5)   0.45
     1  random     0.3  (0.3, None, 0.4)   0.46
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     policies = _validate_names(policies, POLICIES, "policies")
     capacities = [list(c) for c in capacities]
@@ -10375,7 +10593,7 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     2  hindsight     0.0     1  0.420
     3  hindsight     0.5     1  0.200
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     policies = _validate_names(policies, POLICIES, "policies")
     hindsight = _validate_bool(hindsight, "hindsight")
@@ -10403,7 +10621,7 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
 
 
 def _check_frame(df, columns, name="df", source="error_vs_capacity"):
-    import pandas as pd
+    pd = _optional("pandas")
 
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"{name} must be a pandas DataFrame (a table from "
@@ -10640,7 +10858,7 @@ def paired_tests(df, baseline="random", *, level=0.95):
         policy  runs  won  lost  diff
     0  tree-ts     3    3     0 -0.0967
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _check_frame(df, ("task", "policy", "alpha1", "errors"))
     if not isinstance(baseline, str):
@@ -10723,7 +10941,7 @@ def hindsight_gaps(df, *, baseline="random"):
     0   random  0.10     0.0
     1  tree-ts  0.02     0.8
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     _check_frame(df, ("task", "policy", "alpha1", "error", "ci_low", "ci_high"))
     floor = {(r.task, float(r.alpha1)): float(r.error)
@@ -11352,7 +11570,7 @@ def tune_eta_schedule(eta0s=(0.1, 0.25, 0.5, 1.0, 2.0), t0s=(1, 10, 100, 1000), 
     >>> tuning.table[["eta0", "gap", "deviation"]].round(4).values.tolist()
     [[0.25, 0.0025, 0.0247], [1.0, 0.0095, 0.0092]]
     """
-    import pandas as pd
+    pd = _optional("pandas")
 
     power = _validate_real(power, "power", 0.0, 1.0, lo_open=True)
     cands = [DecayingEta(e, t, power) for e in eta0s for t in t0s]
@@ -12081,7 +12299,7 @@ def _sweep_locked(out_dir, plan, ex):
     """The part of :func:`sweep` that runs while it holds the folder's lock:
     compute or reuse the cells of the :class:`_SweepPlan` ``plan`` as the
     :data:`_SweepExecution` ``ex`` says."""
-    import pandas as pd
+    pd = _optional("pandas")
 
     manifest, specs, keys, shapes = plan.manifest, plan.specs, plan.keys, plan.shapes
     cells = out_dir / "cells"
@@ -12122,8 +12340,8 @@ def _sweep_locked(out_dir, plan, ex):
     reused = len(records)
     threads = 1 if (ex.backend != "sequential" and ex.n_jobs != 1) else None
     if todo:
-        import joblib
-        from tqdm.auto import tqdm
+        joblib = _optional("joblib")
+        tqdm = _optional("tqdm.auto").tqdm
 
         show = sys.stderr.isatty() if ex.progress is None else bool(ex.progress)
         calls = (joblib.delayed(_sweep_cell)(spec, plan.data[spec[0]], plan.sim, threads)
@@ -12236,7 +12454,7 @@ def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
 def _axes(ax):
     """``ax``, or the axes of a new 5.2 x 3.6 inch figure (the plots of this section)."""
     if ax is None:
-        import matplotlib.pyplot as plt
+        plt = _optional("matplotlib.pyplot")
 
         _, ax = plt.subplots(figsize=(5.2, 3.6))
     return ax
@@ -12732,6 +12950,20 @@ _STARTUP_CASES = (
 )
 
 
+def _fresh_python(code, extra=None):
+    """Run ``python -c code`` in a new interpreter that imports this file's
+    capassign, with the environment variables ``extra`` (and no kernel cache or
+    progress setting of the caller's); return the last number it prints."""
+    env = {k: v for k, v in os.environ.items() if k not in (PROGRESS_ENV, KERNEL_CACHE_ENV)}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent)] + [p for p in [env.get("PYTHONPATH")] if p])
+    got = subprocess.run([sys.executable, "-c", code], env=dict(env, **(extra or {})),
+                         capture_output=True, text=True, check=False)
+    if got.returncode != 0:
+        raise RuntimeError(f"startup benchmark failed: {got.stderr.strip()[-500:]}")
+    return float(got.stdout.split()[-1])
+
+
 def benchmark_startup(*, repeats=3, out=print):
     """Import time and first-call times, cold and warm, each in a fresh process.
 
@@ -12763,18 +12995,7 @@ def benchmark_startup(*, repeats=3, out=print):
     >>> rows = benchmark_startup(repeats=1)   # doctest: +SKIP
     """
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(Path(__file__).resolve().parent)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.pop(PROGRESS_ENV, None)
-
-    def run(code, extra=None):
-        got = subprocess.run([sys.executable, "-c", code], env=dict(env, **(extra or {})),
-                             capture_output=True, text=True, check=False)
-        if got.returncode != 0:
-            raise RuntimeError(f"startup benchmark failed: {got.stderr.strip()[-500:]}")
-        return float(got.stdout.split()[-1])
-
+    run = _fresh_python
     rows = []
     imp = min(run("import time\nt0 = time.perf_counter()\nimport capassign\n"
                   "print(time.perf_counter() - t0)") for _ in range(repeats))
@@ -12794,6 +13015,103 @@ def benchmark_startup(*, repeats=3, out=print):
             warm = run(code, {"NUMBA_CACHE_DIR": cache})
         out(f"{what:48s} {cold:9.1f} {warm:9.2f}")
         rows.append(dict(what=what, cold=cold, warm=warm))
+    return rows
+
+
+def benchmark_warmup(*, policies=ONLINE_POLICIES, out=print):
+    """A fresh process's first decision, without and with ``capassign warmup``.
+
+    For each policy a new interpreter builds a :class:`Router` (tree policies
+    with ``X_reference``) and makes its first decision, ``assign`` then
+    ``update``, timed from before the router is built (the kernels are
+    created, and compiled or loaded, within that time).  *Without warmup*
+    it runs on a new empty kernel cache (what the very first process of an
+    installation pays); *with warmup* on a cache that ``python -m capassign
+    warmup --cache DIR`` filled beforehand in another process (timed too).
+
+    Returns
+    -------
+    list of dict
+        ``what``, ``without`` and ``with_warmup`` (seconds) per policy, then
+        the warmup itself (``what="warmup"``, its time in ``without``).
+
+    Examples
+    --------
+    Each cold process compiles kernels, which takes minutes, so not run here:
+
+    >>> rows = benchmark_warmup(policies=("tree-greedy",))   # doctest: +SKIP
+    """
+    code = ("import time\nimport capassign as ca\n"
+            "X, R, _ = ca.synthetic_stream(1000, 12, seed=0)\nt0 = time.perf_counter()\n"
+            "r = ca.Router(2, [0.5, 0.5], {policy!r}, X_reference=X, seed=0)\n"
+            "a = r.assign(X[0]); r.update(0, a, int(R[0, a]))\n"
+            "print(time.perf_counter() - t0)")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="capassign-warmup-") as tmp:
+        warm, start = str(Path(tmp) / "warm"), time.perf_counter()
+        _fresh_python("import capassign as ca, sys; sys.argv[1:] = ['warmup', '--cache', "
+                      f"{warm!r}]; ca.main(); print(0)", {"NUMBA_NUM_THREADS": "1"})
+        took = time.perf_counter() - start
+        out(f"python -m capassign warmup --cache DIR: {took:.0f} s")
+        out(f"{'first decision of a fresh process (s)':48s} {'without':>9s} {'with warmup':>12s}")
+        for i, policy in enumerate(policies):
+            cold = _fresh_python(code.format(policy=policy),
+                                 {"NUMBA_CACHE_DIR": str(Path(tmp) / f"cold{i}")})
+            hot = _fresh_python(code.format(policy=policy), {KERNEL_CACHE_ENV: warm})
+            what = f"Router {policy}: build, assign, update"
+            out(f"{what:48s} {cold:9.2f} {hot:12.2f}")
+            rows.append(dict(what=what, without=cold, with_warmup=hot))
+    rows.append(dict(what="warmup", without=took, with_warmup=None))
+    return rows
+
+
+def benchmark_router_state(*, rewards=100_000, budgets=(None, 10_000, 1_000), d=12, seed=0,
+                           out=print):
+    """Size of a tree router's saved state, and its restore time, after ``rewards``
+    immediate rewards, without and with a ``tree_row_budget``.
+
+    ``tree-greedy`` at the paper's eta 0.5, two agents at capacities 0.5/0.5,
+    on a synthetic stream of ``d`` features (bins from its first 1,000 contexts).  The size is the
+    length of ``json.dumps(router.state_dict())`` in bytes; the restore time
+    that of ``Router.from_state(json.loads(text))`` (the fastest of three).
+
+    Returns
+    -------
+    list of dict
+        ``budget``, ``rows`` (stored rows per agent), ``bytes``, ``restore_s``
+        and ``feed_us`` (microseconds per assign + update).
+
+    Examples
+    --------
+    >>> rows = benchmark_router_state(rewards=300, budgets=(None, 100), out=lambda s: None)
+    >>> [r["rows"] for r in rows], rows[0]["bytes"] > rows[1]["bytes"]
+    ([[151, 149], [98, 98]], True)
+    """
+    X, R, _ = synthetic_stream(rewards, d, seed=seed)
+    Router(2, [0.5, 0.5], "tree-greedy", X_reference=X[:1000]).assign(X[0])  # kernels loaded
+    rows = []
+    out(f"tree-greedy router after {rewards:,} rewards (two agents, d={d}):")
+    out(f"{'tree_row_budget':>16s} {'rows per agent':>16s} {'state (MB)':>11s} "
+        f"{'restore (s)':>12s} {'us per task':>12s}")
+    for budget in budgets:
+        router = Router(2, [0.5, 0.5], "tree-greedy", X_reference=X[:1000], eta=PAPER_ETA,
+                        seed=seed, tree_row_budget=budget)
+        start = time.perf_counter()
+        for i in range(rewards):
+            a = router.assign(X[i])
+            router.update(i, a, R[i, a])
+        feed = (time.perf_counter() - start) / rewards * 1e6
+        text = json.dumps(router.state_dict())
+        restore = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            Router.from_state(json.loads(text))
+            restore.append(time.perf_counter() - t0)
+        kept = [int(n) for n in router._model._nobs]
+        out(f"{str(budget):>16s} {str(kept):>16s} {len(text) / 1e6:11.2f} "
+            f"{min(restore):12.2f} {feed:12.1f}")
+        rows.append(dict(budget=budget, rows=kept, bytes=len(text), restore_s=min(restore),
+                         feed_us=feed))
     return rows
 
 
@@ -12976,6 +13294,9 @@ def _cmd_bench(args):
         benchmark_oracle(seed=args.seed)
     elif args.startup:
         benchmark_startup()
+        benchmark_warmup()
+    elif args.state:
+        benchmark_router_state(seed=args.seed)
     elif args.router:
         benchmark_router(T=T, d=args.d, seed=args.seed, eta=args.eta,
                          policies=kwargs.get("policies", ONLINE_POLICIES))
@@ -13057,6 +13378,57 @@ def _cmd_sweep(args):
     print(summary.to_string(float_format=lambda v: f"{v:.4f}"))
 
 
+def _warmup_calls():
+    """Call every kernel the way :class:`Router` and :func:`simulate` do, on a
+    small synthetic stream: every online policy, with and without forgetting,
+    0/1 and graded rewards, online and in mini-batches, a router with bins from
+    a reference and one cutting them from the stream, explained decisions,
+    rewards given as a context, and a saved state restored."""
+    X, R, _ = synthetic_stream(200, 3, seed=0)
+    forget = ModelSettings(discount=0.99)
+    for policy in ONLINE_POLICIES:
+        for settings in (PAPER_SETTINGS, forget):
+            for RR in (R, 0.5 * R):
+                simulate(X, RR, [0.5, 0.5], policy, runs=1, settings=settings)
+            simulate(X, R, [0.5, 0.5], policy, runs=1, settings=settings, batch_size=8)
+            for graded, ref in ((False, X), (True, X), (False, None)):
+                router = Router(2, [0.5, 0.5], policy, settings=settings, n_features=3,
+                                X_reference=ref)
+                for i in range(70):
+                    a = router.assign(X[i], explain=i < 2)
+                    a = a.agent if i < 2 else a
+                    router.update(i, a, 0.5 if graded else R[i, a])
+                for i, a in enumerate(router.assign_batch(X[70:80]), start=70):
+                    router.update(i, a, R[i, a])
+                router.update(X[80], 0, 1.0)
+                Router.from_state(json.loads(json.dumps(router.state_dict())))
+    for policy in OFFLINE_POLICIES:
+        simulate(X, R, [0.5, 0.5], policy, runs=1)
+    batch_assign(R[:8], batch_counts(8, [0.5, 0.5], [0.0, 0.0]))
+
+
+def _cmd_warmup(args):
+    if args.cache is not None:
+        if not args.cache.strip():
+            raise ValueError("--cache '' names no folder; give a folder, e.g. --cache "
+                             "~/.cache/capassign/numba")
+        os.environ[KERNEL_CACHE_ENV] = str(Path(args.cache).expanduser().resolve())
+    if not _LAZY_KERNELS:                      # pragma: no cover - created by a caller first
+        raise ValueError("warmup must run before any kernel of this process is created")
+    where = kernel_cache_dir()
+    where = where if where is not None else Path(__file__).resolve().parent / "__pycache__"
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _warmup_calls()
+    print(f"compiled (or found cached) the kernels of every online and offline policy, "
+          f"the Router and the mini-batch solver in {time.perf_counter() - start:.0f} s; "
+          f"cached in {where}")
+    if args.cache is not None:
+        print(f"a process loads them from there with {KERNEL_CACHE_ENV}={where} (or "
+              f"NUMBA_CACHE_DIR={where})")
+
+
 def _opt(*flags, **kw):
     """One option of a command: the arguments of ``parser.add_argument``."""
     return flags, kw
@@ -13126,7 +13498,11 @@ _COMMANDS = [
          _BENCH_ETA_OPT,
          _opt("--startup", action="store_true",
               help="time 'import capassign' and the first call of the Router and of "
-                   "simulate, cold (empty numba cache) and warm, each in a fresh process"),
+                   "simulate, cold (empty numba cache) and warm, each in a fresh process; "
+                   "then a fresh process's first decision without and with warmup"),
+         _opt("--state", action="store_true",
+              help="the size of a tree router's saved state and its restore time after "
+                   "100,000 rewards, without and with tree_row_budget (10,000 and 1,000)"),
          _opt("--tabular", action="store_true",
               help="time the tree, logistic and random policies on the real tasks bank and "
                    "credit instead (microseconds per decision; --fast-runs runs each; needs "
@@ -13174,6 +13550,15 @@ _COMMANDS = [
               help="joblib backend; 'dask' needs --scheduler"),
          _opt("--scheduler", default=None,
               help="Dask scheduler address for --backend dask, e.g. tcp://host:8786")]),
+    ("warmup", "compile every kernel into numba's cache ahead of use",
+     f"Compile (or load) every compiled kernel of the Router and of simulate once, on a "
+     f"small synthetic stream, into the kernel cache: --cache DIR, else ${KERNEL_CACHE_ENV}, "
+     f"$NUMBA_CACHE_DIR, the user's cache folder (an installed copy) or __pycache__ next to "
+     f"capassign.py (a checkout). A later process with the same cache folder then decides "
+     f"at once instead of compiling.", _cmd_warmup, [
+         _opt("--cache", default=None, metavar="DIR",
+              help=f"the cache folder (created, private); processes load it with "
+                   f"{KERNEL_CACHE_ENV}=DIR")]),
 ]
 
 #: The actions of ``python -m capassign data``, as in :data:`_COMMANDS`.
@@ -13305,10 +13690,12 @@ def _error_line(exc):
                f"right kind (file or folder) and is readable")
         if exc.strerror is None:
             msg = f"{exc}; check the path and its permissions"
+    elif isinstance(exc, ImportError) and "capassign[" in str(exc):   # names its extra
+        msg = str(exc)
     elif isinstance(exc, ImportError):
         msg = (f"{exc}; this command needs the package {exc.name or 'named above'}: install "
-               f"it (pip install ...), e.g. through capassign's extras 'test', 'book' or "
-               f"'mmlu-embed'")
+               f"it (pip install ...), e.g. through capassign's extras 'tasks', 'plot', "
+               f"'book' or 'mmlu-embed'")
     else:
         msg = str(exc) or type(exc).__name__
     return " ".join(msg.split())

@@ -10,9 +10,10 @@ imports both::
     import capbook as cb       # the page: tables, glue, figures, read-outs
 
 The dependency points one way: capbook imports capassign, never the reverse.
-The package lives in the book's folder of the repository (``book/capbook``)
-and is installed by the README's set-up (``pip install -e .``) beside
-``capassign``, as the data registry is.  Importing it loads nothing of the
+The package lives in the book's folder of the repository (``book/capbook``),
+with its own ``book/pyproject.toml``: the README's set-up (``pip install -e
+".[book]" -e ./book``) installs it, editable, beside ``capassign``; ``pip
+install capassign`` never brings it.  Importing it loads nothing of the
 book's tool chain (jupytext, nbformat, papermill, myst-nb); the functions
 that need one import it when called.
 
