@@ -57,9 +57,9 @@ from .pipeline import (BOOK_DIR, CHAPTER_DIR, EXECUTED_DIR, ROOT, chapter_drift,
                        glued_values, reproduce, sync_text)
 from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FIGURE_INCHES,
                       FONT_RECORD_KEY, OKABE_ITO, OVERLAP_RECORD_KEY, PIXEL_RATIO, POLICY_STYLE,
-                      SYMBOL_NAMES, Fold, Table, adherence_table, book_figure, error_table,
-                      figure_png, fold_text, glue, legend_outside, legend_overlaps, paired_table,
-                      policy_style, show_table, smallest_font)
+                      PRINTED_WIDTH, SYMBOL_NAMES, Fold, Table, adherence_table, book_figure,
+                      error_table, figure_png, fold_text, glue, legend_outside, legend_overlaps,
+                      paired_table, policy_style, say, show_table, smallest_font, wrap)
 from .sources import Source, show_source
 from .depth import DEPTH_PATH, depth_gaps, depth_settings, read_coupon_depth, write_coupon_depth
 from .fullstream import (FULL_STREAM_PATH, engine_gap, full_stream_settings, read_full_stream,
@@ -77,6 +77,7 @@ __all__ = [
     "COLUMN_PX", "BOOK_DPI", "PIXEL_RATIO", "COLUMN_INCHES", "FIGURE_INCHES", "OKABE_ITO",
     "POLICY_STYLE", "policy_style", "BOOK_STYLE", "book_figure", "legend_outside",
     "legend_overlaps", "smallest_font", "FONT_RECORD_KEY", "OVERLAP_RECORD_KEY", "figure_png", "SYMBOL_NAMES", "Table", "show_table", "Fold", "fold_text",
+    "PRINTED_WIDTH", "wrap", "say",
     "error_table", "paired_table", "adherence_table", "glue",
     # the library's code on a page (sources)
     "Source", "show_source",

@@ -221,8 +221,10 @@ def _axis_boxes(fig, renderer):
             if axis.label.get_visible() and axis.label.get_text().strip():
                 boxes.append((f"panel {k}'s {which}-axis label",
                               axis.label.get_window_extent(renderer)))
-            ticks = [t.get_window_extent(renderer) for t in axis.get_ticklabels()
-                     if t.get_visible() and t.get_text().strip()]
+            drawn = axis._update_ticks()     # the ticks inside the view, as drawn
+            ticks = [label.get_window_extent(renderer) for tick in drawn
+                     for label in (tick.label1, tick.label2)
+                     if label.get_visible() and label.get_text().strip()]
             if ticks:
                 from matplotlib.transforms import Bbox
 
@@ -690,7 +692,8 @@ def fold_text(title, text):
     title : str
         What the fold holds, shown when it is closed; ``$...$`` is typeset.
     text : str or sequence of str
-        The text, or its lines.
+        The text, or its lines; a line longer than :data:`PRINTED_WIDTH`
+        characters is wrapped (:func:`wrap`).
 
     Returns
     -------
@@ -710,7 +713,74 @@ def fold_text(title, text):
         raise ValueError("title must be a non-empty str")
     if not isinstance(text, str):
         text = "\n".join(str(line) for line in text)
-    return Fold(title, text)
+    return Fold(title, wrap(text))
+
+
+#: The longest line a chapter prints, in characters (the width of a code line).
+PRINTED_WIDTH = 88
+
+
+def wrap(text, width=PRINTED_WIDTH):
+    """``text`` with every line longer than ``width`` characters broken at spaces.
+
+    A broken line continues on lines indented by two spaces more than it, so
+    that printed read-outs fit the text column at 1280 px without scrolling.
+    Lines that fit are kept as they are, and a word longer than ``width`` is
+    never split.
+
+    Parameters
+    ----------
+    text : str
+        The text, possibly of several lines.
+    width : int
+        Longest line.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> print(wrap("deviation at t = T: random 0.0078, marginal 0.0004, tree-ts 0.0005", 40))
+    deviation at t = T: random 0.0078,
+      marginal 0.0004, tree-ts 0.0005
+    """
+    import textwrap
+
+    width = _validate_int(width, "width", 20)
+    out = []
+    for line in str(text).split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip())]
+        out.append(textwrap.fill(line, width, subsequent_indent=indent + "  ",
+                                 break_long_words=False, break_on_hyphens=False))
+    return "\n".join(out)
+
+
+def say(*values, sep=" "):
+    """Print ``values`` as :func:`print` does, every line wrapped by :func:`wrap`.
+
+    A chapter's read-outs print through it so that no printed line is longer
+    than :data:`PRINTED_WIDTH` characters.
+
+    Parameters
+    ----------
+    *values
+        What to print, each as by ``str``.
+    sep : str
+        Put between the values.
+
+    Examples
+    --------
+    >>> say("first decisions:", ["logistic", "xgboost"] * 12)
+    first decisions: ['logistic', 'xgboost', 'logistic', 'xgboost', 'logistic', 'xgboost',
+      'logistic', 'xgboost', 'logistic', 'xgboost', 'logistic', 'xgboost', 'logistic',
+      'xgboost', 'logistic', 'xgboost', 'logistic', 'xgboost', 'logistic', 'xgboost',
+      'logistic', 'xgboost', 'logistic', 'xgboost']
+    """
+    print(wrap(sep.join(str(v) for v in values)))
 
 
 def error_table(df, value="error", digits=3, *, text=True):
