@@ -237,7 +237,7 @@ def legend_overlaps(fig, *, pad=1.0):
 
     A legend of the figure (:func:`legend_outside`) may cover no panel, no axis
     label and no tick label; a legend inside a panel may cover no axis label or
-    tick label (of any panel).  Boxes are compared as drawn, grown by ``pad``
+    tick label (of any panel); no legend may cover another.  Boxes are compared as drawn, grown by ``pad``
     pixels so that touching counts as covering.
 
     Parameters
@@ -272,6 +272,11 @@ def legend_overlaps(fig, *, pad=1.0):
                 for k, ax in enumerate(fig.get_axes(), start=1)
                 if ax.get_legend() is not None and ax.get_visible()]
     found = []
+    shown = [(name, leg.get_window_extent(renderer)) for name, leg, _ in legends
+             if leg.get_visible()]
+    for k, (name, box) in enumerate(shown):
+        found += [f"{name} covers {other}" for other, b in shown[k + 1:]
+                  if box.padded(pad).overlaps(b)]
     for name, leg, of_figure in legends:
         if not leg.get_visible():
             continue
@@ -771,6 +776,10 @@ def say(*values, sep=" "):
         What to print, each as by ``str``.
     sep : str
         Put between the values.
+
+    Returns
+    -------
+    None
 
     Examples
     --------
