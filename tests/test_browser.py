@@ -516,7 +516,8 @@ READING_JS = """
                              el => clean(el)).filter(t => t);
   const images = Array.from(article.querySelectorAll('.cell_output img'), img => ({
     src: img.getAttribute('src') || '', shown: img.getBoundingClientRect().width,
-    natural: img.naturalWidth}));
+    shownHeight: img.getBoundingClientRect().height,
+    natural: img.naturalWidth, naturalHeight: img.naturalHeight}));
   // what the cells print: text blocks (folded ones too) and every output's text
   const printed = {
     lines: Array.from(article.querySelectorAll('.cell_output pre'), pre => pre.textContent)
@@ -680,7 +681,8 @@ def _legend_problems(images):
 
 def _pixel_ratio_problems(images):
     """Output figures with fewer than FIGURE_PIXEL_RATIO_MIN device pixels per CSS pixel
-    shown (blurred on a HiDPI screen); SVG figures are vector and pass."""
+    shown (blurred on a HiDPI screen; SVG figures are vector and pass), or shown out of
+    their own proportions."""
     problems = []
     for img in images:
         if img.get("svg") or img["shown"] <= 0 or img["natural"] <= 0:
@@ -689,6 +691,11 @@ def _pixel_ratio_problems(images):
         if ratio < FIGURE_PIXEL_RATIO_MIN - 0.01:
             problems.append(f"image {Path(img['src']).name[:16]}...: {img['natural']} pixels "
                             f"shown {img['shown']:.0f} px wide ({ratio:.2f}x)")
+        if img.get("shownHeight") and img.get("naturalHeight"):
+            aspect = (img["shownHeight"] / img["shown"]) / (img["naturalHeight"] / img["natural"])
+            if abs(aspect - 1) > 0.02:
+                problems.append(f"image {Path(img['src']).name[:16]}...: drawn out of shape "
+                                f"(height/width {aspect:.2f} times its own)")
     return problems
 
 
@@ -1370,6 +1377,11 @@ def test_figure_checks_themselves(tmp_path):
         (problem,) = _pixel_ratio_problems([_in(plain, viewport)])
         assert "(1.00x)" in problem or viewport == "390", problem
     assert _pixel_ratio_problems([dict(_in(plain, "1280"), svg=True)]) == []
+    # a figure squeezed sideways (a fixed inline height in a narrow column) is reported
+    tall = dict(_in(good, "390"), naturalHeight=800, shownHeight=400 * 342 / (good["natural"] / 2))
+    assert _pixel_ratio_problems([dict(tall, natural=good["natural"])]) == []
+    (problem,) = _pixel_ratio_problems([dict(tall, shownHeight=400)])
+    assert "drawn out of shape" in problem, problem
     assert good["overlaps"] == "none" and _legend_problems([_in(good, "1280")]) == []
     (problem,) = _legend_problems([_in(plain, "1280")])
     assert "no record of its legends' boxes" in problem, problem
