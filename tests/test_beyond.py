@@ -201,6 +201,20 @@ def test_paired_table_is_text():
     assert t["won/lost"].iloc[0] == "10/0 of 10"
 
 
+def test_paired_table_prints_no_negative_zero():
+    """A difference or interval end that rounds to zero prints +0.0000, never -0.0000
+    (the stored paired tables printed [-0.0002, -0.0000] before)."""
+    base = np.linspace(0.30, 0.31, 10)
+    tiny = base - 1e-5 - np.linspace(0, 1e-6, 10)          # below random by 0.00001
+    df = table({"random": [base, base], "logistic-greedy": [tiny, base - 0.05]})
+    t = cb.paired_table(ca.paired_tests(df))
+    assert t["diff"].iloc[0] == "+0.0000", t
+    assert t["95% CI"].iloc[0] == "[+0.0000, +0.0000]", t
+    assert not t.apply(lambda col: col.str.contains("-0.0000", regex=False)).any().any()
+    assert cb.error_table(pd.DataFrame({"policy": ["x"], "alpha1": [0.5],
+                                        "gap": [-1e-6]}), "gap").iloc[0, 0] == "0.000"
+
+
 # ----------------------------------------------------------------------------- hindsight gaps
 
 def test_hindsight_gaps_by_hand():

@@ -461,8 +461,14 @@ def _shot_name(page, viewport):
 
 #: The longest code line a reader sees without scrolling (characters).
 CODE_LINE_LIMIT = 88
-#: Smallest figure text, in CSS pixels at 1280 px.
-FIGURE_TEXT_MIN_PX = 10.0
+#: Smallest figure text, in CSS pixels, in each window (the phone's: tick labels of 9 px).
+FIGURE_TEXT_MIN_PX = {"1280": 10.0, "390": 9.0}
+#: Device pixels of a figure per CSS pixel it is shown at, at least (SVG is vector).
+FIGURE_PIXEL_RATIO_MIN = 2.0
+#: The longest line of text a cell prints (characters), folded or not.
+PRINTED_LINE_LIMIT = 88
+#: A number printed as negative zero (-0.0000, -0.000, -0.0), which the page must not show.
+NEGATIVE_ZERO = re.compile(r"(?<![\w.])[-\u2212]0\.0+(?![\d])")
 #: Longest page, in screens (window heights) at 1280 px, and the pages that may be longer.
 PAGE_SCREENS_MAX = 12.0
 LONG_PAGES = ("scorecard", "paper_index")
@@ -472,6 +478,8 @@ EXPERIMENT_CHAPTER = re.compile(r"^(exp_|ext_|beyond_)|^(data_agents|data_contex
 SCROLLBAR_MIN_PX = 4
 #: The PNG text key under which capbook records the smallest font of a figure (points).
 FONT_KEY = "capbook:min-font-pt"
+#: The PNG text key under which capbook records what the figure's legends cover.
+OVERLAP_KEY = "capbook:legend-overlaps"
 
 # The page as first seen (folded content folded): its length in screens, its
 # code lines longer than the limit (code: cell inputs, code blocks of the text
@@ -508,7 +516,16 @@ READING_JS = """
                              el => clean(el)).filter(t => t);
   const images = Array.from(article.querySelectorAll('.cell_output img'), img => ({
     src: img.getAttribute('src') || '', shown: img.getBoundingClientRect().width,
-    natural: img.naturalWidth}));
+    shownHeight: img.getBoundingClientRect().height,
+    natural: img.naturalWidth, naturalHeight: img.naturalHeight}));
+  // what the cells print: text blocks (folded ones too; not the library's source that
+  // capbook.show_source prints, which is code, measured with the code above) and every
+  // output's text
+  const printed = {
+    lines: Array.from(article.querySelectorAll('.cell_output pre'))
+             .filter(pre => pre.closest('.ca-source') === null)
+             .map(pre => pre.textContent).flatMap(t => t.split('\\n')),
+    text: Array.from(article.querySelectorAll('.cell_output'), o => o.textContent).join('\\n')};
   let brief = null;
   for (const el of article.querySelectorAll('.admonition-title, h1, h2, h3, p.rubric')) {
     if (!/^In brief\\b/i.test(clean(el))) continue;
@@ -527,7 +544,8 @@ READING_JS = """
                                                 : next.tagName.toLowerCase()) : null};
   });
   return {screens: document.documentElement.scrollHeight / window.innerHeight,
-          code: code, headers: headers, images: images, brief: brief, sections: sections};
+          code: code, headers: headers, images: images, brief: brief, sections: sections,
+          printed: printed};
 }
 """
 
@@ -639,7 +657,64 @@ def _png_font_record(path):
     return (float(pt) if pt is not None else None), float(dpi)
 
 
-def _figure_text_problems(images):
+def _png_overlap_record(path):
+    """What capbook recorded that the figure's legends cover ("none": nothing), or None."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        return getattr(img, "text", {}).get(OVERLAP_KEY)
+
+
+def _legend_problems(images):
+    """Output figures whose legend covers an axis, its label or its tick labels, from the
+    bounding boxes capbook measured when it drew them (and figures with no such record)."""
+    problems = []
+    for img in images:
+        name = Path(img["src"]).name[:16]
+        if img.get("svg"):
+            continue
+        record = img.get("overlaps")
+        if record is None:
+            problems.append(f"image {name}...: no record of its legends' boxes "
+                            f"(draw figures with capbook.book_figure)")
+        elif record != "none":
+            problems.append(f"image {name}...: {record}")
+    return problems
+
+
+def _pixel_ratio_problems(images):
+    """Output figures with fewer than FIGURE_PIXEL_RATIO_MIN device pixels per CSS pixel
+    shown (blurred on a HiDPI screen; SVG figures are vector and pass), or shown out of
+    their own proportions."""
+    problems = []
+    for img in images:
+        if img.get("svg") or img["shown"] <= 0 or img["natural"] <= 0:
+            continue
+        ratio = img["natural"] / img["shown"]
+        if ratio < FIGURE_PIXEL_RATIO_MIN - 0.01:
+            problems.append(f"image {Path(img['src']).name[:16]}...: {img['natural']} pixels "
+                            f"shown {img['shown']:.0f} px wide ({ratio:.2f}x)")
+        if img.get("shownHeight") and img.get("naturalHeight"):
+            aspect = (img["shownHeight"] / img["shown"]) / (img["naturalHeight"] / img["natural"])
+            if abs(aspect - 1) > 0.02:
+                problems.append(f"image {Path(img['src']).name[:16]}...: drawn out of shape "
+                                f"(height/width {aspect:.2f} times its own)")
+    return problems
+
+
+def _printed_problems(printed):
+    """Printed output a reader stumbles on (``printed``: READING_JS's ``printed``): a line
+    longer than PRINTED_LINE_LIMIT characters, or a number printed as negative zero."""
+    problems = [f"printed line of {len(line)} characters: {line[:60]!r}"
+                for line in printed["lines"] if len(line.rstrip()) > PRINTED_LINE_LIMIT]
+    for m in NEGATIVE_ZERO.finditer(printed["text"]):
+        text = printed["text"]
+        problems.append(f"negative zero printed: "
+                        f"{' '.join(text[max(0, m.start() - 40):m.end() + 10].split())!r}")
+    return problems
+
+
+def _figure_text_problems(images, viewport="1280"):
     """Output images whose smallest text is under FIGURE_TEXT_MIN_PX on screen. Each image:
     ``src``, ``shown`` and ``natural`` widths (px), ``font_pt`` (None: not recorded), ``dpi``."""
     problems = []
@@ -652,7 +727,7 @@ def _figure_text_problems(images):
                             f"(draw figures with capbook.book_figure)")
             continue
         px = _figure_text_px(img["font_pt"], img["dpi"], img["shown"], img["natural"])
-        if px < FIGURE_TEXT_MIN_PX - 0.05:
+        if px < FIGURE_TEXT_MIN_PX[viewport] - 0.05:
             problems.append(f"image {name}...: smallest text {px:.1f} px ({img['font_pt']:g} pt "
                             f"at {img['dpi']:g} dpi, shown at {img['shown'] / img['natural']:.0%})")
     return problems
@@ -763,6 +838,8 @@ def _read_page(browser, site, book_html, page, viewport):
         for img in (reading["page"] or {}).get("images", []):
             path = book_html / urlsplit(urljoin(page, img["src"])).path
             img["font_pt"], img["dpi"] = _png_font_record(path) if path.is_file() else (None, 0)
+            img["overlaps"] = _png_overlap_record(path) if path.is_file() else None
+            img["svg"] = path.suffix.lower() == ".svg"
         # folded content (hidden code cells, detail tables) unfolded: it must fit the column too
         folded = v.page.evaluate("""() => Array.from(document.querySelectorAll('details'))
                                     .map((d, i) => d.open ? -1 : (d.open = true, i))
@@ -1078,14 +1155,35 @@ def test_visible_code_lines_fit_the_column(readings):
 
 
 def test_figure_text_is_readable(readings):
-    """Every output figure's smallest text is at least FIGURE_TEXT_MIN_PX on screen at 1280 px,
-    computed from the font size its PNG records, its dpi and its displayed scale."""
+    """Every output figure's smallest text is at least FIGURE_TEXT_MIN_PX on screen (10 px at
+    1280, 9 px at 390), computed from the font size its PNG records, its dpi and its
+    displayed scale."""
     shown = sum(len(readings(p, "1280")["page"]["images"]) for p in PAGES
                 if readings(p, "1280")["page"])
     assert shown > 0, "no output image found on any page: the check reads nothing"
-    report = _book_report(readings, ["1280"],
-                          lambda p, v, r: _figure_text_problems(r["page"]["images"]))
+    report = _book_report(readings, VIEWPORTS,
+                          lambda p, v, r: _figure_text_problems(r["page"]["images"], v))
     assert not report, f"{len(report)} figures with small text:\n" + "\n".join(report)
+
+
+def test_figures_are_sharp_and_legends_clear(readings):
+    """Every output figure has at least FIGURE_PIXEL_RATIO_MIN device pixels per CSS pixel
+    shown (or is SVG), in both windows, and no legend covers an axis, its label or its tick
+    labels (the bounding boxes capbook measured when it drew the figure)."""
+    report = _book_report(readings, VIEWPORTS,
+                          lambda p, v, r: _pixel_ratio_problems(r["page"]["images"]))
+    report += _book_report(readings, ["1280"],
+                           lambda p, v, r: _legend_problems(r["page"]["images"]))
+    assert not report, f"{len(report)} figure problems:\n" + "\n".join(report)
+
+
+def test_printed_output_reads_cleanly(readings):
+    """No cell prints a line longer than PRINTED_LINE_LIMIT characters (folded or not) and
+    no cell output shows a negative zero such as -0.0000. Library source a cell shows
+    (capbook.show_source) is code: test_visible_code_lines_fit_the_column measures it."""
+    report = _book_report(readings, ["1280"],
+                          lambda p, v, r: _printed_problems(r["page"]["printed"]))
+    assert not report, f"{len(report)} printed-output problems:\n" + "\n".join(report)
 
 
 def test_pages_are_not_too_long(readings):
@@ -1137,6 +1235,8 @@ READING_INJECT_JS = """
       long + '</pre></div></div>');
   add('<details><summary>code</summary><div class="cell_input"><div class="highlight"><pre>' +
       long.replace('x', 'y') + '</pre></div></div></details>');
+  add('<div class="cell_output docutils container"><pre>diff [-0.0002, -0.0000]\\n' +
+      'ok line\\n' + 'y'.repeat(89) + '</pre></div>');
   add('<div style="height:2000px"></div><section><h2>Results</h2>' +
       '<div class="cell docutils container"><pre>printed</pre></div></section>' +
       '<div class="admonition"><p class="admonition-title">In brief</p>' +
@@ -1183,14 +1283,46 @@ def test_reading_checks_themselves(viewport, browser, site):
     assert any("quotes no computed (glued) number" in p for p in problems), problems
     assert any("section 'Results' opens with a code cell" in p for p in problems), problems
     assert reading["screens"] > before["screens"] + 2
+    assert _printed_problems(before["printed"]) == [], before["printed"]   # the page's own
+    printed = _printed_problems(reading["printed"])
+    assert len(printed) == 2, printed
+    assert "printed line of 89 characters" in printed[0], printed
+    assert printed[1].startswith("negative zero printed:"), printed
+    assert "diff [-0.0002, -0.0000] ok line" in printed[1], printed
     assert _brief_problems("book/executed/exp_x.html", dict(before, sections=[]), 800) == [
         "no 'In brief' block"]
 
 
+def _saved_figure(path, fig, *, book=True):
+    """Save ``fig`` to ``path`` (through capbook, or as a plain 1x PNG) and close it; returns
+    the image entry the reading checks take, shown at the width the notebook gives it."""
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    import capbook as cb
+
+    if book:
+        path.write_bytes(cb.figure_png(fig))
+    else:
+        fig.savefig(path, dpi=100)
+    plt.close(fig)
+    pt, dpi = _png_font_record(path)
+    with Image.open(path) as img:
+        natural = img.width
+    css = natural / (cb.PIXEL_RATIO if book else 1)
+    return {"src": str(path), "natural": natural, "font_pt": pt, "dpi": dpi,
+            "overlaps": _png_overlap_record(path), "svg": False,
+            "shown": {"1280": min(css, 672), "390": min(css, 342)}}
+
+
+def _in(image, viewport):
+    return dict(image, shown=image["shown"][viewport])
+
+
 def test_figure_text_check_itself(tmp_path):
     """Guards the figure-text check on real PNGs: capbook records the smallest font; two
-    panels drawn at the column width pass, two drawn 9.6 inches wide (the book's old
-    default) and shown in the 688-px column fail, and an image without a record fails."""
+    panels drawn by book_figure pass in both windows, two drawn 9.6 inches wide with
+    8-pt ticks (the book's old default) fail, and an image without a record fails."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1202,30 +1334,75 @@ def test_figure_text_check_itself(tmp_path):
         if width is None:
             fig, axes = cb.book_figure(2)
         else:  # the book's old default for two panels: 9.6 inches, 8-pt ticks
-            plt.rcParams.update(cb.BOOK_STYLE)
             fig, axes = plt.subplots(1, 2, figsize=(width, 3.4))
         for ax in axes:
             ax.plot([0, 1], [0, 1], label="a line")
-            ax.tick_params(labelsize=8.5 if width is None else 8)
+            if width is not None:
+                ax.tick_params(labelsize=8)
         axes[0].legend()
         fig.tight_layout()
-        path = tmp_path / f"{name}.png"
-        path.write_bytes(cb.figure_png(fig))
-        plt.close(fig)
-        pt, dpi = _png_font_record(path)
-        from PIL import Image
-        with Image.open(path) as img:
-            natural = img.width
-        images.append({"src": str(path), "natural": natural, "font_pt": pt, "dpi": dpi,
-                       "shown": min(natural, cb.COLUMN_PX)})
-    assert images[0]["font_pt"] == 8.5 and images[1]["font_pt"] == 8.0, images
-    assert images[0]["natural"] <= cb.COLUMN_PX < images[1]["natural"], images
-    assert _figure_text_problems(images[:1]) == []
-    (problem,) = _figure_text_problems(images[1:])
-    assert "smallest text 8.0 px (8 pt" in problem, problem
-    (problem,) = _figure_text_problems([dict(images[0], font_pt=None)])
+        images.append(_saved_figure(tmp_path / f"{name}.png", fig))
+    assert images[0]["font_pt"] == 10.5 and images[1]["font_pt"] == 8.0, images
+    for viewport in VIEWPORTS:
+        assert _figure_text_problems([_in(images[0], viewport)], viewport) == []
+        (problem,) = _figure_text_problems([_in(images[1], viewport)], viewport)
+        assert "(8 pt" in problem, problem
+    (problem,) = _figure_text_problems([dict(_in(images[0], "1280"), font_pt=None)])
     assert "no record of its smallest font" in problem
     assert abs(_figure_text_px(8, 100, 688, 953) - 8.02) < 0.01
+
+
+def test_figure_checks_themselves(tmp_path):
+    """Guards the pixel-ratio and legend checks on real PNGs: a capbook figure with its
+    legend below the panel passes; the same drawn at 1x fails the pixel ratio (and has no
+    record of its legend boxes); a legend moved onto the x-axis label is reported."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import capbook as cb
+
+    def drawn():
+        fig, ax = cb.book_figure()
+        for p in ("random", "tree-greedy"):
+            ax.plot([0, 1], [0.3, 0.2], **cb.policy_style(p))
+        ax.set_xlabel(r"capacity of agent 1, $\alpha_1$")
+        ax.set_ylabel("error rate")
+        cb.legend_outside(fig)
+        return fig
+
+    good = _saved_figure(tmp_path / "good.png", drawn())
+    plain = _saved_figure(tmp_path / "plain.png", drawn(), book=False)
+    fig = drawn()
+    fig.legends[0].set_bbox_to_anchor((0.5, 0.03), transform=fig.transFigure)
+    covered = _saved_figure(tmp_path / "covered.png", fig)
+    for viewport in VIEWPORTS:
+        assert _pixel_ratio_problems([_in(good, viewport)]) == [], good
+        (problem,) = _pixel_ratio_problems([_in(plain, viewport)])
+        assert "(1.00x)" in problem or viewport == "390", problem
+    assert _pixel_ratio_problems([dict(_in(plain, "1280"), svg=True)]) == []
+    # a figure squeezed sideways (a fixed inline height in a narrow column) is reported
+    tall = dict(_in(good, "390"), naturalHeight=800, shownHeight=400 * 342 / (good["natural"] / 2))
+    assert _pixel_ratio_problems([dict(tall, natural=good["natural"])]) == []
+    (problem,) = _pixel_ratio_problems([dict(tall, shownHeight=400)])
+    assert "drawn out of shape" in problem, problem
+    assert good["overlaps"] == "none" and _legend_problems([_in(good, "1280")]) == []
+    (problem,) = _legend_problems([_in(plain, "1280")])
+    assert "no record of its legends' boxes" in problem, problem
+    (problem,) = _legend_problems([_in(covered, "1280")])
+    assert "figure legend 1 covers panel 1's x-axis label" in problem, problem
+
+
+def test_printed_output_check_itself():
+    """Guards the printed-output check: a long line and each form of negative zero are
+    reported; small negatives, zeros, ranges and hyphenated names are not."""
+    ok = {"lines": ["x" * 88, "diff -0.0001  [-0.0002, +0.0000]  0.0000", "S4-0.0 tree-ts"],
+          "text": "diff -0.0001 [-0.0002, +0.0000] 0.0000 -0.00012 1-0.000 alpha=-0.5"}
+    assert _printed_problems(ok) == []
+    bad = {"lines": ["x" * 89], "text": "[-0.0002, -0.0000] -0.000 \u22120.00 (-0.0)"}
+    problems = _printed_problems(bad)
+    assert len(problems) == 5, problems
+    assert problems[0].startswith("printed line of 89 characters"), problems
 
 
 def test_page_length_check_itself():

@@ -20,7 +20,8 @@ that need one import it when called.
 Modules, in the order a chapter meets them:
 
 ``present``
-    the page: one figure style, tables with the paper's values beside ours,
+    the page: one figure style (a colour-blind-safe colour, line style and
+    marker per policy, PNGs at twice the page's resolution), tables with the paper's values beside ours,
     numbers glued into the prose;
 ``sources``
     the library's code shown on a page, folded, its docstring rendered;
@@ -62,10 +63,11 @@ from .engines import (ENGINE_VALIDATION_PATH, engine_validation, read_engine_val
                       validate_engines)
 from .pipeline import (BOOK_DIR, CHAPTER_DIR, EXECUTED_DIR, ROOT, chapter_drift, chapter_names,
                        glued_values, reproduce, sync_text)
-from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FONT_RECORD_KEY,
-                      SYMBOL_NAMES, Fold, Table, adherence_table, book_figure, error_table,
-                      figure_png, fold_text, glue, legend_outside, paired_table, show_table,
-                      smallest_font)
+from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FIGURE_INCHES,
+                      FONT_RECORD_KEY, OKABE_ITO, OVERLAP_RECORD_KEY, PIXEL_RATIO, POLICY_STYLE,
+                      PRINTED_WIDTH, SYMBOL_NAMES, Fold, Table, adherence_table, book_figure,
+                      error_table, figure_png, fold_text, glue, legend_outside, legend_overlaps,
+                      paired_table, policy_style, say, show_table, smallest_font, wrap)
 from .sources import Source, show_source
 from .depth import DEPTH_PATH, depth_gaps, depth_settings, read_coupon_depth, write_coupon_depth
 from .fullstream import (FULL_STREAM_PATH, engine_gap, full_stream_settings, read_full_stream,
@@ -85,8 +87,10 @@ from .cli import main
 
 __all__ = [
     # the page (present)
-    "COLUMN_PX", "BOOK_DPI", "COLUMN_INCHES", "BOOK_STYLE", "book_figure", "legend_outside",
-    "smallest_font", "FONT_RECORD_KEY", "figure_png", "SYMBOL_NAMES", "Table", "show_table", "Fold", "fold_text",
+    "COLUMN_PX", "BOOK_DPI", "PIXEL_RATIO", "COLUMN_INCHES", "FIGURE_INCHES", "OKABE_ITO",
+    "POLICY_STYLE", "policy_style", "BOOK_STYLE", "book_figure", "legend_outside",
+    "legend_overlaps", "smallest_font", "FONT_RECORD_KEY", "OVERLAP_RECORD_KEY", "figure_png", "SYMBOL_NAMES", "Table", "show_table", "Fold", "fold_text",
+    "PRINTED_WIDTH", "wrap", "say",
     "error_table", "paired_table", "adherence_table", "glue",
     # the library's code on a page (sources)
     "Source", "show_source",

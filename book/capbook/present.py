@@ -24,41 +24,118 @@ from capassign import (CapacityAdherence, _check_frame, _validate_bool, _validat
 
 #: Width of the book's text column in CSS pixels (the article at a 1280-px window).
 COLUMN_PX = 688
-#: Dots per inch of the book's figures: one drawn pixel is one CSS pixel.
+#: Dots per inch of the book's figures in CSS pixels: one inch of a figure is
+#: 100 CSS pixels on the page.
 BOOK_DPI = 100
-#: Width of a figure that fills the text column, in inches.
+#: Device pixels per CSS pixel of a figure's PNG: figures are stored at twice
+#: the resolution at which the page shows them, sharp on HiDPI screens.
+PIXEL_RATIO = 2
+#: Width of a figure that fills the text column, in inches (the largest allowed).
 COLUMN_INCHES = COLUMN_PX / BOOK_DPI
+#: Default width of a figure, in inches.  A figure is shown at this width at
+#: 1280 px and shrunk to the column at 390 px (342 CSS px): its 10.5-pt text is
+#: 14.6 px on a laptop and 9.2 px on a phone.
+FIGURE_INCHES = 5.4
+
+#: The Okabe-Ito palette (Okabe & Ito, "Color Universal Design"), whose colours
+#: stay apart under the common colour-vision deficiencies.
+OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky blue": "#56B4E9",
+             "bluish green": "#009E73", "yellow": "#F0E442", "blue": "#0072B2",
+             "vermillion": "#D55E00", "reddish purple": "#CC79A7", "grey": "#7F7F7F"}
+
+#: Colour, line style, marker and label of every policy in every figure of the
+#: book: each policy differs from every other in colour and in line style or
+#: marker, and the colours come from :data:`OKABE_ITO` (the two logistic policies
+#: are blue and green, the two tree policies vermillion and purple, never two
+#: shades of one hue).  :func:`book_figure` makes :data:`capassign.POLICY_STYLE`
+#: (which the library's plots read) take these styles.
+POLICY_STYLE = {
+    "random": dict(color="0.35", ls=":", marker="o", label="non-contextual (random)"),
+    "marginal": dict(color=OKABE_ITO["orange"], ls=":", marker="x", label="learned marginal"),
+    "logistic-greedy": dict(color=OKABE_ITO["blue"], ls="-", marker="s",
+                            label="logistic greedy"),
+    "logistic-ts": dict(color=OKABE_ITO["bluish green"], ls="--", marker="^",
+                        label="logistic TS"),
+    "tree-greedy": dict(color=OKABE_ITO["vermillion"], ls="-", marker="D", label="tree greedy"),
+    "tree-ts": dict(color=OKABE_ITO["reddish purple"], ls="--", marker="v", label="tree TS"),
+    "offline-logistic": dict(color=OKABE_ITO["blue"], ls=(0, (1, 3)), marker="",
+                             label="offline logistic (unconstrained)"),
+    "offline-tree": dict(color=OKABE_ITO["vermillion"], ls=(0, (1, 3)), marker="",
+                         label="offline tree (unconstrained)"),
+    "hindsight": dict(color="k", ls="-.", marker="", label="hindsight optimum"),
+}
 
 #: Matplotlib settings of every figure in the book (applied by :func:`book_figure`).
-#: At :data:`BOOK_DPI`, one point is 1.39 pixels: the smallest text (8.5 pt,
-#: tick labels and legends) is 11.8 px high in a figure shown at its drawn size.
+#: At :data:`BOOK_DPI`, one point is 1.39 CSS pixels: the smallest text (10.5 pt,
+#: tick labels and legends) is 14.6 px high in a figure shown at its drawn size.
+#: Lines without a colour of their own take the colours of :data:`OKABE_ITO`.
 BOOK_STYLE = {
-    "figure.dpi": BOOK_DPI, "savefig.dpi": BOOK_DPI, "font.size": 9.5, "axes.titlesize": 10,
-    "axes.labelsize": 9.5, "legend.fontsize": 8.5, "xtick.labelsize": 8.5,
-    "ytick.labelsize": 8.5, "axes.spines.top": False, "axes.spines.right": False,
-    "axes.grid": True, "grid.alpha": 0.3, "legend.frameon": False, "lines.linewidth": 1.6,
-    "lines.markersize": 4,
+    "figure.dpi": BOOK_DPI, "savefig.dpi": BOOK_DPI * PIXEL_RATIO, "font.size": 11,
+    "axes.titlesize": 11, "axes.labelsize": 11, "legend.fontsize": 10.5,
+    "xtick.labelsize": 10.5, "ytick.labelsize": 10.5, "axes.spines.top": False,
+    "axes.spines.right": False, "axes.grid": True, "grid.alpha": 0.3, "legend.frameon": False,
+    "lines.linewidth": 1.8, "lines.markersize": 5,
+    "axes.prop_cycle": "cycler(color=['#0072B2', '#D55E00', '#009E73', '#CC79A7', "
+                       "'#E69F00', '#56B4E9', '#000000', '#7F7F7F'])",
 }
 
 #: Key of the PNG text chunk in which :func:`figure_png` records the smallest
 #: font of a figure, in points (read by the book's browser test).
 FONT_RECORD_KEY = "capbook:min-font-pt"
+#: Key of the PNG text chunk in which :func:`figure_png` records what a legend
+#: of the figure covers (:func:`legend_overlaps`; ``none`` when nothing).
+OVERLAP_RECORD_KEY = "capbook:legend-overlaps"
 
 
 def _row_height(ncols):
-    """Default height in inches of one row of ``ncols`` panels across the column."""
-    return {1: 3.4, 2: 2.9, 3: 2.5}.get(ncols, 2.2)
+    """Default height in inches of one row of ``ncols`` panels across the figure."""
+    return {1: 3.3, 2: 2.9, 3: 2.6}.get(ncols, 2.4)
+
+
+def _apply_book_style():
+    """Set :data:`BOOK_STYLE` and make the library's plots draw :data:`POLICY_STYLE`."""
+    import capassign
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(BOOK_STYLE)
+    for policy, style in POLICY_STYLE.items():
+        capassign.POLICY_STYLE[policy] = dict(style)
+
+
+def policy_style(policy):
+    """The book's style of ``policy`` (:data:`POLICY_STYLE`): keyword arguments of ``plot``.
+
+    Parameters
+    ----------
+    policy : str
+        A policy of :data:`POLICY_STYLE`; any other name is drawn in its own
+        label with matplotlib's defaults.
+
+    Returns
+    -------
+    dict
+        ``color``, ``ls``, ``marker`` and ``label`` (a copy).
+
+    Examples
+    --------
+    >>> policy_style("tree-ts")["color"], policy_style("tree-ts")["marker"]
+    ('#CC79A7', 'v')
+    >>> policy_style("my policy")
+    {'label': 'my policy'}
+    """
+    return dict(POLICY_STYLE.get(policy, {"label": str(policy)}))
 
 
 def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
-    """A new figure in the book's one style (:data:`BOOK_STYLE`), as wide as the text column.
+    """A new figure in the book's one style (:data:`BOOK_STYLE`, :data:`POLICY_STYLE`).
 
-    The default width is that of the text column (:data:`COLUMN_INCHES`), so
-    the page shows the figure at the size it is drawn and its text at the
-    size of :data:`BOOK_STYLE`; the default height is 3.4 inches per row of
-    one panel, 2.9 of two, 2.5 of three.  In a notebook the figure is shown
-    through :func:`figure_png`, which records its smallest font.  Extra
-    keyword arguments go to :func:`matplotlib.pyplot.subplots`.
+    The default width is :data:`FIGURE_INCHES`, at which the page shows the
+    figure at 1280 px; at 390 px the page shrinks it to the column and its
+    smallest text stays at least 9 px high.  The default height is 3.3 inches
+    per row of one panel, 2.9 of two, 2.6 of three.  In a notebook the figure
+    is shown through :func:`figure_png` (twice the page's resolution, its
+    smallest font and legend overlaps recorded).  Extra keyword arguments go
+    to :func:`matplotlib.pyplot.subplots`.
 
     Returns
     -------
@@ -70,7 +147,7 @@ def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
     --------
     >>> fig, ax = book_figure()
     >>> fig.get_size_inches().tolist()
-    [6.88, 3.4]
+    [5.4, 3.3]
     >>> import matplotlib.pyplot as plt; plt.close(fig)
 
     Parameters
@@ -87,12 +164,12 @@ def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
 
     ncols = _validate_int(ncols, "ncols", 1)
     nrows = _validate_int(nrows, "nrows", 1)
-    w = COLUMN_INCHES if width is None else _validate_real(width, "width", 0.5)
+    w = FIGURE_INCHES if width is None else _validate_real(width, "width", 0.5)
     if w > COLUMN_INCHES:
         raise ValueError(f"width must be at most the text column's {COLUMN_INCHES} inches, "
                          f"got {w}")
     h = _row_height(ncols) * nrows if height is None else _validate_real(height, "height", 0.5)
-    plt.rcParams.update(BOOK_STYLE)
+    _apply_book_style()
     fig, axes = plt.subplots(nrows, ncols, figsize=(w, h), **subplots)
     # after the first figure: that is when pyplot sets up the notebook's own formatter
     _show_figures_as_book_png()
@@ -133,14 +210,96 @@ def smallest_font(fig):
     return float(min(sizes)) if sizes else None
 
 
+def _axis_boxes(fig, renderer):
+    """(name, bounding box) of every panel's axis labels, tick labels and plotting area."""
+    boxes = []
+    for k, ax in enumerate(fig.get_axes(), start=1):
+        if not ax.get_visible():
+            continue
+        boxes.append((f"panel {k}", ax.get_window_extent(renderer)))
+        for which, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            if axis.label.get_visible() and axis.label.get_text().strip():
+                boxes.append((f"panel {k}'s {which}-axis label",
+                              axis.label.get_window_extent(renderer)))
+            drawn = axis._update_ticks()     # the ticks inside the view, as drawn
+            ticks = [label.get_window_extent(renderer) for tick in drawn
+                     for label in (tick.label1, tick.label2)
+                     if label.get_visible() and label.get_text().strip()]
+            if ticks:
+                from matplotlib.transforms import Bbox
+
+                boxes.append((f"panel {k}'s {which} tick labels", Bbox.union(ticks)))
+    return boxes
+
+
+def legend_overlaps(fig, *, pad=1.0):
+    """What the legends of a figure cover: axis labels, tick labels or a panel.
+
+    A legend of the figure (:func:`legend_outside`) may cover no panel, no axis
+    label and no tick label; a legend inside a panel may cover no axis label or
+    tick label (of any panel); no legend may cover another.  Boxes are compared as drawn, grown by ``pad``
+    pixels so that touching counts as covering.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure (drawn first).
+    pad : float
+        Pixels added around every legend before comparing.
+
+    Returns
+    -------
+    list of str
+        One entry per legend and what it covers; empty when nothing.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> fig, ax = book_figure()
+    >>> _ = ax.plot([0, 1], [0, 1], label="a line"); _ = ax.set_xlabel("capacity")
+    >>> _ = legend_outside(fig); legend_overlaps(fig)
+    []
+    >>> fig.legends[0].set_bbox_to_anchor((0.5, 0.02), transform=fig.transFigure)
+    >>> legend_overlaps(fig)               # lifted onto the x-axis label
+    ["figure legend 1 covers panel 1's x-axis label"]
+    >>> plt.close(fig)
+    """
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = _axis_boxes(fig, renderer)
+    legends = [(f"figure legend {k}", leg, True) for k, leg in enumerate(fig.legends, start=1)]
+    legends += [(f"panel {k}'s legend", ax.get_legend(), False)
+                for k, ax in enumerate(fig.get_axes(), start=1)
+                if ax.get_legend() is not None and ax.get_visible()]
+    found = []
+    shown = [(name, leg.get_window_extent(renderer)) for name, leg, _ in legends
+             if leg.get_visible()]
+    for k, (name, box) in enumerate(shown):
+        found += [f"{name} covers {other}" for other, b in shown[k + 1:]
+                  if box.padded(pad).overlaps(b)]
+    for name, leg, of_figure in legends:
+        if not leg.get_visible():
+            continue
+        box = leg.get_window_extent(renderer).padded(pad)
+        for what, other in boxes:
+            if what.startswith("panel") and what.endswith(tuple("0123456789")) and not of_figure:
+                continue    # a legend inside a panel sits over its plotting area by design
+            if box.overlaps(other):
+                found.append(f"{name} covers {what}")
+    return found
+
+
 def figure_png(fig):
-    """PNG bytes of a figure as the book shows it, with its smallest font recorded.
+    """PNG bytes of a figure as the book shows it, with what a test of the page needs recorded.
 
     The figure is saved as a notebook shows it (tight bounding box, the
-    figure's own colours, :data:`BOOK_DPI`), and the smallest font of its text
-    (:func:`smallest_font`) is written into the PNG's text chunk
-    :data:`FONT_RECORD_KEY`, so that a test of the rendered page can compute
-    the size of that text on screen from the PNG alone.
+    figure's own colours) at :data:`PIXEL_RATIO` times :data:`BOOK_DPI`: the
+    page shows it at half its pixel width (:func:`_figure_png_base64` gives the
+    notebook that width), sharp on screens of two device pixels per CSS pixel.
+    Two PNG text chunks record the smallest font of its text in points
+    (:func:`smallest_font`, key :data:`FONT_RECORD_KEY`) and what its legends
+    cover (:func:`legend_overlaps`, key :data:`OVERLAP_RECORD_KEY`), so that a
+    test of the rendered page can check both from the PNG alone.
 
     Parameters
     ----------
@@ -157,26 +316,33 @@ def figure_png(fig):
     >>> from PIL import Image
     >>> fig, ax = book_figure()
     >>> _ = ax.plot([0, 1], [0, 1])
-    >>> Image.open(io.BytesIO(figure_png(fig))).text[FONT_RECORD_KEY]
-    '8.5'
+    >>> png = Image.open(io.BytesIO(figure_png(fig)))
+    >>> png.text[FONT_RECORD_KEY], png.text[OVERLAP_RECORD_KEY], round(png.info["dpi"][0])
+    ('10.5', 'none', 200)
     >>> plt.close(fig)
     """
     import io
 
     pt = smallest_font(fig)
     meta = {FONT_RECORD_KEY: f"{pt:g}"} if pt is not None else {}
+    meta[OVERLAP_RECORD_KEY] = "; ".join(legend_overlaps(fig)) or "none"
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=BOOK_DPI, bbox_inches="tight",
+    fig.savefig(buf, format="png", dpi=BOOK_DPI * PIXEL_RATIO, bbox_inches="tight",
                 facecolor=fig.get_facecolor(), edgecolor=fig.get_edgecolor(), metadata=meta)
     return buf.getvalue()
 
 
 def _figure_png_base64(fig):
+    """(base64 PNG, its display size in CSS pixels) of ``fig`` for the notebook, or None."""
     import base64
+    import struct
 
     if not fig.axes and not fig.lines:
         return None  # nothing drawn: as the notebook's own formatter, show nothing
-    return base64.b64encode(figure_png(fig)).decode("ascii")
+    png = figure_png(fig)
+    width, height = struct.unpack(">II", png[16:24])   # the IHDR chunk
+    size = {"width": width // PIXEL_RATIO, "height": height // PIXEL_RATIO}
+    return base64.b64encode(png).decode("ascii"), size
 
 
 def _show_figures_as_book_png():
@@ -198,8 +364,10 @@ def legend_outside(fig, ax=None, *, ncol=None):
 
     The entries are taken from ``ax`` (default: the figure's first axes; with
     ``"all"``, every labelled line of every panel, once each, in order of
-    appearance) and spread over ``ncol`` columns (default: up to four).
-    Returns the legend.
+    appearance) and spread over ``ncol`` columns (default: up to four; fewer
+    when that many are wider than the figure).  The panels are lifted until
+    their axis labels clear the legend by 6 px, so that the legend covers no
+    axis, label or tick label (:func:`legend_overlaps`).  Returns the legend.
 
     Parameters
     ----------
@@ -239,13 +407,27 @@ def legend_outside(fig, ax=None, *, ncol=None):
     for a in axes:
         if a.get_legend() is not None:
             a.get_legend().remove()
-    ncol = ncol if ncol is not None else min(4, len(handles))
+    ncol = _validate_int(ncol, "ncol", 1) if ncol is not None else min(4, len(handles))
     fig.tight_layout()
-    rows = -(-len(handles) // ncol)
-    bottom = min(0.45, (0.12 + 0.07 * rows) * 3.4 / fig.get_size_inches()[1])
-    fig.subplots_adjust(bottom=bottom)
-    return fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False,
-                      bbox_to_anchor=(0.5, 0.0))
+    renderer = fig.canvas.get_renderer()
+    while True:   # as many columns as fit the figure's width
+        legend = fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False,
+                            bbox_to_anchor=(0.5, 0.0))
+        fig.canvas.draw()
+        if ncol == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+            break
+        legend.remove()
+        ncol -= 1
+    gap = 6.0 / fig.bbox.height          # 6 px between the axis labels and the legend
+    for _ in range(3):   # the panels' labels move with them: place, measure, place again
+        fig.canvas.draw()
+        top = legend.get_window_extent(renderer).y1 / fig.bbox.height
+        lowest = min(a.get_tightbbox(renderer).y0 for a in axes if a.get_visible())
+        if lowest / fig.bbox.height >= top + gap - 1e-9:
+            break
+        bottom = fig.subplotpars.bottom + top + gap - lowest / fig.bbox.height
+        fig.subplots_adjust(bottom=min(0.7, bottom))
+    return legend
 
 
 # --- tables: ours beside the paper's, as HTML in the page and text elsewhere ---
@@ -515,7 +697,8 @@ def fold_text(title, text):
     title : str
         What the fold holds, shown when it is closed; ``$...$`` is typeset.
     text : str or sequence of str
-        The text, or its lines.
+        The text, or its lines; a line longer than :data:`PRINTED_WIDTH`
+        characters is wrapped (:func:`wrap`).
 
     Returns
     -------
@@ -535,7 +718,78 @@ def fold_text(title, text):
         raise ValueError("title must be a non-empty str")
     if not isinstance(text, str):
         text = "\n".join(str(line) for line in text)
-    return Fold(title, text)
+    return Fold(title, wrap(text))
+
+
+#: The longest line a chapter prints, in characters (the width of a code line).
+PRINTED_WIDTH = 88
+
+
+def wrap(text, width=PRINTED_WIDTH):
+    """``text`` with every line longer than ``width`` characters broken at spaces.
+
+    A broken line continues on lines indented by two spaces more than it, so
+    that printed read-outs fit the text column at 1280 px without scrolling.
+    Lines that fit are kept as they are, and a word longer than ``width`` is
+    never split.
+
+    Parameters
+    ----------
+    text : str
+        The text, possibly of several lines.
+    width : int
+        Longest line.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> print(wrap("deviation at t = T: random 0.0078, marginal 0.0004, tree-ts 0.0005", 40))
+    deviation at t = T: random 0.0078,
+      marginal 0.0004, tree-ts 0.0005
+    """
+    import textwrap
+
+    width = _validate_int(width, "width", 20)
+    out = []
+    for line in str(text).split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip())]
+        out.append(textwrap.fill(line, width, subsequent_indent=indent + "  ",
+                                 break_long_words=False, break_on_hyphens=False))
+    return "\n".join(out)
+
+
+def say(*values, sep=" "):
+    """Print ``values`` as :func:`print` does, every line wrapped by :func:`wrap`.
+
+    A chapter's read-outs print through it so that no printed line is longer
+    than :data:`PRINTED_WIDTH` characters.
+
+    Parameters
+    ----------
+    *values
+        What to print, each as by ``str``.
+    sep : str
+        Put between the values.
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> say("first decisions:", ["logistic", "xgboost"] * 12)
+    first decisions: ['logistic', 'xgboost', 'logistic', 'xgboost', 'logistic', 'xgboost',
+      'logistic', 'xgboost', 'logistic', 'xgboost', 'logistic', 'xgboost', 'logistic',
+      'xgboost', 'logistic', 'xgboost', 'logistic', 'xgboost', 'logistic', 'xgboost',
+      'logistic', 'xgboost', 'logistic', 'xgboost']
+    """
+    print(wrap(sep.join(str(v) for v in values)))
 
 
 def error_table(df, value="error", digits=3, *, text=True):
@@ -577,7 +831,7 @@ def error_table(df, value="error", digits=3, *, text=True):
                        dropna=False)
     if not _validate_bool(text, "text"):
         return t
-    return t.map(lambda v: f"{v:.{digits}f}" if np.isfinite(v) else "n/a")
+    return t.map(lambda v: _fmt_number(v, digits) if np.isfinite(v) else "n/a")
 
 
 def _fmt_p(p):
@@ -614,13 +868,15 @@ def paired_table(tests, digits=4):
 
     _check_frame(tests, ("task", "policy", "alpha1", "diff", "ci_low", "ci_high", "p_t",
                          "p_wilcoxon", "p_holm", "won", "lost", "runs"), name="tests")
-    f = f"{{:+.{digits}f}}"
+    def f(v):   # rounded first, so that a difference that rounds to zero reads +0.0000
+        return f"{round(float(v), digits) + 0.0:+.{digits}f}"
+
     return pd.DataFrame({
         "task": tests["task"].astype(str),
         "policy": tests["policy"],
         "alpha1": tests["alpha1"].map(lambda v: f"{v:.1f}"),
-        "diff": tests["diff"].map(f.format),
-        "95% CI": [f"[{f.format(lo)}, {f.format(hi)}]"
+        "diff": tests["diff"].map(f),
+        "95% CI": [f"[{f(lo)}, {f(hi)}]"
                    for lo, hi in zip(tests["ci_low"], tests["ci_high"])],
         "p (t)": tests["p_t"].map(_fmt_p),
         "p (Wilcoxon)": tests["p_wilcoxon"].map(_fmt_p),

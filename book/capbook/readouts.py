@@ -19,7 +19,8 @@ import numpy as np
 
 from capassign import (CONTEXTUAL_POLICIES, OFFLINE_POLICIES, PAPER_TABLE3, POLICY_STYLE,
                        _check_frame, _validate_bool, _validate_choice, _validate_int,
-                       hindsight_gaps, paired_tests, paper_accuracies, plot_error_vs_capacity)
+                       hindsight_gaps, paired_tests, paper_accuracies, plot_error_vs_capacity,
+                       plot_paired_differences)
 
 from .evidence import MATCH_TOL
 from .present import book_figure, error_table, legend_outside
@@ -175,11 +176,14 @@ class ExperimentAnalysis:
     def figure(self, *, titles=None, split=True, ncols=None):
         """Error rate against alpha_1, per task, one legend below the panels.
 
-        By default each task gets two panels side by side (small multiples,
-        one row per task): the online policies against random assignment and
-        the hindsight optimum, and the offline benchmarks against the same two
-        references, so that no panel carries more than six lines.  With
-        ``split=False`` every policy of a task shares one panel.
+        By default each task gets a row of two panels (small multiples): on
+        the left the references, random assignment, the hindsight optimum and
+        the offline benchmarks; on the right each contextual policy's mean
+        paired difference to random assignment with its 95% interval
+        (:func:`capassign.plot_paired_differences`), so that the gaps between
+        the policies are drawn at their own scale, not squeezed between random
+        assignment and the hindsight floor.  With ``split=False`` every policy
+        of a task shares one panel of error rates.
 
         Parameters
         ----------
@@ -204,32 +208,36 @@ class ExperimentAnalysis:
         >>> df = ca.error_vs_capacity(X, R, ["random", "tree-greedy", "offline-tree"],
         ...                           (0.0, 0.5, 1.0), runs=3, label="toy", hindsight=True)
         >>> fig, axes = analyse_experiment({"toy": df}).figure()
-        >>> [len(ax.get_lines()) for ax in axes]
-        [3, 3]
+        >>> [len(ax.get_lines()) for ax in axes], axes[1].get_ylabel()
+        ([3, 4], 'error − random')
         >>> plt.close(fig)
         """
         names = list(self.results)
         titles = titles or {}
         if _validate_bool(split, "split"):
-            fig, axes = book_figure(2, len(names), height=2.6 * len(names) + 0.9,
-                                    sharey="row")
+            fig, axes = book_figure(2, len(names), height=2.5 * len(names) + 1.1)
             axes = list(np.atleast_2d(axes).flat)
-            refs = ["random", "hindsight"]
-            groups = [("online policies", [*refs, *CONTEXTUAL_POLICIES]),
-                      ("offline benchmarks", [*refs, *OFFLINE_POLICIES])]
+            refs = ["random", "hindsight", *OFFLINE_POLICIES]
             panels = [(name, f"{titles.get(name, name)}: {what}", keep)
-                      for name in names for what, keep in groups]
+                      for name in names
+                      for what, keep in (("references", refs), ("minus random", None))]
         else:
             ncols = ncols if ncols is not None else min(2, len(names))
             ncols = _validate_int(ncols, "ncols", 1)
             nrows = -(-len(names) // ncols)
-            fig, axes = book_figure(ncols, nrows, height=3.0 * nrows + 0.9)
+            fig, axes = book_figure(ncols, nrows, height=3.0 * nrows + 1.1)
             axes = list(np.atleast_1d(axes).flat)
-            panels = [(name, titles.get(name, name), None) for name in names]
+            panels = [(name, titles.get(name, name), "all") for name in names]
         labels = {POLICY_STYLE[p]["label"]: p for p in OFFLINE_FIGURE_STYLE}
         for ax, (name, title, keep) in zip(axes, panels):
             df = self.results[name]
-            plot_error_vs_capacity(df if keep is None else df[df.policy.isin(keep)], ax=ax,
+            if keep is None:     # the contextual policies, paired against random
+                tests = self.paired.get(name)
+                if tests is not None:
+                    plot_paired_differences(tests, ax=ax, title=title, legend=False)
+                ax.set_ylabel("error − random")
+                continue
+            plot_error_vs_capacity(df if keep == "all" else df[df.policy.isin(keep)], ax=ax,
                                    legend=False, title=title)
             for line in ax.get_lines():
                 style = OFFLINE_FIGURE_STYLE.get(labels.get(line.get_label()))
@@ -237,13 +245,10 @@ class ExperimentAnalysis:
                     line.set(**style)
         for ax in axes[len(panels):]:
             ax.set_visible(False)
-        if split:   # axis titles once: y on the left column, x on the bottom row
-            for k, ax in enumerate(axes[:len(panels)]):
-                if k % 2:
-                    ax.set_ylabel("")
-                if k < len(panels) - 2:
-                    ax.set_xlabel("")
-        legend_outside(fig, "all", ncol=3)
+        if split:   # x-axis titles once, on the bottom row
+            for ax in axes[:len(panels) - 2]:
+                ax.set_xlabel("")
+        legend_outside(fig, "all", ncol=2)
         return fig, axes
 
 
