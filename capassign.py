@@ -90,6 +90,12 @@ __version__ = "0.1.0"
 
 #: Capacity sums must equal one within this tolerance.
 CAPACITY_TOL = 1e-9
+#: What capacities mean (the ``bounds`` argument of :func:`simulate`,
+#: :class:`Router`, :func:`optimal_assignment`, ...): ``"exact"`` (the default,
+#: the paper's) shares alpha_a summing to one; ``"upper"`` limits "each agent at
+#: most alpha_a" summing to at least one (App. F's constraints limsup share <=
+#: alpha_a, see :func:`_validate_capacities`).
+CAPACITY_BOUNDS = ("exact", "upper")
 
 #: The public API: what a practitioner, the README, the book's chapters and the
 #: command line use, with the classes and exceptions they return or raise.  Every
@@ -100,7 +106,7 @@ __all__ = [
     "DEFAULT_ETA", "PAPER_RUNS", "PAPER_ALPHAS", "PAPER_CAPACITY_GRID", "PAPER_TABLE3",
     "PAPER_TABLE4", "PAPER_FIG1_THRESHOLD", "PAPER_CAMELYON17",
     # validation constants and the reward rule (section 1)
-    "CAPACITY_TOL", "REWARD_RULE", "MEMORY_ENV", "MEMORY_FRACTION",
+    "CAPACITY_TOL", "CAPACITY_BOUNDS", "REWARD_RULE", "MEMORY_ENV", "MEMORY_FRACTION",
     # compiled kernels: the first-use notice (section 2)
     "PROGRESS_ENV",
     # theory / oracle (section 3)
@@ -320,7 +326,7 @@ def _validate_share(x, name="alpha"):
 
 
 def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
-                         name="capacities"):
+                         name="capacities", bounds="exact"):
     """Check capacities and split them into ``(alpha, constrained)``.
 
     ``capacities`` is a sequence with one entry per agent: a number in [0, 1]
@@ -334,6 +340,18 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
     changes nothing in the rule of Eq. 2, only the random baseline (which
     gives the remainder 1 - sum alpha to the free agents, see
     :func:`_selection_shares`) and the mini-batch counts (:func:`batch_counts`).
+
+    With ``bounds="upper"`` every entry is such an upper bound ("each agent at
+    most alpha_a", App. F states the constraints as limsup share <= alpha_a)
+    and the entries need only sum to at least one (a free agent makes any sum
+    possible): ``[0.7, 0.5, 0.3]``.  Eq. 1-2 are unchanged: the queue of
+    Eq. 1 is that of an inequality, it grows only while its agent runs above
+    alpha_a and is clipped at 0 otherwise.  What changes when the bounds sum
+    to more than one: the ``random`` policy draws agent a with probability
+    alpha_a / sum alpha (:func:`_selection_shares`), a mini-batch's counts
+    are per-agent caps (:func:`batch_counts`) and the oracle's capacity rows
+    are ``<=`` (:func:`optimal_assignment`).  Upper bounds summing to one are
+    exact shares and behave exactly as ``bounds="exact"``.
 
     Returns
     -------
@@ -354,6 +372,7 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
                          f"{n_agents} agents; give one capacity per agent")
     if len(entries) < 2:
         raise ValueError(f"{name} must list at least two agents, got {len(entries)}")
+    _validate_choice(bounds, CAPACITY_BOUNDS, "bounds")
     alpha = np.zeros(len(entries))
     constrained = np.ones(len(entries), dtype=bool)
     for a, c in enumerate(entries):
@@ -367,6 +386,12 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
     if not constrained.any():
         raise ValueError(f"{name}: at least one agent must be capacity-constrained")
     total = float(alpha[constrained].sum())
+    if bounds == "upper":
+        if constrained.all() and total < 1.0 - CAPACITY_TOL:
+            raise ValueError(f"{name} sum to {total!r}; as upper bounds (bounds='upper') they "
+                             f"must sum to at least 1 (within {CAPACITY_TOL:g}) so that every "
+                             f"task has an agent, or include a free agent (None)")
+        return alpha, constrained
     if constrained.all() and abs(total - 1.0) > CAPACITY_TOL:
         raise ValueError(f"{name} sum to {total!r}; they must sum to 1 (within "
                          f"{CAPACITY_TOL:g}) when every agent is capacity-constrained, or "
@@ -822,7 +847,8 @@ def _over_runs(n_runs, compute):
 @_njit(cache=True)
 def _selection_shares_nb(alpha, constrained):
     """Compiled :func:`_selection_shares`: ``alpha`` itself unless the free
-    agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`."""
+    agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`, or upper
+    bounds sum to more than 1 + :data:`CAPACITY_TOL` (then alpha / sum alpha)."""
     p = alpha.copy()
     total = 0.0
     n_free = 0
@@ -836,6 +862,9 @@ def _selection_shares_nb(alpha, constrained):
         for a in range(alpha.shape[0]):
             if not constrained[a]:
                 p[a] = rest / n_free
+    elif total > 1.0 + 1e-9:          # upper bounds (bounds='upper') summing above one
+        for a in range(alpha.shape[0]):
+            p[a] = alpha[a] / total if constrained[a] else 0.0
     return p
 
 
@@ -845,7 +874,9 @@ def _selection_shares(alpha, constrained):
     A constrained agent is drawn with probability alpha_a.  When the
     constrained shares sum to less than one (possible only with a free
     agent), the free agents share the remainder 1 - sum alpha equally;
-    otherwise a free agent is never drawn.  Equals ``alpha`` whenever the
+    otherwise a free agent is never drawn.  Upper bounds summing to more
+    than one (``bounds="upper"``) are scaled to alpha_a / sum alpha, so each
+    agent's share stays within its bound.  Equals ``alpha`` whenever the
     constrained shares sum to one.  The same code as the compiled
     :func:`_selection_shares_nb`, run as plain Python so that the theory
     functions need no compiled kernel.
@@ -950,10 +981,10 @@ class OptimalAssignment:
         return np.argmax(self.adjusted_rewards(mu), axis=1)
 
 
-def _theory_inputs(mu, capacities, weights):
+def _theory_inputs(mu, capacities, weights, bounds="exact"):
     mu = _validate_matrix(mu, "mu", min_rows=1)
     n, A = mu.shape
-    alpha, constrained = _validate_capacities(capacities, A)
+    alpha, constrained = _validate_capacities(capacities, A, bounds=bounds)
     w = _validate_weights(weights, n)
     return mu, alpha, constrained, w
 
@@ -1001,6 +1032,14 @@ _ORACLE_MAX_SCALE = 1e6
 
 #: Contexts handed to HiGHS in the first round of the dual method.
 _DUAL_FIRST_CANDIDATES = 512
+
+
+def _equality_rows(cap, constrained):
+    """Whether the capacity rows of the assignment programme are equalities:
+    every agent constrained and the capacities summing to one (within
+    :data:`CAPACITY_TOL`); else they are ``<=`` rows (a free agent, or upper
+    bounds summing above one, ``bounds="upper"``)."""
+    return bool(constrained.all()) and float(cap[constrained].sum()) <= 1.0 + CAPACITY_TOL
 
 
 def _transport_incidence(n, A):
@@ -1113,7 +1152,8 @@ def _assignment_lp(mu, w, cap, constrained, allowed=None):
     """HiGHS on the masses y[i, a] = w_i P[i, a] (see :func:`optimal_assignment`).
 
     ``cap`` are the right-hand sides of the constrained agents' rows (equalities
-    when every agent is constrained, ``<=`` otherwise).  ``allowed`` (m x A
+    when every agent is constrained and they sum to one, ``<=`` otherwise,
+    :func:`_equality_rows`).  ``allowed`` (m x A
     booleans, default all) says which agents each row may go to.  Returns the
     row-normalised assignment and the negated duals lambda (0 for free agents,
     not shifted), or ``None`` when the allowed agents cannot meet the
@@ -1132,7 +1172,7 @@ def _assignment_lp(mu, w, cap, constrained, allowed=None):
     rows_ctx, agent_cols = _transport_incidence(m, A)
     cons_agents = np.flatnonzero(constrained)
     capm = agent_cols[cons_agents]
-    all_constrained = bool(constrained.all())
+    all_constrained = _equality_rows(cap, constrained)
     if all_constrained:
         rows = dict(A_eq=sparse.vstack([rows_ctx, capm]).tocsr(),
                     b_eq=np.concatenate([w, cap[cons_agents]]))
@@ -1195,7 +1235,7 @@ def _entropic_prices(mu, w, alpha, constrained, scale):
     """
     m, A = mu.shape
     cons = np.flatnonzero(constrained)
-    free_exists = cons.size < A
+    free_exists = not _equality_rows(alpha, constrained)   # <= rows: prices >= 0, all move
     lam = np.zeros(A)
     active = list(cons if free_exists else cons[1:])   # coordinates that move
     full_mu, full_w = mu, w
@@ -1294,7 +1334,7 @@ def _assignment_dual(mu, w, alpha, constrained):
     if spread == 0.0:   # every agent equally good everywhere (or a single agent)
         share = np.where(constrained, alpha, 0.0)   # the constrained shares sum to one
         return np.tile(share / share.sum(), (m, 1)), np.zeros(A)
-    if A == 2 and constrained.all():
+    if A == 2 and _equality_rows(alpha, constrained):
         lam = _two_agent_prices(mu, w, alpha)
     else:
         lam = _entropic_prices(mu, w, alpha, constrained, spread)
@@ -1412,7 +1452,7 @@ def _oracle_rescaled(mu):
     return mu, 1.0
 
 
-def optimal_assignment(mu, capacities, weights=None):
+def optimal_assignment(mu, capacities, weights=None, *, bounds="exact"):
     """Optimal capacity-constrained assignment and its shadow prices (Thm 1, App. C).
 
     Solves the linear programme
@@ -1441,7 +1481,9 @@ def optimal_assignment(mu, capacities, weights=None):
     whose differences within a context overflow raise ``ValueError``.  With a
     free agent (App. H.4, :func:`_validate_capacities`) the capacity rows
     become upper bounds ``<= alpha_a`` (App. F) and the free agent's shadow
-    price is 0.
+    price is 0.  So do they with ``bounds="upper"`` and capacities summing
+    above one: the prices are then the duals of ``<=`` rows, >= 0, and 0 for
+    every agent whose bound is slack (complementary slackness), not shifted.
 
     Parameters
     ----------
@@ -1455,6 +1497,8 @@ def optimal_assignment(mu, capacities, weights=None):
         argmax_a mu_a(x) - lambda_a, and so are the rows of points lighter
         than HiGHS's feasibility tolerance (1e-10), whose share it cannot
         resolve.
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`).
 
     Returns
     -------
@@ -1482,8 +1526,16 @@ def optimal_assignment(mu, capacities, weights=None):
     [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
     >>> np.round(res.shadow_prices, 6).tolist(), round(res.value, 6)
     ([0.1, 0.0], 0.733333)
+
+    As limits (agent 0 at most 1/3, agent 1 at most 0.8): agent 0's bound
+    binds (price 0.1), agent 1's is slack (it takes 2/3 < 0.8; price 0):
+
+    >>> res = optimal_assignment([[0.9, 0.6], [0.7, 0.8], [0.6, 0.5]], [1 / 3, 0.8],
+    ...                          bounds="upper")
+    >>> res.policy().tolist(), np.round(res.shadow_prices, 6).tolist()
+    ([0, 1, 1], [0.1, 0.0])
     """
-    mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
+    mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights, bounds)
     active = np.flatnonzero(w > 0)
     mu_act, w_act = mu[active], w[active]
     groups = _distinct_rows(mu_act)
@@ -1499,7 +1551,7 @@ def optimal_assignment(mu, capacities, weights=None):
     if groups is not None:
         P_act = _split_in_order(P_act, inverse, w[active])
     lam = lam * scale
-    if constrained.all():
+    if _equality_rows(cap, constrained):
         lam -= lam.min()
     lam[np.abs(lam) < 1e-15] = 0.0
     P = np.zeros(mu.shape)
@@ -2329,6 +2381,9 @@ class VirtualQueues:
     ----------
     capacities : sequence
         One share alpha_a per agent, ``None`` for a free agent.
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`): the
+        update is the same, clipped at 0; upper bounds may sum above one.
 
     Examples
     --------
@@ -2343,8 +2398,8 @@ class VirtualQueues:
     ([0.5, 0.0], 1)
     """
 
-    def __init__(self, capacities):
-        self.alpha, self.constrained = _validate_capacities(capacities)
+    def __init__(self, capacities, *, bounds="exact"):
+        self.alpha, self.constrained = _validate_capacities(capacities, bounds=bounds)
         self.Q = np.zeros(len(self.alpha))
 
     def select(self, mu, eta):
@@ -2468,12 +2523,12 @@ def _validate_constrained(constrained, A):
     return _validate_matrix(mask, "constrained", ndim=1, dtype=bool, finite=False, shape=(A,))
 
 
-def _batch_capacities(alpha, constrained, name="alpha"):
+def _batch_capacities(alpha, constrained, name="alpha", bounds="exact"):
     """(alpha, constrained) from a share vector and an optional free-agent mask."""
     alpha = _validate_matrix(alpha, name, ndim=1)
     constrained = _validate_constrained(constrained, alpha.shape[0])
     caps = [float(x) if c else None for x, c in zip(alpha, constrained)]
-    return _validate_capacities(caps, name=name)
+    return _validate_capacities(caps, name=name, bounds=bounds)
 
 
 def _validate_counts(N, A, name):
@@ -2496,7 +2551,7 @@ def _validate_queues(Q, A):
     return Q
 
 
-def batch_counts(B, alpha, Q, constrained=None):
+def batch_counts(B, alpha, Q, constrained=None, *, bounds="exact"):
     """Integer tasks per agent for one batch of B tasks (Sec. 4.2, App. H.5).
 
     The counts steer the long-run fractions to the capacities.  The queue
@@ -2537,6 +2592,15 @@ def batch_counts(B, alpha, Q, constrained=None):
     :func:`batch_assign` reads the constrained counts as upper bounds, the
     free agents taking the tasks the constrained agents are not given.
 
+    Upper bounds summing to more than one (``bounds="upper"``, see
+    :func:`_validate_capacities`) give per-agent caps instead, summing to at
+    least B: N_a = floor(max(B alpha_a - Q_{t,a}, 0)), the tasks the caps
+    leave short of B going one each to the largest fractional parts (ties to
+    the smaller queue, then the lower index); when the clipped targets sum
+    below B (queues far above their bounds), the counts of steps 1-2 (which
+    sum to B).  :func:`batch_assign` then picks the best assignment within
+    the caps.
+
     Parameters
     ----------
     B : int
@@ -2549,10 +2613,14 @@ def batch_counts(B, alpha, Q, constrained=None):
     constrained : array_like of bool, shape (A,), optional
         False for free agents; all agents are constrained by default.
 
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`).
+
     Returns
     -------
     ndarray of int, shape (A,)
-        N_{t,a} >= 0, summing to B.
+        N_{t,a} >= 0, summing to B (caps summing to at least B for upper
+        bounds summing above one).
 
     Examples
     --------
@@ -2564,9 +2632,14 @@ def batch_counts(B, alpha, Q, constrained=None):
     [6, 5]
     >>> batch_counts(11, [0.5, 0.5], batch_queue_update([0.0, 0.0], N, [0.5, 0.5], 11)).tolist()
     [5, 6]
+
+    Each agent at most 70%, 50% and 30% of the 10 tasks: caps 7, 5 and 3.
+
+    >>> batch_counts(10, [0.7, 0.5, 0.3], [0.0, 0.0, 0.0], bounds="upper").tolist()
+    [7, 5, 3]
     """
     B = _validate_int(B, "B", lo=1)
-    alpha, constrained = _batch_capacities(alpha, constrained)
+    alpha, constrained = _batch_capacities(alpha, constrained, bounds=bounds)
     A = alpha.shape[0]
     Q = _validate_queues(Q, A)
     N = np.zeros(A, dtype=np.int64)
@@ -2574,7 +2647,7 @@ def batch_counts(B, alpha, Q, constrained=None):
     return N
 
 
-def batch_queue_update(Q, N, alpha, B, constrained=None):
+def batch_queue_update(Q, N, alpha, B, constrained=None, *, bounds="exact"):
     """Virtual queues after a batch: Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.
 
     The batch form of Eq. 1 (the paper, App. H.5): ``N`` are the tasks each agent
@@ -2593,6 +2666,9 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
         Batch size, >= 1.
     constrained : array_like of bool, shape (A,), optional
         False for free agents; all agents are constrained by default.
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`); the
+        update is the same (clipped at 0), only the check of ``alpha`` differs.
 
     Returns
     -------
@@ -2605,7 +2681,7 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
     [0.5, 0.0]
     """
     B = _validate_int(B, "B", lo=1)
-    alpha, constrained = _batch_capacities(alpha, constrained)
+    alpha, constrained = _batch_capacities(alpha, constrained, bounds=bounds)
     A = alpha.shape[0]
     Q = _validate_queues(Q, A)
     N = _validate_counts(N, A, "N")
@@ -2616,7 +2692,7 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
     return Q
 
 
-def batch_assign(scores, counts, constrained=None, *, method="auto"):
+def batch_assign(scores, counts, constrained=None, *, method="auto", bounds="exact"):
     """Within-batch assignment maximising the summed scores under per-agent counts.
 
     Solves the min-cost-flow step of the mini-batch setting (the paper,
@@ -2654,7 +2730,9 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
     scores : array_like, shape (B, A)
     counts : array_like of int, shape (A,)
         Tasks per agent, e.g. from :func:`batch_counts`; they sum to B when
-        every agent is constrained.  Entries of free agents are ignored.
+        every agent is constrained (to at least B with ``bounds="upper"``,
+        then caps: each agent gets at most its count).  Entries of free
+        agents are ignored.
     constrained : array_like of bool, shape (A,), optional
         False for free agents; all agents are constrained by default.
 
@@ -2680,7 +2758,11 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
     if not constrained.any():
         raise ValueError("constrained: at least one agent must be capacity-constrained")
     method = _validate_method(method, BATCH_METHODS, A, "scores")
-    if constrained.all() and int(counts.sum()) != B:
+    _validate_choice(bounds, CAPACITY_BOUNDS, "bounds")
+    if bounds == "upper" and constrained.all() and int(counts.sum()) < B:
+        raise ValueError(f"counts must sum to at least the batch size {B} (rows of "
+                         f"scores) as caps (bounds='upper'), got {int(counts.sum())}")
+    if bounds == "exact" and constrained.all() and int(counts.sum()) != B:
         raise ValueError(f"counts must sum to the batch size {B} (rows of "
                          f"scores), got {int(counts.sum())}")
     return _batch_assign_core(S, counts, constrained, method)
@@ -2695,7 +2777,7 @@ def _batch_assign_core(S, counts, constrained, method="auto"):
                          np.asarray(constrained, dtype=np.bool_), agent,
                          np.zeros(A, dtype=np.int64))
         return agent
-    if constrained.all():
+    if constrained.all() and int(counts.sum()) == B:
         lower = upper = counts
     else:
         lower = np.zeros(A, dtype=np.int64)
@@ -2774,6 +2856,9 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
             n_free += 1
     rest = 1.0 - total
     remainder = n_free > 0 and rest > 1e-9   # a runtime flag: one compiled version
+    if not remainder and total > 1.0 + 1e-9:   # upper bounds summing above one: caps
+        _batch_caps_nb(B, alpha, Q, constrained, N)
+        return
     if not remainder:
         _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder)
         return
@@ -2795,6 +2880,43 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
         if not constrained[a]:
             N[a] = N2[A] // n_free + (1 if k < N2[A] % n_free else 0)
             k += 1
+
+
+@_njit(cache=True)
+def _batch_caps_nb(B, alpha, Q, constrained, N):
+    """Per-agent caps of a batch of ``B`` tasks under upper bounds summing
+    above one (:func:`batch_counts`): N_a = floor(max(B alpha_a - Q_a, 0)),
+    the tasks the caps leave short of B given one each to the largest
+    fractional parts (ties to the smaller queue, then the lower index); if the
+    clipped targets sum below B, the counts of the exact rule instead."""
+    A = alpha.shape[0]
+    room = 0.0
+    for a in range(A):
+        N[a] = 0
+        if constrained[a] and alpha[a] > 0.0 and B * alpha[a] - Q[a] > 0.0:
+            room += B * alpha[a] - Q[a]
+    if room < B:
+        _batch_counts_share_nb(B, alpha, Q, constrained, N, False)
+        return
+    frac = np.full(A, -1.0)
+    total = 0
+    for a in range(A):
+        if constrained[a] and alpha[a] > 0.0:
+            v = max(B * alpha[a] - Q[a], 0.0)
+            near = np.rint(v)
+            if abs(v - near) <= 1e-9 * B:
+                v = near
+            N[a] = np.int64(math.floor(v))
+            frac[a] = v - N[a]
+            total += N[a]
+    for _ in range(B - total):
+        best = -1
+        for a in range(A):
+            if frac[a] >= 0.0 and (best < 0 or frac[a] > frac[best]
+                                   or (frac[a] == frac[best] and Q[a] < Q[best])):
+                best = a
+        frac[best] = -1.0
+        N[best] += 1
 
 
 @_njit(cache=True)
@@ -2932,7 +3054,7 @@ def _batch_assign_nb(S, n, N, constrained, agent, upper):
     for a in range(A):
         if not constrained[a]:
             all_c = False
-    if A == 2 and all_c:
+    if A == 2 and all_c and N[0] + N[1] == n:    # exact counts (caps summing above n: SSP)
         d = np.empty(n)
         for j in range(n):
             d[j] = S[j, 1] - S[j, 0]
@@ -5570,12 +5692,14 @@ _RunOut = namedtuple("_RunOut", "assign queues counts")
 #: and passed down as one value: the ``policy``, the capacities as given
 #: (``caps``, ``None`` for a free agent) and as the capacity ``rule`` of the
 #: runs (:data:`_Rule`), the model ``settings``, the ``engine`` and the queue
-#: ``step`` as given (a number or a :class:`DecayingEta`).
-_Simulation = namedtuple("_Simulation", "policy caps rule settings engine step")
+#: ``step`` as given (a number or a :class:`DecayingEta`), and what the
+#: capacities mean (``bounds``, :data:`CAPACITY_BOUNDS`).
+_Simulation = namedtuple("_Simulation", "policy caps rule settings engine step bounds",
+                         defaults=("exact",))
 
 
 def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings,
-                         batch_size=None):
+                         batch_size=None, bounds="exact"):
     """Check every argument of :func:`simulate`, the capacities once; return
     ``(X, R, runs, seed, sim)`` with ``sim`` a :data:`_Simulation`."""
     _validate_choice(policy, POLICIES, "policy")
@@ -5584,7 +5708,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
     X = _validate_matrix(X, "X", shape=(R.shape[0], None))
     if "tree" in policy and X.shape[1] < 1:
         raise ValueError(f"X has no feature columns; policy {policy!r} needs at least one")
-    alpha, constrained = _validate_capacities(capacities, R.shape[1])
+    alpha, constrained = _validate_capacities(capacities, R.shape[1], bounds=bounds)
     eta = _validate_step(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
@@ -5600,7 +5724,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
     caps = tuple(None if c is None else float(c) for c in capacities)
     rule = _Rule(alpha, constrained, *_step_parts(eta), batch_size or 0, bool(_EARLY_EXIT))
     return X, _reward_array(R), runs, seed, _Simulation(policy, caps, rule, settings, engine,
-                                                        eta)
+                                                        eta, bounds)
 
 
 #: The keyword group ``**execution`` of :func:`simulate`, with its defaults.
@@ -5793,7 +5917,7 @@ def _memoised(func):
 
 @_memoised
 def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
-             settings=PAPER_SETTINGS, batch_size=None, **execution):
+             settings=PAPER_SETTINGS, batch_size=None, bounds="exact", **execution):
     """Run an assignment policy on a task stream, ``runs`` times (Algorithm 1).
 
     Every run takes the T tasks in its own random order (Sec. 4).  At step t
@@ -5813,6 +5937,8 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         (``[0.2, 0.3, None]``: at most 20% and 30%).  A free agent has no
         queue: a weak one is kept away only by its learned accuracy, so it
         gets tasks while estimates are uncertain (give it a capacity to bound it).
+        With ``bounds="upper"`` they are limits "each agent at most alpha_a"
+        summing to at least 1.
     policy : str
         One of :data:`POLICIES`:
 
@@ -5846,6 +5972,12 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         ``batch_size=1`` is *not* the online rule: the queues pick the agent
         (the scores decide only between it and free agents).  Offline
         policies reject a batch size.
+    bounds : str
+        ``"exact"`` (default, the paper's): the capacities are shares summing
+        to one.  ``"upper"``: each is an upper bound, summing to at least one
+        (App. F's limsup share <= alpha_a; :func:`_validate_capacities`):
+        Eq. 1-2 as they are, ``random`` draws alpha_a / sum alpha, a batch's
+        counts are caps (:func:`batch_counts`).
     **execution
         How the runs are computed and what they return, given by name (one
         keyword group, checked as a whole):
@@ -5884,10 +6016,17 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     >>> res = simulate(X, R, [0.5, 0.5], "logistic-greedy", runs=2, eta=DecayingEta())
     >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
     ([0.316, 0.34], [[0.494, 0.506], [0.498, 0.502]])
+
+    Limits instead of shares: agent 0 at most 80%, agent 1 at most 60%.
+
+    >>> res = simulate(X, R, [0.8, 0.6], "logistic-greedy", runs=2, bounds="upper")
+    >>> bool(np.all(res.assigned[:, 0] <= 0.8 + 0.01) and np.all(res.assigned[:, 1] <= 0.61))
+    True
     """
     execution = _keyword_group(execution, _SIMULATE_EXECUTION, "simulate")
     X, R, runs, seed, sim = _validate_simulation(X, R, capacities, policy, eta, runs, seed,
-                                                 execution["engine"], settings, batch_size)
+                                                 execution["engine"], settings, batch_size,
+                                                 bounds)
     return_traces = _validate_bool(execution["return_traces"], "return_traces")
     _check_memory(f"runs={runs}", _simulation_memory(runs, *X.shape, R.shape[1], sim.policy,
                                                      sim.engine, return_traces, sim.settings),
@@ -5966,7 +6105,7 @@ def _reference_run(X, R, order, sim, rng):
     """
     T, A = R.shape
     policy, eta, settings = sim.policy, sim.step, sim.settings
-    queues = VirtualQueues(sim.caps)
+    queues = VirtualQueues(sim.caps, bounds=sim.bounds)
     models = _make_models(X, A, policy, settings)
     thompson = policy.endswith("-ts")
     chosen = np.zeros(T, dtype=np.int32)
@@ -6025,22 +6164,25 @@ def _reference_batch_run(X, R, order, sim, rng):
         idx = order[t0:t0 + B]
         nb = len(idx)
         Qs[t0:t0 + nb] = Q
-        N = batch_counts(nb, alpha, Q, constrained)
-        if policy == "random":
+        if policy == "random":     # the shares it draws from (alpha unless upper bounds > 1)
+            N = batch_counts(nb, _selection_shares(alpha, constrained), Q, constrained)
             agents = rng.permutation(np.repeat(np.arange(A), N))
         else:
             if thompson:
                 mu = np.array([[m.sample(X[i], rng) for m in models] for i in idx])
             else:
                 mu = np.array([[m.predict(X[i]) for m in models] for i in idx])
-            agents = batch_assign(mu - _step_at(sim.step, t0) * Q, N, constrained)
+            N = batch_counts(nb, alpha, Q, constrained, bounds=sim.bounds)
+            agents = batch_assign(mu - _step_at(sim.step, t0) * Q, N, constrained,
+                                  bounds=sim.bounds)
         for i, a in zip(idx, agents):
             r = R[i, a]
             if policy.startswith("tree"):
                 models[a].update(X[i], r, rng)
             elif models is not None:
                 models[a].update(X[i], r)
-        Q = batch_queue_update(Q, np.bincount(agents, minlength=A), alpha, nb, constrained)
+        Q = batch_queue_update(Q, np.bincount(agents, minlength=A), alpha, nb, constrained,
+                               bounds=sim.bounds)
         chosen[t0:t0 + nb] = agents
     return chosen, Qs
 
@@ -6218,10 +6360,18 @@ def _choose_agents_nb(S, nb, rule, t, batched, Q, N, agent, upper):
 
 
 @_njit(cache=True)
+def _random_counts_nb(nb, alpha, Q, constrained, N):
+    """The ``random`` policy's counts of a batch: those of :func:`batch_counts`,
+    for upper bounds summing above one those of the shares it draws from
+    (:func:`_selection_shares_nb`), which sum to one."""
+    _batch_counts_nb(nb, _selection_shares_nb(alpha, constrained), Q, constrained, N)
+
+
+@_njit(cache=True)
 def _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent):
     """The ``random`` policy's agents for a batch of ``nb`` tasks: the batch's
     counts (Sec. 4.2) handed to its tasks in a uniformly random order."""
-    _batch_counts_nb(nb, alpha, Q, constrained, N)
+    _random_counts_nb(nb, alpha, Q, constrained, N)
     j = 0
     for a in range(alpha.shape[0]):
         for _ in range(N[a]):
