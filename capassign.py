@@ -125,7 +125,8 @@ __all__ = [
     "SimulationResult", "synthetic_stream", "simulate", "OFFLINE_MAX_BINS", "MEMO_ENV",
     "benchmark_engines",
     # streaming router (section 7)
-    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "Decision", "PROPENSITY_DRAWS",
+    "ROUTER_SCHEMA", "ROUTER_SCHEMA_VERSION", "Router", "Decision", "UnknownTaskError",
+    "PROPENSITY_DRAWS",
     "LOG_FORMAT", "benchmark_startup", "benchmark_router",
     # off-policy evaluation (section 8)
     "OPE_ESTIMATORS", "OffPolicyEstimate", "LogEvaluation", "evaluate_log",
@@ -4848,6 +4849,11 @@ class _RewardModel:
     def _regrouped(self, keep, fresh):
         """Refresh what depends on the set of agents after :meth:`regroup`."""
 
+    def set_limits(self, alpha, constrained):
+        """The capacities in force changed (:meth:`Router.set_capacities`,
+        :meth:`Router.pause`, :meth:`Router.resume`); the agents did not."""
+        self._alpha, self._constrained = alpha, constrained
+
 
 class _MarginalModel(_RewardModel):
     """``random`` and ``marginal`` (App. D.5): each agent's count and sum of rewards.
@@ -4887,6 +4893,10 @@ class _MarginalModel(_RewardModel):
 
     def _regrouped(self, keep, fresh):
         self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
+
+    def set_limits(self, alpha, constrained):
+        super().set_limits(alpha, constrained)
+        self._regrouped(None, None)            # the random policy's cumulative shares
 
     def _check_values(self, vals, seen):
         for key, v in vals.items():
@@ -6904,7 +6914,10 @@ ROUTER_SCHEMA = "capassign.router"
 #: Version 4: ``eta`` may be a :class:`DecayingEta` (an object, see
 #: :meth:`DecayingEta.fields`); versions 1-3 hold a number.  Version 5: the
 #: ``log`` path (None without a log; versions 1-4 restore without one).
-ROUTER_SCHEMA_VERSION = 5
+#: Version 6: the limits - ``bounds``, the ``paused`` agents,
+#: ``max_age_seconds`` and the pending tasks' ``task_ages`` (versions 1-5
+#: restore with exact shares, no agent paused, no expiry by time).
+ROUTER_SCHEMA_VERSION = 6
 
 #: The JSON lines a :class:`Router` with ``log=PATH`` appends to PATH (one
 #: object per line, each line flushed as written; the file is only ever
@@ -6927,11 +6940,12 @@ LOG_FORMAT = ("router", "decision", "reward")
 #: ``caps``), ``policy``, ``eta``, ``seed``, the context dimension ``d``,
 #: ``settings``, the expiry limits and the checked ``X_reference``.
 _RouterConfig = namedtuple("_RouterConfig", "names A alpha constrained caps policy eta seed d "
-                                            "settings max_pending max_age X_reference")
+                                            "settings max_pending max_age X_reference bounds "
+                                            "max_age_seconds", defaults=("exact", None))
 
 
 def _router_config(agents, capacities, policy, eta, seed, X_reference, n_features, settings,
-                   max_pending, max_age):
+                   max_pending, max_age, bounds="exact", max_age_seconds=None):
     """Check the arguments of :class:`Router` once; return a :data:`_RouterConfig`."""
     lim = ROUTER_STATE_LIMITS                 # what a saved state may hold (from_state)
     if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
@@ -6942,7 +6956,7 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
         n_agents = len(names)
         if n_agents > lim["agents"]:
             raise ValueError(f"agents must name at most {lim['agents']} agents, got {n_agents}")
-    alpha, constrained = _validate_capacities(capacities, n_agents)
+    alpha, constrained = _validate_capacities(capacities, n_agents, bounds=bounds)
     _validate_choice(policy, ONLINE_POLICIES, "policy")
     eta = _validate_step(eta)
     seed = _validate_int(seed, "seed")
@@ -6966,9 +6980,13 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
         max_pending = _validate_int(max_pending, "max_pending", lo=1, hi=lim["count"])
     if max_age is not None:
         max_age = _validate_int(max_age, "max_age", lo=0, hi=lim["count"])
+    if max_age_seconds is not None:
+        max_age_seconds = _validate_real(max_age_seconds, "max_age_seconds", lo=0.0,
+                                         lo_open=True)
     caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
     return _RouterConfig(names, n_agents, alpha, constrained, caps, policy, eta, seed,
-                         n_features, settings, max_pending, max_age, X_reference)
+                         n_features, settings, max_pending, max_age, X_reference, bounds,
+                         max_age_seconds)
 
 
 def _saved_schema_version(state):
@@ -6993,7 +7011,7 @@ def _saved_schema_version(state):
     return version
 
 
-def _saved_config(st, get):
+def _saved_config(st, get, version=1):
     """The configuration of a saved router state, checked before anything is built.
 
     Returns ``(agents, A, kw, model)``: ``kw`` holds the keyword arguments of
@@ -7030,6 +7048,14 @@ def _saved_config(st, get):
     for key, lo in (("max_pending", 1), ("max_age", 0)):
         v = get(key, None)
         kw[key] = None if v is None else _state_int(v, f"state[{key!r}]", lo, lim["count"])
+    if version >= 6:                     # the limits of schema 6 (none before)
+        if st["bounds"] not in CAPACITY_BOUNDS:
+            raise ValueError(f"state['bounds'] must be one of {', '.join(CAPACITY_BOUNDS)}, "
+                             f"got {st['bounds']!r}")
+        kw["bounds"] = st["bounds"]
+        v = st["max_age_seconds"]
+        kw["max_age_seconds"] = None if v is None else _validate_real(
+            v, "state['max_age_seconds']", lo=0.0, lo_open=True)
     return agents, A, kw, model
 
 
@@ -7071,6 +7097,29 @@ def _saved_counters(st, get, A, constrained, assigned_elsewhere, q_start):
     return counters
 
 
+class UnknownTaskError(LookupError, ValueError):
+    """A reward or cancellation for a task the :class:`Router` does not hold.
+
+    Raised by :meth:`Router.update` and :meth:`Router.cancel` for a task id
+    that is not pending: never assigned by this router, its reward already
+    recorded, cancelled, or expired (``max_pending``, ``max_age``,
+    ``max_age_seconds``).  A late reward of an expired task is an ordinary
+    event of a live service, not a programming error: catch this class
+    alone.  It is a :class:`LookupError` (an id looked up and not found) and,
+    for callers written before it existed, a :class:`ValueError`, so
+    ``except ValueError`` still catches it.
+
+    Examples
+    --------
+    >>> router = Router(2, [0.5, 0.5], "random")
+    >>> try:
+    ...     router.update(7, 0, 1)
+    ... except UnknownTaskError as exc:
+    ...     print(type(exc).__name__, isinstance(exc, ValueError))
+    UnknownTaskError True
+    """
+
+
 class _TaskLedger:
     """The tasks of a :class:`Router`: their ids, the pending ones and their expiry.
 
@@ -7083,10 +7132,15 @@ class _TaskLedger:
     team (:class:`_Team`), its reward still accepted, to ``(agent name,
     sequence number)``: such a task keeps its id in use, expires and can be
     cancelled as a pending one.  ``_order`` lists ``(sequence number, id)`` of
-    assigned tasks, oldest first, for the expiry.
+    assigned tasks, oldest first, for the expiry.  With ``max_age_seconds``,
+    ``born`` maps the id of each pending (or departed) task to the ``clock()``
+    reading at its assignment.
     """
 
-    def __init__(self, max_pending=None, max_age=None):
+    max_age_seconds = born = clock = None     # (ledgers pickled before expiry by time)
+
+    def __init__(self, max_pending=None, max_age=None, max_age_seconds=None,
+                 clock=time.monotonic):
         self.pending = {}
         self.departed = {}
         self.n_assigned = 0
@@ -7095,7 +7149,10 @@ class _TaskLedger:
         self.n_expired = 0
         self.max_pending = max_pending
         self.max_age = max_age
-        self.expiry = max_pending is not None or max_age is not None
+        if max_age_seconds is not None:
+            self.max_age_seconds, self.clock, self.born = max_age_seconds, clock, {}
+        self.expiry = (max_pending is not None or max_age is not None
+                       or max_age_seconds is not None)
         self._order = deque() if self.expiry else None
 
     def check_id(self, task_id):
@@ -7149,16 +7206,21 @@ class _TaskLedger:
         self.last_task_id = tid
         self.n_assigned = seq + 1
         if self.expiry:
+            if self.born is not None:
+                self.born[tid] = self.clock()
             self._order.append((seq, tid))
             self._expire()
 
     def book_batch(self, ids, agents, X):
         """The tasks ``ids`` (contexts the rows of ``X``) went to ``agents``."""
         seq = self.n_assigned
+        now = self.clock() if self.born is not None else None
         for t, i in enumerate(ids):
             self.pending[i] = (int(agents[t]), X[t].copy(), seq + t)
             if self.expiry:
                 self._order.append((seq + t, i))
+                if now is not None:
+                    self.born[i] = now
         self.last_task_id = ids[-1]
         self.n_assigned = seq + len(ids)
         if self.expiry:
@@ -7171,11 +7233,23 @@ class _TaskLedger:
         if entry is None:
             entry = self.departed.pop(tid, None)
         if entry is None:
-            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
-                             f"router, or its reward was recorded, or it was cancelled or "
-                             f"expired")
+            raise UnknownTaskError(f"task {tid!r} is not pending: it was never assigned by "
+                                   f"this router, or its reward was recorded, or it was "
+                                   f"cancelled or expired")
         self.n_cancelled += 1
+        self.forget(tid)
         return entry[0]
+
+    def forget(self, tid):
+        """Drop the assignment time of a task no longer pending (expiry by time)."""
+        if self.born is not None:
+            self.born.pop(tid, None)
+
+    def tick(self):
+        """Expire the tasks older than ``max_age_seconds`` now (before a reward,
+        a cancellation, a listing or a save reads the pending tasks)."""
+        if self.born is not None:
+            self._expire()
 
     def depart(self, tid, name):
         """The pending task ``tid``'s agent ``name`` left: its reward is still accepted."""
@@ -7188,7 +7262,8 @@ class _TaskLedger:
         list is rebuilt from the pending tasks when it grows much longer than they.
         """
         p, mp, ma, order = self.pending, self.max_pending, self.max_age, self._order
-        dep = self.departed
+        dep, mt, born = self.departed, self.max_age_seconds, self.born
+        now = self.clock() if born is not None else 0.0
         last = self.n_assigned - 1
         while order:
             seq, tid = order[0]
@@ -7198,10 +7273,12 @@ class _TaskLedger:
             if e is None or e[2] != seq:          # answered or cancelled
                 order.popleft()
             elif ((mp is not None and len(p) + len(dep) > mp)
-                  or (ma is not None and last - seq > ma)):
+                  or (ma is not None and last - seq > ma)
+                  or (born is not None and now - born.get(tid, now) > mt)):
                 order.popleft()
                 del held[tid]
                 self.n_expired += 1
+                self.forget(tid)
             else:
                 break
         if len(order) > 2 * (len(p) + len(dep)) + 64:
@@ -7214,6 +7291,30 @@ class _TaskLedger:
             order = sorted(order + [(e[1], tid) for tid, e in self.departed.items()],
                            key=lambda e: e[0])
         return deque(order)
+
+    def saved_ages(self):
+        """``[task id, age in seconds]`` of the tasks with an assignment time:
+        the saved state keeps ages, not readings of a clock that another
+        process does not share (the clock stands still while it is saved)."""
+        if self.born is None:
+            return []
+        now = self.clock()
+        return [[tid, max(now - t, 0.0)] for tid, t in self.born.items()]
+
+    def restore_ages(self, ages):
+        """Assignment times from saved ages (``state['task_ages']``), checked;
+        a waiting task without an age is taken as assigned now."""
+        if self.born is None:
+            return
+        if not isinstance(ages, list) or not all(isinstance(e, list) and len(e) == 2
+                                                 for e in ages):
+            raise ValueError("state['task_ages'] must be a list of [task id, age in seconds]")
+        now = self.clock()
+        saved = {_validate_task_id(e[0], "state['task_ages'] task id"):
+                 _validate_real(e[1], "state['task_ages'] age", lo=0.0) for e in ages}
+        for tid in list(self.pending) + list(self.departed):
+            self.born[tid] = now - saved.get(tid, 0.0)
+        self._expire()
 
     def saved_pending(self):
         """The pending tasks as a saved state lists them (oldest first)."""
@@ -7354,6 +7455,31 @@ _PROPENSITY_KEY = 0x70726F70
 PROPENSITY_DRAWS = 2000
 
 
+def _paused_capacities(alpha, constrained, paused, name):
+    """The capacities in force while the agents ``paused`` are paused
+    (:meth:`Router.pause`): ``(alpha, constrained)`` themselves when none is;
+    else a paused agent is held at capacity 0 (constrained, so its queue
+    stays as it is: Q + 0 - 0, Eq. 1), and when no free agent is left to take
+    the rest, the others' capacities are scaled by 1 / sum alpha if they sum
+    below one (the rule of ``remove_agent(rebalance='scale')``; upper bounds
+    still summing to at least one stay as they are).  ``name`` is the
+    argument an impossible pause is blamed on."""
+    if not paused.any():
+        return alpha, constrained
+    if paused.all():
+        raise ValueError(f"{name}: every agent would be paused; at least one must take tasks")
+    alpha = np.where(paused, 0.0, alpha)
+    constrained = constrained | paused
+    if constrained.all():
+        total = float(alpha.sum())
+        if total <= 0.0:
+            raise ValueError(f"{name}: the agents not paused would all have capacity 0; "
+                             f"resume one or change the capacities first")
+        if total < 1.0 - CAPACITY_TOL:
+            alpha = np.minimum(alpha / total, 1.0)
+    return alpha, constrained
+
+
 class _Team:
     """Agents joining and leaving a running :class:`Router` (its base class).
 
@@ -7410,7 +7536,8 @@ class _Team:
             keep = list(range(self._A))
             caps = self._rebalanced(keep, rebalance, 1.0 - (capacity or 0.0)) + [capacity]
             alpha, constrained = _validate_capacities(
-                caps, len(caps), name=self._rebalance_name(rebalance, f"adding {name!r}"))
+                caps, len(caps), name=self._rebalance_name(rebalance, f"adding {name!r}"),
+                bounds=self._bounds)
             c = self._constrained
             q = float(self._Q[c].mean()) if capacity is not None else 0.0
             self._regroup(keep, self._names + [name], alpha, constrained, q)
@@ -7438,7 +7565,8 @@ class _Team:
                                  f"scaled; give their new capacities")
             caps = self._rebalanced(keep, rebalance, 1.0 / (1.0 - share) if share < 1 else 1.0)
             alpha, constrained = _validate_capacities(
-                caps, len(caps), name=self._rebalance_name(rebalance, f"removing {name!r}"))
+                caps, len(caps), name=self._rebalance_name(rebalance, f"removing {name!r}"),
+                bounds=self._bounds)
             gone = [t for t, e in self._pending.items() if e[0] == r]
             for t in gone:
                 if pending == "cancel":
@@ -7485,6 +7613,8 @@ class _Team:
     def _regroup(self, keep, names, alpha, constrained, q):
         """Install the new team: agents ``keep`` then the joining one (queue ``q``)."""
         new = len(names) - len(keep)
+        paused = np.concatenate([self._paused[keep], np.zeros(new, dtype=bool)])
+        live = _paused_capacities(alpha, constrained, paused, "name")   # checked first
         fresh = None
         if new:
             one = self._config._replace(A=1, names=None, alpha=np.ones(1),
@@ -7498,7 +7628,8 @@ class _Team:
         self._caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
         self._names, self._index = names, {n: i for i, n in enumerate(names)}
         self._mu1 = np.empty((1, self._A))
-        self._model.regroup(keep, fresh, alpha, constrained, self._Q)
+        self._paused = paused
+        self._model.regroup(keep, fresh, *live, self._Q)
         where = {old: i for i, old in enumerate(keep)}
         for t, (a, x, seq) in list(self._pending.items()):
             self._pending[t] = (where[a], x, seq)
@@ -7506,15 +7637,16 @@ class _Team:
     def _departed_reward(self, tid, agent, reward):
         """The reward of a task whose agent has left (accepted, then dropped)."""
         if tid not in self._departed:
-            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
-                             f"router, or its reward was already recorded, or it was "
-                             f"cancelled or expired")
+            raise UnknownTaskError(f"task {tid!r} is not pending: it was never assigned by "
+                                   f"this router, or its reward was already recorded, or it "
+                                   f"was cancelled or expired")
         name = self._departed[tid][0]
         if agent is not None and agent != name:
             raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
                              f"assigned to ({name!r}, which left)")
         _validate_reward(reward)
         del self._departed[tid]
+        self._tasks.forget(tid)
 
     def _team_state(self):
         """The team's part of :meth:`Router.state_dict` (schema 3): the changes,
@@ -7576,6 +7708,17 @@ class _Team:
                    for c in st["changes"] if isinstance(c, dict) and c.get("op") == "remove")
 
 
+def _masked_choice(mu, Q, eta, allowed):
+    """Eq. 2 over the agents ``allowed`` (a boolean mask; None: all):
+    argmax_a mu[a] - eta Q[a], the first such agent on ties."""
+    if allowed is None:
+        return int(_select_nb(mu, Q, eta))
+    s = mu - eta * Q
+    if np.isnan(s).any():
+        raise ValueError(_NAN_ESTIMATE)
+    return int(np.argmax(np.where(allowed, s, -np.inf)))
+
+
 class Router(_Team):
     """Route a live stream of prediction tasks to agents under capacities (Algorithm 1).
 
@@ -7595,7 +7738,9 @@ class Router(_Team):
         alpha_a in [0, 1] per agent or ``None`` for a free agent (App. H.4);
         the constrained entries sum to 1, or to at most 1 with a free agent,
         which then takes the rest.  A free agent has no queue; how a weak
-        one is handled is described under :func:`simulate`.
+        one is handled is described under :func:`simulate`.  With
+        ``bounds="upper"``: limits "each agent at most alpha_a", summing to at
+        least 1.  Change them live with :meth:`set_capacities`.
     policy : str
         One of :data:`ONLINE_POLICIES` (default ``"tree-greedy"``).
     eta : float or DecayingEta
@@ -7626,6 +7771,19 @@ class Router(_Team):
     max_age : int, optional
         A pending task expires once more than ``max_age`` tasks have been
         assigned after it (its age counts assignments, not time).
+    max_age_seconds : float, optional
+        A pending task expires once more than ``max_age_seconds`` have passed
+        on ``clock`` since its assignment (checked at every call that reads
+        the pending tasks: assign, update, cancel, :attr:`pending`,
+        :meth:`state_dict`).  The saved state keeps each task's age; a
+        restored router counts on from it (the clock stands still while saved).
+    clock : callable
+        A function returning the time in seconds (default
+        :func:`time.monotonic`); inject a fake one to test expiry.  Not saved:
+        give it again to :meth:`from_state`.
+    bounds : str
+        ``"exact"`` (default, the paper's shares summing to one) or
+        ``"upper"`` (:data:`CAPACITY_BOUNDS`, :func:`_validate_capacities`).
     log : str or path, optional
         Append every decision of :meth:`assign` (with its propensity, see
         :class:`Decision`) and every reward of an assigned task to this file
@@ -7636,7 +7794,8 @@ class Router(_Team):
 
     The configuration (``capacities``, ``policy``, ``eta``, ``seed``,
     ``settings``, ``n_features``, ``log``) is read-only: setting it raises
-    AttributeError saying how to change it.
+    AttributeError saying how to change it (the capacities change with
+    :meth:`set_capacities`).
 
     Attributes
     ----------
@@ -7678,6 +7837,21 @@ class Router(_Team):
     (:data:`REWARD_RULE`).  Agents join and leave with :meth:`add_agent` and
     :meth:`remove_agent` (rules in :class:`_Team`).
 
+    *Limits as teams have them.*  ``bounds="upper"`` makes the capacities
+    limits ("each agent at most alpha_a", summing to at least one): Eq. 1-2
+    as they are - the queue of Eq. 1 is that of an inequality, clipped at 0,
+    so it grows only while its agent runs above its limit.
+    :meth:`set_capacities` changes the capacities of a live router (queues
+    kept).  :meth:`pause` takes an agent off the stream and keeps its model;
+    :meth:`resume` brings it back (rules there).  ``assign(x, eligible=...)``
+    restricts one task to some agents; the queues then move by Eq. 1 for
+    every agent, eligible or not (an agent that may not take the task has
+    1{a_t = a} = 0, so its queue falls by alpha_a, clipped at 0): a capacity
+    stays a share of *all* tasks.  With exact shares, masks that often keep
+    an agent out leave the others above their shares (their queues grow);
+    upper bounds with room to spare absorb them.  A reward of a task that is
+    not pending raises :class:`UnknownTaskError`.
+
     *Threads.*  One router may be shared by threads: :meth:`assign`,
     :meth:`assign_batch`, :meth:`update`, :meth:`cancel`, :meth:`state_dict`
     and :attr:`pending` each hold the router's lock for the whole call, so
@@ -7700,13 +7874,29 @@ class Router(_Team):
     >>> router = Router(["model", "human"], [0.7, 0.3], "logistic-greedy", n_features=3)
     >>> agent = router.assign(X[0])                  # task id 0
     >>> router.update(0, agent, R[0, router.agents.index(agent)])
+
+    Limits of a team: each agent at most 70%, 50%, 30% of the tasks; the
+    human pauses (its model kept), and a task only the models may take:
+
+    >>> team = Router(["a", "b", "human"], [0.7, 0.5, 0.3], "logistic-greedy",
+    ...               n_features=3, bounds="upper")
+    >>> team.pause("human")
+    >>> team.assign(X[1], eligible=["a", "b"]) in ("a", "b")
+    True
+    >>> team.resume("human"); team.set_capacities([0.6, 0.6, 0.4])
+    >>> team.capacities, team.paused
+    ((0.6, 0.6, 0.4), [])
     """
 
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
-                 max_age=None, log=None):
+                 max_age=None, log=None, bounds="exact", max_age_seconds=None,
+                 clock=time.monotonic):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
-                           settings, max_pending, max_age)
+                           settings, max_pending, max_age, bounds, max_age_seconds)
+        if not callable(clock):
+            raise TypeError(f"clock must be a function returning seconds, got {clock!r}")
+        self._bounds, self._paused = c.bounds, np.zeros(c.A, dtype=bool)
         self._policy, self._eta, self._seed, self._settings = c.policy, c.eta, c.seed, c.settings
         self._n_features, self._caps, self._names = c.d, c.caps, c.names
         self._log = _log_path(log)
@@ -7716,7 +7906,7 @@ class Router(_Team):
         self._rng = _rng_states([np.random.SeedSequence(c.seed)])[0]
         self._counts, self._n_rewards = np.zeros(c.A, np.int64), np.zeros(c.A, np.int64)
         self._mu1 = np.empty((1, c.A))
-        self._tasks = _TaskLedger(c.max_pending, c.max_age)
+        self._tasks = _TaskLedger(c.max_pending, c.max_age, c.max_age_seconds, clock)
         self._pending = self._tasks.pending   # read and deleted from on the per-task path
         self._model = _reward_model(c.policy)(c, self._rng, self._Q)
         self._score = self._model.score
@@ -7738,6 +7928,8 @@ class Router(_Team):
             if old in state:
                 state[new] = state.pop(old)
         state.setdefault("_log", None)
+        state.setdefault("_bounds", "exact")
+        state.setdefault("_paused", np.zeros(state["_A"], dtype=bool))
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -7747,7 +7939,7 @@ class Router(_Team):
                       doc="Agent names (or indices 0..A-1 when the router was given a count).")
     Q = property(lambda self: self._Q.copy(),
                  doc="The virtual queues Q_{t,a} now in force (a copy; Eq. 1).")
-    pending = property(lambda self: self._locked(list, self._pending), doc=(
+    pending = property(lambda self: self._locked(self._waiting), doc=(
         "Ids of the tasks assigned whose reward has not arrived, oldest first.\n\n"
         "Cancelled and expired tasks are no longer listed (see :meth:`cancel`)."))
     assigned_counts = property(lambda self: self._counts.copy(),
@@ -7761,11 +7953,16 @@ class Router(_Team):
     n_expired = property(lambda self: self._tasks.n_expired, doc="Tasks expired.")
     max_pending = property(lambda self: self._tasks.max_pending, doc="See the parameters.")
     max_age = property(lambda self: self._tasks.max_age, doc="See the parameters.")
+    max_age_seconds = property(lambda self: self._tasks.max_age_seconds,
+                               doc="See the parameters.")
+    bounds = property(lambda self: self._bounds, doc="See the parameters (read-only).")
+    paused = property(lambda self: [self._agent_out(a) for a in np.flatnonzero(self._paused)],
+                      doc="The agents paused (:meth:`pause`), in agent order.")
     # The configuration is read-only: an assignment used to be accepted and then
     # ignored by assign but used by assign_batch and state_dict (a restored router
     # decided otherwise).  Each refusal says how to change the setting.
-    capacities = _read_only("_caps", "capacities", "change them with add_agent or "
-                            "remove_agent (rebalance=...), or build a new Router")
+    capacities = _read_only("_caps", "capacities", "change them with set_capacities, or "
+                            "with add_agent or remove_agent (rebalance=...)")
     eta = _read_only("_eta", "eta", "build a new Router with the eta wanted")
     policy = _read_only("_policy", "policy", "build a new Router with the policy wanted")
     seed = _read_only("_seed", "seed", "build a new Router with the seed wanted")
@@ -7776,6 +7973,10 @@ class Router(_Team):
     def _locked(self, f, *args):
         with self._lock:
             return f(*args)
+
+    def _waiting(self):
+        self._tasks.tick()
+        return list(self._pending)
 
     def __repr__(self):
         return (f"Router(agents={self.agents}, capacities={list(self.capacities)}, "
@@ -7799,7 +8000,8 @@ class Router(_Team):
     def _agent_out(self, a):
         return self._names[a] if self._names else a
 
-    def assign(self, x, task_id=None, *, explain=False, n_draws=PROPENSITY_DRAWS):
+    def assign(self, x, task_id=None, *, explain=False, n_draws=PROPENSITY_DRAWS,
+               eligible=None):
         """Assign one task with context ``x``; return the agent (Eq. 2).
 
         The queues advance at once (Eq. 1).  The task is then pending until
@@ -7820,6 +8022,15 @@ class Router(_Team):
         router explaining its decisions decides exactly as one that does not.
         A router with ``log`` computes the propensity of every task (with
         ``n_draws``) and writes it to the log, whatever ``explain`` says.
+
+        ``eligible`` (optional) restricts this task to some agents: a list of
+        agents (names or indices) or one boolean per agent.  The choice is
+        Eq. 2 over the eligible agents that are not paused (``random``: a draw
+        among them in proportion to their shares, uniform if those are all 0);
+        the queues move by Eq. 1 for every agent (see the class notes), and
+        the propensity is that of the restricted choice.  A mask that leaves
+        no agent raises ValueError.  Every agent eligible and none paused is
+        exactly the unrestricted rule.
 
         Examples
         --------
@@ -7842,6 +8053,8 @@ class Router(_Team):
             if x.ndim != 1 or (self.n_features is not None and x.shape[0] != self.n_features):
                 _validate_context(x, self.n_features)  # raises the precise error
             X = x.reshape(1, -1)
+            allowed = None if eligible is None and not self._paused.any() else \
+                self._allowed(eligible)
             tasks = self._tasks
             tid = None if task_id is None else tasks.check_id(task_id)
             if self._extra and self._model.sees:
@@ -7851,27 +8064,80 @@ class Router(_Team):
             if explained:
                 Q0, eta = self._Q.copy(), self._model._eta
                 eta_t = float(_eta_step_nb(eta[0], eta[1], eta[2], eta[3]))
-            a = self._score(X, self._mu1, True)
+            a = self._score(X, self._mu1, True) if allowed is None else self._restricted(X, allowed)
             if a == -2:
                 raise ValueError("x contains NaN or infinite values")
             tasks.book(tid, a, X[0])
             self._counts[a] += 1
             if not explained:
                 return self._names[a] if self._names else a
-            d = self._explain(X, a, Q0, eta_t, n_draws)
+            d = self._explain(X, a, Q0, eta_t, n_draws, allowed)
             self._write_log({"event": "decision", "task_id": d.task_id, "agent": d.agent,
                              "propensity": d.propensity, "propensity_se": d.propensity_se,
                              "x": X[0].tolist()})
             return d if explain else d.agent
 
-    def _explain(self, X, a, Q0, eta_t, n_draws):
+    def _allowed(self, eligible):
+        """The agents that may take the next task: the ``eligible`` ones (see
+        :meth:`assign`) not paused, as a boolean mask; ``None`` when it is
+        every agent (the unrestricted rule)."""
+        mask = ~self._paused
+        if eligible is not None:
+            if isinstance(eligible, (str, bytes)) or not hasattr(eligible, "__iter__"):
+                raise TypeError(f"eligible must be a list of agents or one True/False per "
+                                f"agent, got {eligible!r}")
+            arr = np.asarray(eligible)
+            if arr.dtype == bool:
+                if arr.shape != (self._A,):
+                    raise ValueError(f"eligible must hold one True/False per agent "
+                                     f"({self._A}), got shape {arr.shape}")
+                mask = mask & arr
+            else:
+                chosen = np.zeros(self._A, dtype=bool)
+                for agent in eligible:
+                    chosen[self._agent_index(agent, "eligible agent")] = True
+                mask = mask & chosen
+        if not mask.any():
+            raise ValueError("eligible leaves no agent for this task (every agent excluded "
+                             "or paused); name at least one agent that may take it")
+        return None if mask.all() else mask
+
+    def _restricted(self, X, allowed):
+        """Eq. 2 over the ``allowed`` agents only, then Eq. 1 for every agent
+        (the one-task step of :meth:`assign` under a mask); -2 for a context
+        with NaN or infinite values, nothing changed."""
+        m = self._model
+        if not _all_finite_nb(X):
+            return -2
+        if self._policy == "random":
+            share = self._restricted_shares(allowed)
+            a = int(_random_agent_nb(self._rng, share, np.cumsum(share)))
+            _router_step_nb(m._eta)                    # t moves on, as in the kernel
+        else:
+            self._score(X, self._mu1, False)             # the estimates (same draws)
+            a = _masked_choice(self._mu1[0], self._Q, float(_router_step_nb(m._eta)), allowed)
+        _queue_update_one_nb(self._Q, m._alpha, m._constrained, np.int64(a))
+        return a
+
+    def _restricted_shares(self, allowed):
+        """The ``random`` policy's shares among the ``allowed`` agents (in
+        proportion to their shares in force, uniform if those are all 0)."""
+        m = self._model
+        share = np.where(allowed, _selection_shares(m._alpha, m._constrained), 0.0)
+        if share.sum() <= 0.0:
+            share = allowed.astype(float)
+        return share / share.sum()
+
+    def _explain(self, X, a, Q0, eta_t, n_draws, allowed=None):
         """The :class:`Decision` of the task just assigned to agent ``a`` (see
-        :meth:`assign`): ``Q0`` the queues and ``eta_t`` the step before it."""
+        :meth:`assign`): ``Q0`` the queues and ``eta_t`` the step before it,
+        ``allowed`` the agents it was restricted to (None: all)."""
         m, A = self._model, self._A
         penalties = tuple(float(eta_t * q) for q in Q0)
         p, se, draws, est = 1.0, 0.0, 0, None
         if self._policy == "random":
-            p = float(_selection_shares(self._alpha, self._constrained)[a])
+            p = float((_selection_shares(m._alpha, m._constrained) if allowed is None
+                       else self._restricted_shares(allowed))[a])
         elif not m._thompson:
             est = self._mu1[0].copy()
         else:                                      # Monte Carlo, on a stream of its own
@@ -7885,7 +8151,7 @@ class Router(_Team):
                     gauss[:] = 0.0
                 for _ in range(n_draws):
                     m.score(X, mu, False)
-                    counts[_select_nb(mu[0], Q0, eta_t)] += 1
+                    counts[_masked_choice(mu[0], Q0, eta_t, allowed)] += 1
                 m._thompson = False
                 m.score(X, mu, False)               # the posterior means
                 est = mu[0].copy()
@@ -7916,6 +8182,9 @@ class Router(_Team):
         counts (:func:`batch_queue_update`).  Task ids default to the
         sequence numbers, skipping ids of pending tasks, as in :meth:`assign`;
         :attr:`last_task_id` is the batch's last.  Returns the list of agents.
+        Paused agents get no task (their capacity is 0 while paused,
+        :meth:`pause`); there is no per-task ``eligible`` here - assign
+        restricted tasks one by one with :meth:`assign`.
         """
         with self._lock:
             if self._log is not None:
@@ -7927,8 +8196,8 @@ class Router(_Team):
             self._model.see(X)
             mu = np.empty((n, self._A))
             self._score(X, mu, False)             # the estimates only (X is finite: checked)
-            chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained,
-                                              self._model._eta, self._Q)
+            m = self._model                       # its capacities are those in force
+            chosen, realised = _batch_step_nb(mu, m._alpha, m._constrained, m._eta, self._Q)
             self._tasks.book_batch(ids, chosen, X)
             self._counts += realised
             return [self._agent_out(int(a)) for a in chosen]
@@ -7940,9 +8209,11 @@ class Router(_Team):
         :meth:`update` of it is refused.  The queues and
         :attr:`assigned_counts` stay as they are: the task was sent to the
         agent, and the capacity bounds the share of tasks sent (Eq. 1; see the
-        class notes).  Cancelling a task that is not pending is an error.
+        class notes).  Cancelling a task that is not pending raises
+        :class:`UnknownTaskError`.
         """
         with self._lock:
+            self._tasks.tick()
             a = self._tasks.cancel(_validate_task_id(task_id))
             return a if isinstance(a, str) else self._agent_out(a)   # str: an agent that left
 
@@ -7956,10 +8227,13 @@ class Router(_Team):
         model and leaves the queues alone.  ``reward`` is a number in [0, 1]
         for every policy (:data:`REWARD_RULE`; the same rule as
         :func:`simulate`): 0 or 1 for right or wrong, or a graded reward.
-        Updating a task that is not pending - never assigned, or already
-        updated - is an error.
+        Updating a task that is not pending - never assigned, already
+        updated, cancelled or expired - raises :class:`UnknownTaskError` (a
+        ValueError too).
         """
         with self._lock:
+            if self._tasks.born is not None:
+                self._tasks.tick()
             tt = type(task)
             if tt is int or tt is str or (isinstance(task, (int, np.integer, str))
                                           and not isinstance(task, (bool, np.bool_))):
@@ -7978,6 +8252,8 @@ class Router(_Team):
                 else:
                     r = _validate_reward(reward)
                 del self._pending[tid]
+                if self._tasks.born is not None:
+                    self._tasks.forget(tid)
                 if self._log is not None:
                     self._write_log({"event": "reward", "task_id": tid,
                                      "agent": self._agent_out(a), "reward": r})
@@ -7994,13 +8270,86 @@ class Router(_Team):
             self._model.learn(a, x, r)
             self._n_rewards[a] += 1
 
+    # --- limits: capacities, pauses -----------------------------------------------
+
+    def set_capacities(self, capacities):
+        """Change the capacities of the live router (checked as in the
+        constructor, with its ``bounds``).
+
+        The queues are kept: each agent's queue goes on from where it stands
+        and Eq. 1 moves it by the new alpha_a from the next task on (an agent
+        that becomes free loses its queue, a newly constrained one starts at
+        0).  :meth:`assign`, :meth:`assign_batch` and :meth:`state_dict` all
+        use the new capacities; paused agents stay paused (their capacity
+        stays 0 until :meth:`resume`).
+
+        Examples
+        --------
+        >>> router = Router(2, [0.5, 0.5], "random")
+        >>> router.set_capacities([0.2, 0.8])
+        >>> router.capacities, router.state_dict()["capacities"]
+        ((0.2, 0.8), [0.2, 0.8])
+        """
+        with self._lock:
+            alpha, constrained = _validate_capacities(capacities, self._A, bounds=self._bounds)
+            live = _paused_capacities(alpha, constrained, self._paused, "capacities")
+            self._alpha, self._constrained = alpha, constrained
+            self._caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
+            self._Q[~constrained] = 0.0                  # a free agent has no queue
+            self._model.set_limits(*live)
+
+    def pause(self, agent):
+        """Take ``agent`` off the stream for a while, keeping its model.
+
+        While paused the agent gets no task (:meth:`assign`,
+        :meth:`assign_batch`); its pending tasks stay pending and their
+        rewards still teach its model; its queue stands still (it is held at
+        capacity 0: Q + 0 - 0, Eq. 1), so on :meth:`resume` it picks up where
+        it stopped.  The others' capacities: unchanged when a free agent is
+        left to take the rest or they still sum to at least one (upper
+        bounds); otherwise scaled by 1 / sum alpha so they do (the rule of
+        ``remove_agent(rebalance='scale')``), until the pause ends.  The
+        configured :attr:`capacities` and the paused agents are saved.
+        Pausing every agent, or leaving only agents of capacity 0, raises
+        ValueError.
+
+        Examples
+        --------
+        >>> router = Router(["model", "human"], [0.7, 0.3], "random")
+        >>> router.pause("human")
+        >>> {router.assign([0.0]) for _ in range(20)}, router.paused
+        ({'model'}, ['human'])
+        >>> router.resume("human")
+        """
+        with self._lock:
+            a = self._agent_index(agent)
+            if self._paused[a]:
+                raise ValueError(f"agent {agent!r} is already paused")
+            paused = self._paused.copy()
+            paused[a] = True
+            live = _paused_capacities(self._alpha, self._constrained, paused, "agent")
+            self._paused = paused
+            self._model.set_limits(*live)
+
+    def resume(self, agent):
+        """End the pause of ``agent`` (:meth:`pause`): it takes tasks again,
+        with the model and the queue it had; the capacities in force return
+        to the configured ones (less any other paused agent)."""
+        with self._lock:
+            a = self._agent_index(agent)
+            if not self._paused[a]:
+                raise ValueError(f"agent {agent!r} is not paused")
+            self._paused[a] = False
+            self._model.set_limits(*_paused_capacities(self._alpha, self._constrained,
+                                                       self._paused, "agent"))
+
     # --- saving and restoring ------------------------------------------------------
 
     def state_dict(self):
         """The router's whole state as a plain JSON-serialisable dict.
 
         ``json.dumps`` works on it directly (no pickle).  It holds the schema
-        tag (``"schema": "capassign.router/5"``), the configuration, the
+        tag (``"schema": "capassign.router/6"``), the configuration, the
         random state, the queues, the pending tasks with their contexts, and
         the models: running sums (``marginal``), theta and Sigma
         (``logistic-*``), or each agent's binned rows, rewards and Poisson
@@ -8014,6 +8363,7 @@ class Router(_Team):
         """
         with self._lock:
             s, tasks = self.settings, self._tasks
+            tasks.tick()
             return {
                 "schema": f"{ROUTER_SCHEMA}/{ROUTER_SCHEMA_VERSION}",
                 "agents": list(self._names) if self._names else self._A,
@@ -8037,11 +8387,18 @@ class Router(_Team):
                 "pending": tasks.saved_pending(),
                 "model": self._model.state(),
                 **self._team_state(),
+                "bounds": self._bounds,
+                "paused": self.paused,
+                "max_age_seconds": tasks.max_age_seconds,
+                "task_ages": tasks.saved_ages(),
             }
 
     @classmethod
-    def from_state(cls, state):
+    def from_state(cls, state, *, clock=time.monotonic):
         """Rebuild a router from :meth:`state_dict` (e.g. after ``json.loads``).
+
+        ``clock`` is the clock of a router with ``max_age_seconds`` (not
+        saved; the tasks' saved ages count on from it).
 
         A saved state is treated as untrusted input.  Every declared size is
         checked against the data actually present, and against the bounds of
@@ -8055,23 +8412,23 @@ class Router(_Team):
         sums of rewards at most their counts.  Raises ``ValueError`` naming the
         offending field when the state is malformed or impossible, or was
         written by a newer schema version than this module reads
-        (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 4 are read too).
+        (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 5 are read too).
         """
         version = _saved_schema_version(state)
         try:
-            return cls._from_checked_state(state, version)
+            return cls._from_checked_state(state, version, clock)
         except KeyError as exc:
             raise ValueError(f"state is missing the key {exc.args[0]!r}") from None
         except TypeError as exc:               # a field of the wrong type
             raise ValueError(f"state: {exc}") from None
 
     @classmethod
-    def _from_checked_state(cls, st, version):
+    def _from_checked_state(cls, st, version, clock=time.monotonic):
         get = (lambda k, default: st.get(k, default)) if version < 2 else (lambda k, _: st[k])
-        agents, A, kw, model = _saved_config(st, get)
+        agents, A, kw, model = _saved_config(st, get, version)
         checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
         kw["log"] = _log_path(st["log"]) if version >= 5 else None
-        router = cls(agents, st["capacities"], **kw)
+        router = cls(agents, st["capacities"], clock=clock, **kw)
         counters = _saved_counters(st, get, router._A, router._constrained,
                                    router._assigned_elsewhere(st), router._queue_starts(st))
         entries = router._tasks.check_pending(st["pending"], counters, version,
@@ -8086,6 +8443,15 @@ class Router(_Team):
             last_id, "state['last_task_id']"))
         router._model._eta[3] = router._tasks.n_assigned    # the t of a DecayingEta
         router._restore_team(st, version)
+        if version >= 6:
+            paused = st["paused"]
+            if not isinstance(paused, list):
+                raise ValueError("state['paused'] must be a list of agents")
+            for agent in paused:
+                router._paused[router._agent_index(agent, "state['paused'] agent")] = True
+            router._model.set_limits(*_paused_capacities(
+                router._alpha, router._constrained, router._paused, "state['paused']"))
+            router._tasks.restore_ages(st["task_ages"])
         return router
 
 

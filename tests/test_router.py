@@ -82,7 +82,7 @@ def test_state_is_plain_versioned_json(stream):
         router.update(t, None, int(R[t, 0]))
     state = router.state_dict()
     text = json.dumps(state)
-    assert state["schema"] == "capassign.router/5"
+    assert state["schema"] == "capassign.router/6"
     back = json.loads(text)
     assert back == state
     again = ca.Router.from_state(back)
