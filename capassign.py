@@ -8064,7 +8064,8 @@ class Router(_Team):
             if explained:
                 Q0, eta = self._Q.copy(), self._model._eta
                 eta_t = float(_eta_step_nb(eta[0], eta[1], eta[2], eta[3]))
-            a = self._score(X, self._mu1, True) if allowed is None else self._restricted(X, allowed)
+            a = (self._score(X, self._mu1, True) if allowed is None
+                 else self._restricted(X, allowed))
             if a == -2:
                 raise ValueError("x contains NaN or infinite values")
             tasks.book(tid, a, X[0])
