@@ -1533,8 +1533,8 @@ def optimal_assignment(mu, capacities, weights=None, *, bounds="exact"):
 
     >>> res = optimal_assignment([[0.9, 0.6], [0.7, 0.8], [0.6, 0.5]], [1 / 3, 0.8],
     ...                          bounds="upper")
-    >>> res.policy().tolist(), np.round(res.shadow_prices, 6).tolist()
-    ([0, 1, 1], [0.1, 0.0])
+    >>> res.assignment.tolist(), np.round(res.shadow_prices, 6).tolist()
+    ([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], [0.1, 0.0])
     """
     mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights, bounds)
     active = np.flatnonzero(w > 0)
