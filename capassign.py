@@ -7567,6 +7567,7 @@ class _Team:
             alpha, constrained = _validate_capacities(
                 caps, len(caps), name=self._rebalance_name(rebalance, f"removing {name!r}"),
                 bounds=self._bounds)
+            _paused_capacities(alpha, constrained, np.delete(self._paused, r), "name")
             gone = [t for t, e in self._pending.items() if e[0] == r]
             for t in gone:
                 if pending == "cancel":

@@ -226,6 +226,13 @@ def test_pause_rules():
     with pytest.raises(ValueError, match=r"^agent: every agent would be paused"):
         router.pause("b")
     assert router.assign_batch(np.zeros((20, 1))) == ["b"] * 20
+    team = ca.Router(["a", "b", "c"], [0.4, 0.3, 0.3], "random")
+    team.pause("a")
+    team.pause("b")
+    team.assign([0.0])
+    with pytest.raises(ValueError, match=r"^name: every agent would be paused"):
+        team.remove_agent("c")
+    assert team.agents == ["a", "b", "c"] and team.pending == [0]    # nothing changed
     zero = ca.Router(["a", "b", "c"], [0.0, 1.0, 0.0], "random")
     with pytest.raises(ValueError, match=r"^agent: the agents not paused would all have"):
         zero.pause("b")
