@@ -2013,8 +2013,8 @@ def _count_bounds(total, alpha, constrained):
     x = np.where(np.abs(x - r) <= 1e-8 * max(total, 1), r, x)
     lower = np.floor(x).astype(np.int64)
     upper = np.ceil(x).astype(np.int64)
-    if not constrained.all():
-        lower[:] = 0
+    if not constrained.all() or float(np.sum(np.asarray(alpha)[constrained])) > 1 + CAPACITY_TOL:
+        lower[:] = 0                  # a free agent, or upper bounds summing above one
         upper[~constrained] = total
     if lower.sum() > total or upper.sum() < total:  # pragma: no cover - sum(alpha) = 1
         raise ValueError(f"capacities cannot be met with {total} tasks: count bounds "
@@ -2141,7 +2141,7 @@ class HindsightOptimum:
         return self.counts / self.assignment.shape[0]
 
 
-def hindsight_optimum(R, capacities, *, method="auto"):
+def hindsight_optimum(R, capacities, *, method="auto", bounds="exact"):
     """Best capacity-feasible assignment of a realised stream: the error floor.
 
     The oracle of Sec. 2.3 (Thm 1) needs the unknown mu_a(x); on a stream that
@@ -2159,7 +2159,9 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     the capacities.  When some agent is free (capacity ``None``), the
     capacities are upper bounds (the paper, App. F; App. H.4): a constrained
     agent takes at most alpha_a T rounded up, and the free agents take any
-    number.  Adding a free agent can therefore only lower the floor.
+    number.  Adding a free agent can therefore only lower the floor.  So
+    are upper bounds summing above one (``bounds="upper"``): each agent
+    takes at most alpha_a T rounded up, none a least number.
 
     Parameters
     ----------
@@ -2175,6 +2177,8 @@ def hindsight_optimum(R, capacities, *, method="auto"):
         ``"lp"``: the transportation linear programme over distinct reward
         rows (at most 2^A of them) solved by HiGHS; integral
         by total unimodularity.  ``"auto"`` sorts for two agents.
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`).
 
     Returns
     -------
@@ -2193,7 +2197,7 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     """
     R = _validate_rewards(R, "R", min_rows=1)
     T, A = R.shape
-    alpha, constrained = _validate_capacities(capacities, A)
+    alpha, constrained = _validate_capacities(capacities, A, bounds=bounds)
     method = _validate_method(method, HINDSIGHT_METHODS, A, "R")
     lower, upper = _count_bounds(T, alpha, constrained)
     agent = _capacitated_assignment(R, lower, upper, method)

@@ -128,6 +128,16 @@ def test_oracle_prices_are_nonnegative_and_zero_where_slack(m):
     assert np.all((res.assignment <= 1e-12) | on_best)
 
 
+@pytest.mark.parametrize("method", ["sort", "lp"])
+def test_hindsight_optimum_under_upper_bounds(method):
+    R = (np.random.default_rng(5).random((400, 2)) < [0.9, 0.6]).astype(np.int8)
+    best = ca.hindsight_optimum(R, [0.8, 0.7], method=method, bounds="upper")
+    assert best.counts[0] <= 320 and best.counts[1] <= 280
+    exact = ca.hindsight_optimum(R, [0.8, 0.2], method=method)
+    assert best.reward >= exact.reward          # a relaxation of shares within the bounds
+    assert best.lower.tolist() == [0, 0] and best.upper.tolist() == [320, 280]
+
+
 def test_oracle_upper_bounds_summing_to_one_are_the_exact_programme():
     mu = np.random.default_rng(1).random((300, 3))
     a = ca.optimal_assignment(mu, [0.2, 0.3, 0.5])
@@ -407,6 +417,7 @@ UPPER_ENTRY_POINTS = {
     "Router": lambda v, b: ca.Router(3, v, "random", bounds=b),
     "VirtualQueues": lambda v, b: ca.VirtualQueues(v, bounds=b),
     "optimal_assignment": lambda v, b: ca.optimal_assignment(np.zeros((2, 3)), v, bounds=b),
+    "hindsight_optimum": lambda v, b: ca.hindsight_optimum(np.zeros((2, 3)), v, bounds=b),
 }
 
 
