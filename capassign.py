@@ -92,6 +92,12 @@ __version__ = "0.1.0"
 
 #: Capacity sums must equal one within this tolerance.
 CAPACITY_TOL = 1e-9
+#: What capacities mean (the ``bounds`` argument of :func:`simulate`,
+#: :class:`Router`, :func:`optimal_assignment`, ...): ``"exact"`` (the default,
+#: the paper's) shares alpha_a summing to one; ``"upper"`` limits "each agent at
+#: most alpha_a" summing to at least one (App. F's constraints limsup share <=
+#: alpha_a, see :func:`_validate_capacities`).
+CAPACITY_BOUNDS = ("exact", "upper")
 
 #: The public API: what a user of the method calls, each name used by the README, a
 #: chapter's code or a documented workflow (data/README.md, the command line), with the
@@ -115,7 +121,7 @@ __all__ = [
     "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES",
     "synthetic_stream", "simulate",
     # streaming router (section 7)
-    "Router", "Decision", "PROPENSITY_DRAWS", "LOG_FORMAT",
+    "Router", "Decision", "UnknownTaskError", "PROPENSITY_DRAWS", "LOG_FORMAT",
     # off-policy evaluation (section 8)
     "OPE_ESTIMATORS", "evaluate_log",
     # tasks (section 9)
@@ -332,7 +338,7 @@ def _validate_share(x, name="alpha"):
 
 
 def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
-                         name="capacities"):
+                         name="capacities", bounds="exact"):
     """Check capacities and split them into ``(alpha, constrained)``.
 
     ``capacities`` is a sequence with one entry per agent: a number in [0, 1]
@@ -346,6 +352,18 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
     changes nothing in the rule of Eq. 2, only the random baseline (which
     gives the remainder 1 - sum alpha to the free agents, see
     :func:`_selection_shares`) and the mini-batch counts (:func:`batch_counts`).
+
+    With ``bounds="upper"`` every entry is such an upper bound ("each agent at
+    most alpha_a", App. F states the constraints as limsup share <= alpha_a)
+    and the entries need only sum to at least one (a free agent makes any sum
+    possible): ``[0.7, 0.5, 0.3]``.  Eq. 1-2 are unchanged: the queue of
+    Eq. 1 is that of an inequality, it grows only while its agent runs above
+    alpha_a and is clipped at 0 otherwise.  What changes when the bounds sum
+    to more than one: the ``random`` policy draws agent a with probability
+    alpha_a / sum alpha (:func:`_selection_shares`), a mini-batch's counts
+    are per-agent caps (:func:`batch_counts`) and the oracle's capacity rows
+    are ``<=`` (:func:`optimal_assignment`).  Upper bounds summing to one are
+    exact shares and behave exactly as ``bounds="exact"``.
 
     Returns
     -------
@@ -366,6 +384,7 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
                          f"{n_agents} agents; give one capacity per agent")
     if len(entries) < 2:
         raise ValueError(f"{name} must list at least two agents, got {len(entries)}")
+    _validate_choice(bounds, CAPACITY_BOUNDS, "bounds")
     alpha = np.zeros(len(entries))
     constrained = np.ones(len(entries), dtype=bool)
     for a, c in enumerate(entries):
@@ -379,6 +398,12 @@ def _validate_capacities(capacities, n_agents=None, *, allow_free=True,
     if not constrained.any():
         raise ValueError(f"{name}: at least one agent must be capacity-constrained")
     total = float(alpha[constrained].sum())
+    if bounds == "upper":
+        if constrained.all() and total < 1.0 - CAPACITY_TOL:
+            raise ValueError(f"{name} sum to {total!r}; as upper bounds (bounds='upper') they "
+                             f"must sum to at least 1 (within {CAPACITY_TOL:g}) so that every "
+                             f"task has an agent, or include a free agent (None)")
+        return alpha, constrained
     if constrained.all() and abs(total - 1.0) > CAPACITY_TOL:
         raise ValueError(f"{name} sum to {total!r}; they must sum to 1 (within "
                          f"{CAPACITY_TOL:g}) when every agent is capacity-constrained, or "
@@ -918,7 +943,8 @@ def _over_runs(n_runs, compute):
 @_njit(cache=True)
 def _selection_shares_nb(alpha, constrained):
     """Compiled :func:`_selection_shares`: ``alpha`` itself unless the free
-    agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`."""
+    agents get a remainder 1 - sum alpha > :data:`CAPACITY_TOL`, or upper
+    bounds sum to more than 1 + :data:`CAPACITY_TOL` (then alpha / sum alpha)."""
     p = alpha.copy()
     total = 0.0
     n_free = 0
@@ -932,6 +958,9 @@ def _selection_shares_nb(alpha, constrained):
         for a in range(alpha.shape[0]):
             if not constrained[a]:
                 p[a] = rest / n_free
+    elif total > 1.0 + 1e-9:          # upper bounds (bounds='upper') summing above one
+        for a in range(alpha.shape[0]):
+            p[a] = alpha[a] / total if constrained[a] else 0.0
     return p
 
 
@@ -941,7 +970,9 @@ def _selection_shares(alpha, constrained):
     A constrained agent is drawn with probability alpha_a.  When the
     constrained shares sum to less than one (possible only with a free
     agent), the free agents share the remainder 1 - sum alpha equally;
-    otherwise a free agent is never drawn.  Equals ``alpha`` whenever the
+    otherwise a free agent is never drawn.  Upper bounds summing to more
+    than one (``bounds="upper"``) are scaled to alpha_a / sum alpha, so each
+    agent's share stays within its bound.  Equals ``alpha`` whenever the
     constrained shares sum to one.  The same code as the compiled
     :func:`_selection_shares_nb`, run as plain Python so that the theory
     functions need no compiled kernel.
@@ -1046,10 +1077,10 @@ class OptimalAssignment:
         return np.argmax(self.adjusted_rewards(mu), axis=1)
 
 
-def _theory_inputs(mu, capacities, weights):
+def _theory_inputs(mu, capacities, weights, bounds="exact"):
     mu = _validate_matrix(mu, "mu", min_rows=1)
     n, A = mu.shape
-    alpha, constrained = _validate_capacities(capacities, A)
+    alpha, constrained = _validate_capacities(capacities, A, bounds=bounds)
     w = _validate_weights(weights, n)
     return mu, alpha, constrained, w
 
@@ -1097,6 +1128,14 @@ _ORACLE_MAX_SCALE = 1e6
 
 #: Contexts handed to HiGHS in the first round of the dual method.
 _DUAL_FIRST_CANDIDATES = 512
+
+
+def _equality_rows(cap, constrained):
+    """Whether the capacity rows of the assignment programme are equalities:
+    every agent constrained and the capacities summing to one (within
+    :data:`CAPACITY_TOL`); else they are ``<=`` rows (a free agent, or upper
+    bounds summing above one, ``bounds="upper"``)."""
+    return bool(constrained.all()) and float(cap[constrained].sum()) <= 1.0 + CAPACITY_TOL
 
 
 def _transport_incidence(n, A):
@@ -1209,7 +1248,8 @@ def _assignment_lp(mu, w, cap, constrained, allowed=None):
     """HiGHS on the masses y[i, a] = w_i P[i, a] (see :func:`optimal_assignment`).
 
     ``cap`` are the right-hand sides of the constrained agents' rows (equalities
-    when every agent is constrained, ``<=`` otherwise).  ``allowed`` (m x A
+    when every agent is constrained and they sum to one, ``<=`` otherwise,
+    :func:`_equality_rows`).  ``allowed`` (m x A
     booleans, default all) says which agents each row may go to.  Returns the
     row-normalised assignment and the negated duals lambda (0 for free agents,
     not shifted), or ``None`` when the allowed agents cannot meet the
@@ -1228,7 +1268,7 @@ def _assignment_lp(mu, w, cap, constrained, allowed=None):
     rows_ctx, agent_cols = _transport_incidence(m, A)
     cons_agents = np.flatnonzero(constrained)
     capm = agent_cols[cons_agents]
-    all_constrained = bool(constrained.all())
+    all_constrained = _equality_rows(cap, constrained)
     if all_constrained:
         rows = dict(A_eq=sparse.vstack([rows_ctx, capm]).tocsr(),
                     b_eq=np.concatenate([w, cap[cons_agents]]))
@@ -1291,7 +1331,7 @@ def _entropic_prices(mu, w, alpha, constrained, scale):
     """
     m, A = mu.shape
     cons = np.flatnonzero(constrained)
-    free_exists = cons.size < A
+    free_exists = not _equality_rows(alpha, constrained)   # <= rows: prices >= 0, all move
     lam = np.zeros(A)
     active = list(cons if free_exists else cons[1:])   # coordinates that move
     full_mu, full_w = mu, w
@@ -1390,7 +1430,7 @@ def _assignment_dual(mu, w, alpha, constrained):
     if spread == 0.0:   # every agent equally good everywhere (or a single agent)
         share = np.where(constrained, alpha, 0.0)   # the constrained shares sum to one
         return np.tile(share / share.sum(), (m, 1)), np.zeros(A)
-    if A == 2 and constrained.all():
+    if A == 2 and _equality_rows(alpha, constrained):
         lam = _two_agent_prices(mu, w, alpha)
     else:
         lam = _entropic_prices(mu, w, alpha, constrained, spread)
@@ -1508,7 +1548,7 @@ def _oracle_rescaled(mu):
     return mu, 1.0
 
 
-def optimal_assignment(mu, capacities, weights=None):
+def optimal_assignment(mu, capacities, weights=None, *, bounds="exact"):
     """Optimal capacity-constrained assignment and its shadow prices (Thm 1, App. C).
 
     Solves the linear programme
@@ -1537,7 +1577,9 @@ def optimal_assignment(mu, capacities, weights=None):
     whose differences within a context overflow raise ``ValueError``.  With a
     free agent (App. H.4, :func:`_validate_capacities`) the capacity rows
     become upper bounds ``<= alpha_a`` (App. F) and the free agent's shadow
-    price is 0.
+    price is 0.  So do they with ``bounds="upper"`` and capacities summing
+    above one: the prices are then the duals of ``<=`` rows, >= 0, and 0 for
+    every agent whose bound is slack (complementary slackness), not shifted.
 
     Parameters
     ----------
@@ -1551,6 +1593,8 @@ def optimal_assignment(mu, capacities, weights=None):
         argmax_a mu_a(x) - lambda_a, and so are the rows of points lighter
         than HiGHS's feasibility tolerance (1e-10), whose share it cannot
         resolve.
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`).
 
     Returns
     -------
@@ -1578,8 +1622,16 @@ def optimal_assignment(mu, capacities, weights=None):
     [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
     >>> np.round(res.shadow_prices, 6).tolist(), round(res.value, 6)
     ([0.1, 0.0], 0.733333)
+
+    As limits (agent 0 at most 1/3, agent 1 at most 0.8): agent 0's bound
+    binds (price 0.1), agent 1's is slack (it takes 2/3 < 0.8; price 0):
+
+    >>> res = optimal_assignment([[0.9, 0.6], [0.7, 0.8], [0.6, 0.5]], [1 / 3, 0.8],
+    ...                          bounds="upper")
+    >>> res.assignment.tolist(), np.round(res.shadow_prices, 6).tolist()
+    ([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], [0.1, 0.0])
     """
-    mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights)
+    mu, alpha, constrained, w = _theory_inputs(mu, capacities, weights, bounds)
     active = np.flatnonzero(w > 0)
     mu_act, w_act = mu[active], w[active]
     groups = _distinct_rows(mu_act)
@@ -1595,7 +1647,7 @@ def optimal_assignment(mu, capacities, weights=None):
     if groups is not None:
         P_act = _split_in_order(P_act, inverse, w[active])
     lam = lam * scale
-    if constrained.all():
+    if _equality_rows(cap, constrained):
         lam -= lam.min()
     lam[np.abs(lam) < 1e-15] = 0.0
     P = np.zeros(mu.shape)
@@ -1990,8 +2042,8 @@ def _count_bounds(total, alpha, constrained):
     x = np.where(np.abs(x - r) <= 1e-8 * max(total, 1), r, x)
     lower = np.floor(x).astype(np.int64)
     upper = np.ceil(x).astype(np.int64)
-    if not constrained.all():
-        lower[:] = 0
+    if not constrained.all() or float(np.sum(np.asarray(alpha)[constrained])) > 1 + CAPACITY_TOL:
+        lower[:] = 0                  # a free agent, or upper bounds summing above one
         upper[~constrained] = total
     if lower.sum() > total or upper.sum() < total:  # pragma: no cover - sum(alpha) = 1
         raise ValueError(f"capacities cannot be met with {total} tasks: count bounds "
@@ -2118,7 +2170,7 @@ class HindsightOptimum:
         return self.counts / self.assignment.shape[0]
 
 
-def hindsight_optimum(R, capacities, *, method="auto"):
+def hindsight_optimum(R, capacities, *, method="auto", bounds="exact"):
     """Best capacity-feasible assignment of a realised stream: the error floor.
 
     The oracle of Sec. 2.3 (Thm 1) needs the unknown mu_a(x); on a stream that
@@ -2136,7 +2188,9 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     the capacities.  When some agent is free (capacity ``None``), the
     capacities are upper bounds (the paper, App. F; App. H.4): a constrained
     agent takes at most alpha_a T rounded up, and the free agents take any
-    number.  Adding a free agent can therefore only lower the floor.
+    number.  Adding a free agent can therefore only lower the floor.  So
+    are upper bounds summing above one (``bounds="upper"``): each agent
+    takes at most alpha_a T rounded up, none a least number.
 
     Parameters
     ----------
@@ -2152,6 +2206,8 @@ def hindsight_optimum(R, capacities, *, method="auto"):
         ``"lp"``: the transportation linear programme over distinct reward
         rows (at most 2^A of them) solved by HiGHS; integral
         by total unimodularity.  ``"auto"`` sorts for two agents.
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`).
 
     Returns
     -------
@@ -2170,7 +2226,7 @@ def hindsight_optimum(R, capacities, *, method="auto"):
     """
     R = _validate_rewards(R, "R", min_rows=1)
     T, A = R.shape
-    alpha, constrained = _validate_capacities(capacities, A)
+    alpha, constrained = _validate_capacities(capacities, A, bounds=bounds)
     method = _validate_method(method, HINDSIGHT_METHODS, A, "R")
     lower, upper = _count_bounds(T, alpha, constrained)
     agent = _capacitated_assignment(R, lower, upper, method)
@@ -2379,6 +2435,9 @@ class VirtualQueues:
     ----------
     capacities : sequence
         One share alpha_a per agent, ``None`` for a free agent.
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`): the
+        update is the same, clipped at 0; upper bounds may sum above one.
 
     Examples
     --------
@@ -2393,8 +2452,8 @@ class VirtualQueues:
     ([0.5, 0.0], 1)
     """
 
-    def __init__(self, capacities):
-        self.alpha, self.constrained = _validate_capacities(capacities)
+    def __init__(self, capacities, *, bounds="exact"):
+        self.alpha, self.constrained = _validate_capacities(capacities, bounds=bounds)
         self.Q = np.zeros(len(self.alpha))
 
     def select(self, mu, eta):
@@ -2518,12 +2577,12 @@ def _validate_constrained(constrained, A):
     return _validate_matrix(mask, "constrained", ndim=1, dtype=bool, finite=False, shape=(A,))
 
 
-def _batch_capacities(alpha, constrained, name="alpha"):
+def _batch_capacities(alpha, constrained, name="alpha", bounds="exact"):
     """(alpha, constrained) from a share vector and an optional free-agent mask."""
     alpha = _validate_matrix(alpha, name, ndim=1)
     constrained = _validate_constrained(constrained, alpha.shape[0])
     caps = [float(x) if c else None for x, c in zip(alpha, constrained)]
-    return _validate_capacities(caps, name=name)
+    return _validate_capacities(caps, name=name, bounds=bounds)
 
 
 def _validate_counts(N, A, name):
@@ -2546,7 +2605,7 @@ def _validate_queues(Q, A):
     return Q
 
 
-def batch_counts(B, alpha, Q, constrained=None):
+def batch_counts(B, alpha, Q, constrained=None, *, bounds="exact"):
     """Integer tasks per agent for one batch of B tasks (Sec. 4.2, App. H.5).
 
     The counts steer the long-run fractions to the capacities.  The queue
@@ -2587,6 +2646,15 @@ def batch_counts(B, alpha, Q, constrained=None):
     :func:`batch_assign` reads the constrained counts as upper bounds, the
     free agents taking the tasks the constrained agents are not given.
 
+    Upper bounds summing to more than one (``bounds="upper"``, see
+    :func:`_validate_capacities`) give per-agent caps instead, summing to at
+    least B: N_a = floor(max(B alpha_a - Q_{t,a}, 0)), the tasks the caps
+    leave short of B going one each to the largest fractional parts (ties to
+    the smaller queue, then the lower index); when the clipped targets sum
+    below B (queues far above their bounds), the counts of steps 1-2 (which
+    sum to B).  :func:`batch_assign` then picks the best assignment within
+    the caps.
+
     Parameters
     ----------
     B : int
@@ -2599,10 +2667,14 @@ def batch_counts(B, alpha, Q, constrained=None):
     constrained : array_like of bool, shape (A,), optional
         False for free agents; all agents are constrained by default.
 
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`).
+
     Returns
     -------
     ndarray of int, shape (A,)
-        N_{t,a} >= 0, summing to B.
+        N_{t,a} >= 0, summing to B (caps summing to at least B for upper
+        bounds summing above one).
 
     Examples
     --------
@@ -2614,9 +2686,14 @@ def batch_counts(B, alpha, Q, constrained=None):
     [6, 5]
     >>> batch_counts(11, [0.5, 0.5], batch_queue_update([0.0, 0.0], N, [0.5, 0.5], 11)).tolist()
     [5, 6]
+
+    Each agent at most 70%, 50% and 30% of the 10 tasks: caps 7, 5 and 3.
+
+    >>> batch_counts(10, [0.7, 0.5, 0.3], [0.0, 0.0, 0.0], bounds="upper").tolist()
+    [7, 5, 3]
     """
     B = _validate_int(B, "B", lo=1)
-    alpha, constrained = _batch_capacities(alpha, constrained)
+    alpha, constrained = _batch_capacities(alpha, constrained, bounds=bounds)
     A = alpha.shape[0]
     Q = _validate_queues(Q, A)
     N = np.zeros(A, dtype=np.int64)
@@ -2624,7 +2701,7 @@ def batch_counts(B, alpha, Q, constrained=None):
     return N
 
 
-def batch_queue_update(Q, N, alpha, B, constrained=None):
+def batch_queue_update(Q, N, alpha, B, constrained=None, *, bounds="exact"):
     """Virtual queues after a batch: Q_{t+B,a} = [Q_{t,a} + N_{t,a} - B alpha_a]_+.
 
     The batch form of Eq. 1 (the paper, App. H.5): ``N`` are the tasks each agent
@@ -2643,6 +2720,9 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
         Batch size, >= 1.
     constrained : array_like of bool, shape (A,), optional
         False for free agents; all agents are constrained by default.
+    bounds : str
+        ``"exact"`` (default) or ``"upper"`` (:data:`CAPACITY_BOUNDS`); the
+        update is the same (clipped at 0), only the check of ``alpha`` differs.
 
     Returns
     -------
@@ -2655,7 +2735,7 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
     [0.5, 0.0]
     """
     B = _validate_int(B, "B", lo=1)
-    alpha, constrained = _batch_capacities(alpha, constrained)
+    alpha, constrained = _batch_capacities(alpha, constrained, bounds=bounds)
     A = alpha.shape[0]
     Q = _validate_queues(Q, A)
     N = _validate_counts(N, A, "N")
@@ -2666,7 +2746,7 @@ def batch_queue_update(Q, N, alpha, B, constrained=None):
     return Q
 
 
-def batch_assign(scores, counts, constrained=None, *, method="auto"):
+def batch_assign(scores, counts, constrained=None, *, method="auto", bounds="exact"):
     """Within-batch assignment maximising the summed scores under per-agent counts.
 
     Solves the min-cost-flow step of the mini-batch setting (the paper,
@@ -2704,7 +2784,9 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
     scores : array_like, shape (B, A)
     counts : array_like of int, shape (A,)
         Tasks per agent, e.g. from :func:`batch_counts`; they sum to B when
-        every agent is constrained.  Entries of free agents are ignored.
+        every agent is constrained (to at least B with ``bounds="upper"``,
+        then caps: each agent gets at most its count).  Entries of free
+        agents are ignored.
     constrained : array_like of bool, shape (A,), optional
         False for free agents; all agents are constrained by default.
 
@@ -2730,7 +2812,11 @@ def batch_assign(scores, counts, constrained=None, *, method="auto"):
     if not constrained.any():
         raise ValueError("constrained: at least one agent must be capacity-constrained")
     method = _validate_method(method, BATCH_METHODS, A, "scores")
-    if constrained.all() and int(counts.sum()) != B:
+    _validate_choice(bounds, CAPACITY_BOUNDS, "bounds")
+    if bounds == "upper" and constrained.all() and int(counts.sum()) < B:
+        raise ValueError(f"counts must sum to at least the batch size {B} (rows of "
+                         f"scores) as caps (bounds='upper'), got {int(counts.sum())}")
+    if bounds == "exact" and constrained.all() and int(counts.sum()) != B:
         raise ValueError(f"counts must sum to the batch size {B} (rows of "
                          f"scores), got {int(counts.sum())}")
     return _batch_assign_core(S, counts, constrained, method)
@@ -2745,7 +2831,7 @@ def _batch_assign_core(S, counts, constrained, method="auto"):
                          np.asarray(constrained, dtype=np.bool_), agent,
                          np.zeros(A, dtype=np.int64))
         return agent
-    if constrained.all():
+    if constrained.all() and int(counts.sum()) == B:
         lower = upper = counts
     else:
         lower = np.zeros(A, dtype=np.int64)
@@ -2824,6 +2910,9 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
             n_free += 1
     rest = 1.0 - total
     remainder = n_free > 0 and rest > 1e-9   # a runtime flag: one compiled version
+    if not remainder and total > 1.0 + 1e-9:   # upper bounds summing above one: caps
+        _batch_caps_nb(B, alpha, Q, constrained, N)
+        return
     if not remainder:
         _batch_counts_share_nb(B, alpha, Q, constrained, N, remainder)
         return
@@ -2845,6 +2934,43 @@ def _batch_counts_nb(B, alpha, Q, constrained, N):
         if not constrained[a]:
             N[a] = N2[A] // n_free + (1 if k < N2[A] % n_free else 0)
             k += 1
+
+
+@_njit(cache=True)
+def _batch_caps_nb(B, alpha, Q, constrained, N):
+    """Per-agent caps of a batch of ``B`` tasks under upper bounds summing
+    above one (:func:`batch_counts`): N_a = floor(max(B alpha_a - Q_a, 0)),
+    the tasks the caps leave short of B given one each to the largest
+    fractional parts (ties to the smaller queue, then the lower index); if the
+    clipped targets sum below B, the counts of the exact rule instead."""
+    A = alpha.shape[0]
+    room = 0.0
+    for a in range(A):
+        N[a] = 0
+        if constrained[a] and alpha[a] > 0.0 and B * alpha[a] - Q[a] > 0.0:
+            room += B * alpha[a] - Q[a]
+    if room < B:
+        _batch_counts_share_nb(B, alpha, Q, constrained, N, False)
+        return
+    frac = np.full(A, -1.0)
+    total = 0
+    for a in range(A):
+        if constrained[a] and alpha[a] > 0.0:
+            v = max(B * alpha[a] - Q[a], 0.0)
+            near = np.rint(v)
+            if abs(v - near) <= 1e-9 * B:
+                v = near
+            N[a] = np.int64(math.floor(v))
+            frac[a] = v - N[a]
+            total += N[a]
+    for _ in range(B - total):
+        best = -1
+        for a in range(A):
+            if frac[a] >= 0.0 and (best < 0 or frac[a] > frac[best]
+                                   or (frac[a] == frac[best] and Q[a] < Q[best])):
+                best = a
+        frac[best] = -1.0
+        N[best] += 1
 
 
 @_njit(cache=True)
@@ -2982,7 +3108,7 @@ def _batch_assign_nb(S, n, N, constrained, agent, upper):
     for a in range(A):
         if not constrained[a]:
             all_c = False
-    if A == 2 and all_c:
+    if A == 2 and all_c and N[0] + N[1] == n:    # exact counts (caps summing above n: SSP)
         d = np.empty(n)
         for j in range(n):
             d[j] = S[j, 1] - S[j, 0]
@@ -4807,6 +4933,11 @@ class _RewardModel:
     def _regrouped(self, keep, fresh):
         """Refresh what depends on the set of agents after :meth:`regroup`."""
 
+    def set_limits(self, alpha, constrained):
+        """The capacities in force changed (:meth:`Router.set_capacities`,
+        :meth:`Router.pause`, :meth:`Router.resume`); the agents did not."""
+        self._alpha, self._constrained = alpha, constrained
+
 
 class _MarginalModel(_RewardModel):
     """``random`` and ``marginal`` (App. D.5): each agent's count and sum of rewards.
@@ -4846,6 +4977,10 @@ class _MarginalModel(_RewardModel):
 
     def _regrouped(self, keep, fresh):
         self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
+
+    def set_limits(self, alpha, constrained):
+        super().set_limits(alpha, constrained)
+        self._regrouped(None, None)            # the random policy's cumulative shares
 
     def _check_values(self, vals, seen):
         for key, v in vals.items():
@@ -5696,12 +5831,14 @@ _RunOut = namedtuple("_RunOut", "assign queues counts")
 #: and passed down as one value: the ``policy``, the capacities as given
 #: (``caps``, ``None`` for a free agent) and as the capacity ``rule`` of the
 #: runs (:data:`_Rule`), the model ``settings``, the ``engine`` and the queue
-#: ``step`` as given (a number or a :class:`DecayingEta`).
-_Simulation = namedtuple("_Simulation", "policy caps rule settings engine step")
+#: ``step`` as given (a number or a :class:`DecayingEta`), and what the
+#: capacities mean (``bounds``, :data:`CAPACITY_BOUNDS`).
+_Simulation = namedtuple("_Simulation", "policy caps rule settings engine step bounds",
+                         defaults=("exact",))
 
 
 def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, settings,
-                         batch_size=None):
+                         batch_size=None, bounds="exact"):
     """Check every argument of :func:`simulate`, the capacities once; return
     ``(X, R, runs, seed, sim)`` with ``sim`` a :data:`_Simulation`."""
     _validate_choice(policy, POLICIES, "policy")
@@ -5710,7 +5847,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
     X = _validate_matrix(X, "X", shape=(R.shape[0], None))
     if "tree" in policy and X.shape[1] < 1:
         raise ValueError(f"X has no feature columns; policy {policy!r} needs at least one")
-    alpha, constrained = _validate_capacities(capacities, R.shape[1])
+    alpha, constrained = _validate_capacities(capacities, R.shape[1], bounds=bounds)
     eta = _validate_step(eta)
     runs = _validate_int(runs, "runs", lo=1)
     seed = _validate_int(seed, "seed", lo=0)
@@ -5726,7 +5863,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
     caps = tuple(None if c is None else float(c) for c in capacities)
     rule = _Rule(alpha, constrained, *_step_parts(eta), batch_size or 0, bool(_EARLY_EXIT))
     return X, _reward_array(R), runs, seed, _Simulation(policy, caps, rule, settings, engine,
-                                                        eta)
+                                                        eta, bounds)
 
 
 #: The keyword group ``**execution`` of :func:`simulate`, with its defaults.
@@ -5922,7 +6059,7 @@ def _memoised(func):
 
 @_memoised
 def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
-             settings=PAPER_SETTINGS, batch_size=None, **execution):
+             settings=PAPER_SETTINGS, batch_size=None, bounds="exact", **execution):
     """Run an assignment policy on a task stream, ``runs`` times (Algorithm 1).
 
     Every run takes the T tasks in its own random order (Sec. 4).  At step t
@@ -5942,6 +6079,8 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         (``[0.2, 0.3, None]``: at most 20% and 30%).  A free agent has no
         queue: a weak one is kept away only by its learned accuracy, so it
         gets tasks while estimates are uncertain (give it a capacity to bound it).
+        With ``bounds="upper"`` they are limits "each agent at most alpha_a"
+        summing to at least 1.
     policy : str
         One of :data:`POLICIES`:
 
@@ -5977,6 +6116,12 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         ``batch_size=1`` is *not* the online rule: the queues pick the agent
         (the scores decide only between it and free agents).  Offline
         policies reject a batch size.
+    bounds : str
+        ``"exact"`` (default, the paper's): the capacities are shares summing
+        to one.  ``"upper"``: each is an upper bound, summing to at least one
+        (App. F's limsup share <= alpha_a; :func:`_validate_capacities`):
+        Eq. 1-2 as they are, ``random`` draws alpha_a / sum alpha, a batch's
+        counts are caps (:func:`batch_counts`).
     **execution
         How the runs are computed and what they return, given by name (one
         keyword group, checked as a whole):
@@ -6016,10 +6161,17 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
     >>> res = simulate(X, R, [0.5, 0.5], "logistic-greedy", runs=2, eta=PAPER_ETA)
     >>> np.round(res.errors, 4).tolist(), np.round(res.assigned, 3).tolist()
     ([0.35, 0.38], [[0.498, 0.502], [0.5, 0.5]])
+
+    Limits instead of shares: agent 0 at most 80%, agent 1 at most 60%.
+
+    >>> res = simulate(X, R, [0.8, 0.6], "logistic-greedy", runs=2, bounds="upper")
+    >>> bool(np.all(res.assigned[:, 0] <= 0.8 + 0.01) and np.all(res.assigned[:, 1] <= 0.61))
+    True
     """
     execution = _keyword_group(execution, _SIMULATE_EXECUTION, "simulate")
     X, R, runs, seed, sim = _validate_simulation(X, R, capacities, policy, eta, runs, seed,
-                                                 execution["engine"], settings, batch_size)
+                                                 execution["engine"], settings, batch_size,
+                                                 bounds)
     return_traces = _validate_bool(execution["return_traces"], "return_traces")
     _check_memory(f"runs={runs}", _simulation_memory(runs, *X.shape, R.shape[1], sim.policy,
                                                      sim.engine, return_traces, sim.settings),
@@ -6099,7 +6251,7 @@ def _reference_run(X, R, order, sim, rng):
     """
     T, A = R.shape
     policy, eta, settings = sim.policy, sim.step, sim.settings
-    queues = VirtualQueues(sim.caps)
+    queues = VirtualQueues(sim.caps, bounds=sim.bounds)
     models = _make_models(X, A, policy, settings)
     thompson = policy.endswith("-ts")
     chosen = np.zeros(T, dtype=np.int32)
@@ -6158,22 +6310,25 @@ def _reference_batch_run(X, R, order, sim, rng):
         idx = order[t0:t0 + B]
         nb = len(idx)
         Qs[t0:t0 + nb] = Q
-        N = batch_counts(nb, alpha, Q, constrained)
-        if policy == "random":
+        if policy == "random":     # the shares it draws from (alpha unless upper bounds > 1)
+            N = batch_counts(nb, _selection_shares(alpha, constrained), Q, constrained)
             agents = rng.permutation(np.repeat(np.arange(A), N))
         else:
             if thompson:
                 mu = np.array([[m.sample(X[i], rng) for m in models] for i in idx])
             else:
                 mu = np.array([[m.predict(X[i]) for m in models] for i in idx])
-            agents = batch_assign(mu - _step_at(sim.step, t0) * Q, N, constrained)
+            N = batch_counts(nb, alpha, Q, constrained, bounds=sim.bounds)
+            agents = batch_assign(mu - _step_at(sim.step, t0) * Q, N, constrained,
+                                  bounds=sim.bounds)
         for i, a in zip(idx, agents):
             r = R[i, a]
             if policy.startswith("tree"):
                 models[a].update(X[i], r, rng)
             elif models is not None:
                 models[a].update(X[i], r)
-        Q = batch_queue_update(Q, np.bincount(agents, minlength=A), alpha, nb, constrained)
+        Q = batch_queue_update(Q, np.bincount(agents, minlength=A), alpha, nb, constrained,
+                               bounds=sim.bounds)
         chosen[t0:t0 + nb] = agents
     return chosen, Qs
 
@@ -6351,10 +6506,18 @@ def _choose_agents_nb(S, nb, rule, t, batched, Q, N, agent, upper):
 
 
 @_njit(cache=True)
+def _random_counts_nb(nb, alpha, Q, constrained, N):
+    """The ``random`` policy's counts of a batch: those of :func:`batch_counts`,
+    for upper bounds summing above one those of the shares it draws from
+    (:func:`_selection_shares_nb`), which sum to one."""
+    _batch_counts_nb(nb, _selection_shares_nb(alpha, constrained), Q, constrained, N)
+
+
+@_njit(cache=True)
 def _random_batch_nb(nb, alpha, constrained, Q, N, rng, agent):
     """The ``random`` policy's agents for a batch of ``nb`` tasks: the batch's
     counts (Sec. 4.2) handed to its tasks in a uniformly random order."""
-    _batch_counts_nb(nb, alpha, Q, constrained, N)
+    _random_counts_nb(nb, alpha, Q, constrained, N)
     j = 0
     for a in range(alpha.shape[0]):
         for _ in range(N[a]):
@@ -6722,7 +6885,10 @@ ROUTER_SCHEMA = "capassign.router"
 #: Version 4: ``eta`` may be a :class:`DecayingEta` (an object, see
 #: :meth:`DecayingEta.fields`); versions 1-3 hold a number.  Version 5: the
 #: ``log`` path (None without a log; versions 1-4 restore without one).
-ROUTER_SCHEMA_VERSION = 5
+#: Version 6: the limits - ``bounds``, the ``paused`` agents,
+#: ``max_age_seconds`` and the pending tasks' ``task_ages`` (versions 1-5
+#: restore with exact shares, no agent paused, no expiry by time).
+ROUTER_SCHEMA_VERSION = 6
 
 #: The JSON lines a :class:`Router` with ``log=PATH`` appends to PATH (one
 #: object per line, each line flushed as written; the file is only ever
@@ -6745,11 +6911,12 @@ LOG_FORMAT = ("router", "decision", "reward")
 #: ``caps``), ``policy``, ``eta``, ``seed``, the context dimension ``d``,
 #: ``settings``, the expiry limits and the checked ``X_reference``.
 _RouterConfig = namedtuple("_RouterConfig", "names A alpha constrained caps policy eta seed d "
-                                            "settings max_pending max_age X_reference")
+                                            "settings max_pending max_age X_reference bounds "
+                                            "max_age_seconds", defaults=("exact", None))
 
 
 def _router_config(agents, capacities, policy, eta, seed, X_reference, n_features, settings,
-                   max_pending, max_age):
+                   max_pending, max_age, bounds="exact", max_age_seconds=None):
     """Check the arguments of :class:`Router` once; return a :data:`_RouterConfig`."""
     lim = ROUTER_STATE_LIMITS                 # what a saved state may hold (from_state)
     if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
@@ -6760,7 +6927,7 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
         n_agents = len(names)
         if n_agents > lim["agents"]:
             raise ValueError(f"agents must name at most {lim['agents']} agents, got {n_agents}")
-    alpha, constrained = _validate_capacities(capacities, n_agents)
+    alpha, constrained = _validate_capacities(capacities, n_agents, bounds=bounds)
     _validate_choice(policy, ONLINE_POLICIES, "policy")
     eta = _validate_step(eta)
     seed = _validate_int(seed, "seed")
@@ -6784,9 +6951,13 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
         max_pending = _validate_int(max_pending, "max_pending", lo=1, hi=lim["count"])
     if max_age is not None:
         max_age = _validate_int(max_age, "max_age", lo=0, hi=lim["count"])
+    if max_age_seconds is not None:
+        max_age_seconds = _validate_real(max_age_seconds, "max_age_seconds", lo=0.0,
+                                         lo_open=True)
     caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
     return _RouterConfig(names, n_agents, alpha, constrained, caps, policy, eta, seed,
-                         n_features, settings, max_pending, max_age, X_reference)
+                         n_features, settings, max_pending, max_age, X_reference, bounds,
+                         max_age_seconds)
 
 
 def _saved_schema_version(state):
@@ -6811,7 +6982,7 @@ def _saved_schema_version(state):
     return version
 
 
-def _saved_config(st, get):
+def _saved_config(st, get, version=1):
     """The configuration of a saved router state, checked before anything is built.
 
     Returns ``(agents, A, kw, model)``: ``kw`` holds the keyword arguments of
@@ -6848,6 +7019,14 @@ def _saved_config(st, get):
     for key, lo in (("max_pending", 1), ("max_age", 0)):
         v = get(key, None)
         kw[key] = None if v is None else _state_int(v, f"state[{key!r}]", lo, lim["count"])
+    if version >= 6:                     # the limits of schema 6 (none before)
+        if st["bounds"] not in CAPACITY_BOUNDS:
+            raise ValueError(f"state['bounds'] must be one of {', '.join(CAPACITY_BOUNDS)}, "
+                             f"got {st['bounds']!r}")
+        kw["bounds"] = st["bounds"]
+        v = st["max_age_seconds"]
+        kw["max_age_seconds"] = None if v is None else _validate_real(
+            v, "state['max_age_seconds']", lo=0.0, lo_open=True)
     return agents, A, kw, model
 
 
@@ -6889,6 +7068,29 @@ def _saved_counters(st, get, A, constrained, assigned_elsewhere, q_start):
     return counters
 
 
+class UnknownTaskError(LookupError, ValueError):
+    """A reward or cancellation for a task the :class:`Router` does not hold.
+
+    Raised by :meth:`Router.update` and :meth:`Router.cancel` for a task id
+    that is not pending: never assigned by this router, its reward already
+    recorded, cancelled, or expired (``max_pending``, ``max_age``,
+    ``max_age_seconds``).  A late reward of an expired task is an ordinary
+    event of a live service, not a programming error: catch this class
+    alone.  It is a :class:`LookupError` (an id looked up and not found) and,
+    for callers written before it existed, a :class:`ValueError`, so
+    ``except ValueError`` still catches it.
+
+    Examples
+    --------
+    >>> router = Router(2, [0.5, 0.5], "random")
+    >>> try:
+    ...     router.update(7, 0, 1)
+    ... except UnknownTaskError as exc:
+    ...     print(type(exc).__name__, isinstance(exc, ValueError))
+    UnknownTaskError True
+    """
+
+
 class _TaskLedger:
     """The tasks of a :class:`Router`: their ids, the pending ones and their expiry.
 
@@ -6901,10 +7103,15 @@ class _TaskLedger:
     team (:class:`_Team`), its reward still accepted, to ``(agent name,
     sequence number)``: such a task keeps its id in use, expires and can be
     cancelled as a pending one.  ``_order`` lists ``(sequence number, id)`` of
-    assigned tasks, oldest first, for the expiry.
+    assigned tasks, oldest first, for the expiry.  With ``max_age_seconds``,
+    ``born`` maps the id of each pending (or departed) task to the ``clock()``
+    reading at its assignment.
     """
 
-    def __init__(self, max_pending=None, max_age=None):
+    max_age_seconds = born = clock = None     # (ledgers pickled before expiry by time)
+
+    def __init__(self, max_pending=None, max_age=None, max_age_seconds=None,
+                 clock=time.monotonic):
         self.pending = {}
         self.departed = {}
         self.n_assigned = 0
@@ -6913,7 +7120,10 @@ class _TaskLedger:
         self.n_expired = 0
         self.max_pending = max_pending
         self.max_age = max_age
-        self.expiry = max_pending is not None or max_age is not None
+        if max_age_seconds is not None:
+            self.max_age_seconds, self.clock, self.born = max_age_seconds, clock, {}
+        self.expiry = (max_pending is not None or max_age is not None
+                       or max_age_seconds is not None)
         self._order = deque() if self.expiry else None
 
     def check_id(self, task_id):
@@ -6967,16 +7177,21 @@ class _TaskLedger:
         self.last_task_id = tid
         self.n_assigned = seq + 1
         if self.expiry:
+            if self.born is not None:
+                self.born[tid] = self.clock()
             self._order.append((seq, tid))
             self._expire()
 
     def book_batch(self, ids, agents, X):
         """The tasks ``ids`` (contexts the rows of ``X``) went to ``agents``."""
         seq = self.n_assigned
+        now = self.clock() if self.born is not None else None
         for t, i in enumerate(ids):
             self.pending[i] = (int(agents[t]), X[t].copy(), seq + t)
             if self.expiry:
                 self._order.append((seq + t, i))
+                if now is not None:
+                    self.born[i] = now
         self.last_task_id = ids[-1]
         self.n_assigned = seq + len(ids)
         if self.expiry:
@@ -6989,11 +7204,23 @@ class _TaskLedger:
         if entry is None:
             entry = self.departed.pop(tid, None)
         if entry is None:
-            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
-                             f"router, or its reward was recorded, or it was cancelled or "
-                             f"expired")
+            raise UnknownTaskError(f"task {tid!r} is not pending: it was never assigned by "
+                                   f"this router, or its reward was recorded, or it was "
+                                   f"cancelled or expired")
         self.n_cancelled += 1
+        self.forget(tid)
         return entry[0]
+
+    def forget(self, tid):
+        """Drop the assignment time of a task no longer pending (expiry by time)."""
+        if self.born is not None:
+            self.born.pop(tid, None)
+
+    def tick(self):
+        """Expire the tasks older than ``max_age_seconds`` now (before a reward,
+        a cancellation, a listing or a save reads the pending tasks)."""
+        if self.born is not None:
+            self._expire()
 
     def depart(self, tid, name):
         """The pending task ``tid``'s agent ``name`` left: its reward is still accepted."""
@@ -7006,7 +7233,8 @@ class _TaskLedger:
         list is rebuilt from the pending tasks when it grows much longer than they.
         """
         p, mp, ma, order = self.pending, self.max_pending, self.max_age, self._order
-        dep = self.departed
+        dep, mt, born = self.departed, self.max_age_seconds, self.born
+        now = self.clock() if born is not None else 0.0
         last = self.n_assigned - 1
         while order:
             seq, tid = order[0]
@@ -7016,10 +7244,12 @@ class _TaskLedger:
             if e is None or e[2] != seq:          # answered or cancelled
                 order.popleft()
             elif ((mp is not None and len(p) + len(dep) > mp)
-                  or (ma is not None and last - seq > ma)):
+                  or (ma is not None and last - seq > ma)
+                  or (born is not None and now - born.get(tid, now) > mt)):
                 order.popleft()
                 del held[tid]
                 self.n_expired += 1
+                self.forget(tid)
             else:
                 break
         if len(order) > 2 * (len(p) + len(dep)) + 64:
@@ -7032,6 +7262,30 @@ class _TaskLedger:
             order = sorted(order + [(e[1], tid) for tid, e in self.departed.items()],
                            key=lambda e: e[0])
         return deque(order)
+
+    def saved_ages(self):
+        """``[task id, age in seconds]`` of the tasks with an assignment time:
+        the saved state keeps ages, not readings of a clock that another
+        process does not share (the clock stands still while it is saved)."""
+        if self.born is None:
+            return []
+        now = self.clock()
+        return [[tid, max(now - t, 0.0)] for tid, t in self.born.items()]
+
+    def restore_ages(self, ages):
+        """Assignment times from saved ages (``state['task_ages']``), checked;
+        a waiting task without an age is taken as assigned now."""
+        if self.born is None:
+            return
+        if not isinstance(ages, list) or not all(isinstance(e, list) and len(e) == 2
+                                                 for e in ages):
+            raise ValueError("state['task_ages'] must be a list of [task id, age in seconds]")
+        now = self.clock()
+        saved = {_validate_task_id(e[0], "state['task_ages'] task id"):
+                 _validate_real(e[1], "state['task_ages'] age", lo=0.0) for e in ages}
+        for tid in list(self.pending) + list(self.departed):
+            self.born[tid] = now - saved.get(tid, 0.0)
+        self._expire()
 
     def saved_pending(self):
         """The pending tasks as a saved state lists them (oldest first)."""
@@ -7172,6 +7426,31 @@ _PROPENSITY_KEY = 0x70726F70
 PROPENSITY_DRAWS = 2000
 
 
+def _paused_capacities(alpha, constrained, paused, name):
+    """The capacities in force while the agents ``paused`` are paused
+    (:meth:`Router.pause`): ``(alpha, constrained)`` themselves when none is;
+    else a paused agent is held at capacity 0 (constrained, so its queue
+    stays as it is: Q + 0 - 0, Eq. 1), and when no free agent is left to take
+    the rest, the others' capacities are scaled by 1 / sum alpha if they sum
+    below one (the rule of ``remove_agent(rebalance='scale')``; upper bounds
+    still summing to at least one stay as they are).  ``name`` is the
+    argument an impossible pause is blamed on."""
+    if not paused.any():
+        return alpha, constrained
+    if paused.all():
+        raise ValueError(f"{name}: every agent would be paused; at least one must take tasks")
+    alpha = np.where(paused, 0.0, alpha)
+    constrained = constrained | paused
+    if constrained.all():
+        total = float(alpha.sum())
+        if total <= 0.0:
+            raise ValueError(f"{name}: the agents not paused would all have capacity 0; "
+                             f"resume one or change the capacities first")
+        if total < 1.0 - CAPACITY_TOL:
+            alpha = np.minimum(alpha / total, 1.0)
+    return alpha, constrained
+
+
 class _Team:
     """Agents joining and leaving a running :class:`Router` (its base class).
 
@@ -7228,7 +7507,8 @@ class _Team:
             keep = list(range(self._A))
             caps = self._rebalanced(keep, rebalance, 1.0 - (capacity or 0.0)) + [capacity]
             alpha, constrained = _validate_capacities(
-                caps, len(caps), name=self._rebalance_name(rebalance, f"adding {name!r}"))
+                caps, len(caps), name=self._rebalance_name(rebalance, f"adding {name!r}"),
+                bounds=self._bounds)
             c = self._constrained
             q = float(self._Q[c].mean()) if capacity is not None else 0.0
             self._regroup(keep, self._names + [name], alpha, constrained, q)
@@ -7256,7 +7536,9 @@ class _Team:
                                  f"scaled; give their new capacities")
             caps = self._rebalanced(keep, rebalance, 1.0 / (1.0 - share) if share < 1 else 1.0)
             alpha, constrained = _validate_capacities(
-                caps, len(caps), name=self._rebalance_name(rebalance, f"removing {name!r}"))
+                caps, len(caps), name=self._rebalance_name(rebalance, f"removing {name!r}"),
+                bounds=self._bounds)
+            _paused_capacities(alpha, constrained, np.delete(self._paused, r), "name")
             gone = [t for t, e in self._pending.items() if e[0] == r]
             for t in gone:
                 if pending == "cancel":
@@ -7303,6 +7585,8 @@ class _Team:
     def _regroup(self, keep, names, alpha, constrained, q):
         """Install the new team: agents ``keep`` then the joining one (queue ``q``)."""
         new = len(names) - len(keep)
+        paused = np.concatenate([self._paused[keep], np.zeros(new, dtype=bool)])
+        live = _paused_capacities(alpha, constrained, paused, "name")   # checked first
         fresh = None
         if new:
             one = self._config._replace(A=1, names=None, alpha=np.ones(1),
@@ -7316,7 +7600,8 @@ class _Team:
         self._caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
         self._names, self._index = names, {n: i for i, n in enumerate(names)}
         self._mu1 = np.empty((1, self._A))
-        self._model.regroup(keep, fresh, alpha, constrained, self._Q)
+        self._paused = paused
+        self._model.regroup(keep, fresh, *live, self._Q)
         where = {old: i for i, old in enumerate(keep)}
         for t, (a, x, seq) in list(self._pending.items()):
             self._pending[t] = (where[a], x, seq)
@@ -7324,15 +7609,16 @@ class _Team:
     def _departed_reward(self, tid, agent, reward):
         """The reward of a task whose agent has left (accepted, then dropped)."""
         if tid not in self._departed:
-            raise ValueError(f"task {tid!r} is not pending: it was never assigned by this "
-                             f"router, or its reward was already recorded, or it was "
-                             f"cancelled or expired")
+            raise UnknownTaskError(f"task {tid!r} is not pending: it was never assigned by "
+                                   f"this router, or its reward was already recorded, or it "
+                                   f"was cancelled or expired")
         name = self._departed[tid][0]
         if agent is not None and agent != name:
             raise ValueError(f"agent {agent!r} does not match the agent task {tid!r} was "
                              f"assigned to ({name!r}, which left)")
         _validate_reward(reward)
         del self._departed[tid]
+        self._tasks.forget(tid)
 
     def _team_state(self):
         """The team's part of :meth:`Router.state_dict` (schema 3): the changes,
@@ -7394,6 +7680,17 @@ class _Team:
                    for c in st["changes"] if isinstance(c, dict) and c.get("op") == "remove")
 
 
+def _masked_choice(mu, Q, eta, allowed):
+    """Eq. 2 over the agents ``allowed`` (a boolean mask; None: all):
+    argmax_a mu[a] - eta Q[a], the first such agent on ties."""
+    if allowed is None:
+        return int(_select_nb(mu, Q, eta))
+    s = mu - eta * Q
+    if np.isnan(s).any():
+        raise ValueError(_NAN_ESTIMATE)
+    return int(np.argmax(np.where(allowed, s, -np.inf)))
+
+
 class Router(_Team):
     """Route a live stream of prediction tasks to agents under capacities (Algorithm 1).
 
@@ -7413,7 +7710,9 @@ class Router(_Team):
         alpha_a in [0, 1] per agent or ``None`` for a free agent (App. H.4);
         the constrained entries sum to 1, or to at most 1 with a free agent,
         which then takes the rest.  A free agent has no queue; how a weak
-        one is handled is described under :func:`simulate`.
+        one is handled is described under :func:`simulate`.  With
+        ``bounds="upper"``: limits "each agent at most alpha_a", summing to at
+        least 1.  Change them live with :meth:`set_capacities`.
     policy : str
         One of :data:`ONLINE_POLICIES` (default ``"tree-greedy"``).
     eta : float or DecayingEta
@@ -7445,6 +7744,19 @@ class Router(_Team):
     max_age : int, optional
         A pending task expires once more than ``max_age`` tasks have been
         assigned after it (its age counts assignments, not time).
+    max_age_seconds : float, optional
+        A pending task expires once more than ``max_age_seconds`` have passed
+        on ``clock`` since its assignment (checked at every call that reads
+        the pending tasks: assign, update, cancel, :attr:`pending`,
+        :meth:`state_dict`).  The saved state keeps each task's age; a
+        restored router counts on from it (the clock stands still while saved).
+    clock : callable
+        A function returning the time in seconds (default
+        :func:`time.monotonic`); inject a fake one to test expiry.  Not saved:
+        give it again to :meth:`from_state`.
+    bounds : str
+        ``"exact"`` (default, the paper's shares summing to one) or
+        ``"upper"`` (:data:`CAPACITY_BOUNDS`, :func:`_validate_capacities`).
     log : str or path, optional
         Append every decision of :meth:`assign` (with its propensity, see
         :class:`Decision`) and every reward of an assigned task to this file
@@ -7463,7 +7775,8 @@ class Router(_Team):
 
     The configuration (``capacities``, ``policy``, ``eta``, ``seed``,
     ``settings``, ``n_features``, ``log``) is read-only: setting it raises
-    AttributeError saying how to change it.
+    AttributeError saying how to change it (the capacities change with
+    :meth:`set_capacities`).
 
     Attributes
     ----------
@@ -7505,6 +7818,21 @@ class Router(_Team):
     (:data:`REWARD_RULE`).  Agents join and leave with :meth:`add_agent` and
     :meth:`remove_agent` (rules in :class:`_Team`).
 
+    *Limits as teams have them.*  ``bounds="upper"`` makes the capacities
+    limits ("each agent at most alpha_a", summing to at least one): Eq. 1-2
+    as they are - the queue of Eq. 1 is that of an inequality, clipped at 0,
+    so it grows only while its agent runs above its limit.
+    :meth:`set_capacities` changes the capacities of a live router (queues
+    kept).  :meth:`pause` takes an agent off the stream and keeps its model;
+    :meth:`resume` brings it back (rules there).  ``assign(x, eligible=...)``
+    restricts one task to some agents; the queues then move by Eq. 1 for
+    every agent, eligible or not (an agent that may not take the task has
+    1{a_t = a} = 0, so its queue falls by alpha_a, clipped at 0): a capacity
+    stays a share of *all* tasks.  With exact shares, masks that often keep
+    an agent out leave the others above their shares (their queues grow);
+    upper bounds with room to spare absorb them.  A reward of a task that is
+    not pending raises :class:`UnknownTaskError`.
+
     *Threads.*  One router may be shared by threads: :meth:`assign`,
     :meth:`assign_batch`, :meth:`update`, :meth:`cancel`, :meth:`state_dict`
     and :attr:`pending` each hold the router's lock for the whole call, so
@@ -7527,13 +7855,29 @@ class Router(_Team):
     >>> router = Router(["model", "human"], [0.7, 0.3], "logistic-greedy", n_features=3)
     >>> agent = router.assign(X[0])                  # task id 0
     >>> router.update(0, agent, R[0, router.agents.index(agent)])
+
+    Limits of a team: each agent at most 70%, 50%, 30% of the tasks; the
+    human pauses (its model kept), and a task only the models may take:
+
+    >>> team = Router(["a", "b", "human"], [0.7, 0.5, 0.3], "logistic-greedy",
+    ...               n_features=3, bounds="upper")
+    >>> team.pause("human")
+    >>> team.assign(X[1], eligible=["a", "b"]) in ("a", "b")
+    True
+    >>> team.resume("human"); team.set_capacities([0.6, 0.6, 0.4])
+    >>> team.capacities, team.paused
+    ((0.6, 0.6, 0.4), [])
     """
 
     def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
-                 max_age=None, log=None, tree_row_budget=None):
+                 max_age=None, log=None, tree_row_budget=None, bounds="exact",
+                 max_age_seconds=None, clock=time.monotonic):
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
-                           settings, max_pending, max_age)
+                           settings, max_pending, max_age, bounds, max_age_seconds)
+        if not callable(clock):
+            raise TypeError(f"clock must be a function returning seconds, got {clock!r}")
+        self._bounds, self._paused = c.bounds, np.zeros(c.A, dtype=bool)
         self._policy, self._eta, self._seed, self._settings = c.policy, c.eta, c.seed, c.settings
         self._n_features, self._caps, self._names = c.d, c.caps, c.names
         self._log = _log_path(log)
@@ -7543,7 +7887,7 @@ class Router(_Team):
         self._rng = _rng_states([np.random.SeedSequence(c.seed)])[0]
         self._counts, self._n_rewards = np.zeros(c.A, np.int64), np.zeros(c.A, np.int64)
         self._mu1 = np.empty((1, c.A))
-        self._tasks = _TaskLedger(c.max_pending, c.max_age)
+        self._tasks = _TaskLedger(c.max_pending, c.max_age, c.max_age_seconds, clock)
         self._pending = self._tasks.pending   # read and deleted from on the per-task path
         self._model = _reward_model(c.policy)(c, self._rng, self._Q)
         if tree_row_budget is not None:
@@ -7567,6 +7911,8 @@ class Router(_Team):
             if old in state:
                 state[new] = state.pop(old)
         state.setdefault("_log", None)
+        state.setdefault("_bounds", "exact")
+        state.setdefault("_paused", np.zeros(state["_A"], dtype=bool))
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -7576,7 +7922,7 @@ class Router(_Team):
                       doc="Agent names (or indices 0..A-1 when the router was given a count).")
     Q = property(lambda self: self._Q.copy(),
                  doc="The virtual queues Q_{t,a} now in force (a copy; Eq. 1).")
-    pending = property(lambda self: self._locked(list, self._pending), doc=(
+    pending = property(lambda self: self._locked(self._waiting), doc=(
         "Ids of the tasks assigned whose reward has not arrived, oldest first.\n\n"
         "Cancelled and expired tasks are no longer listed (see :meth:`cancel`)."))
     assigned_counts = property(lambda self: self._counts.copy(),
@@ -7590,11 +7936,16 @@ class Router(_Team):
     n_expired = property(lambda self: self._tasks.n_expired, doc="Tasks expired.")
     max_pending = property(lambda self: self._tasks.max_pending, doc="See the parameters.")
     max_age = property(lambda self: self._tasks.max_age, doc="See the parameters.")
+    max_age_seconds = property(lambda self: self._tasks.max_age_seconds,
+                               doc="See the parameters.")
+    bounds = property(lambda self: self._bounds, doc="See the parameters (read-only).")
+    paused = property(lambda self: [self._agent_out(a) for a in np.flatnonzero(self._paused)],
+                      doc="The agents paused (:meth:`pause`), in agent order.")
     # The configuration is read-only: an assignment used to be accepted and then
     # ignored by assign but used by assign_batch and state_dict (a restored router
     # decided otherwise).  Each refusal says how to change the setting.
-    capacities = _read_only("_caps", "capacities", "change them with add_agent or "
-                            "remove_agent (rebalance=...), or build a new Router")
+    capacities = _read_only("_caps", "capacities", "change them with set_capacities, or "
+                            "with add_agent or remove_agent (rebalance=...)")
     eta = _read_only("_eta", "eta", "build a new Router with the eta wanted")
     policy = _read_only("_policy", "policy", "build a new Router with the policy wanted")
     seed = _read_only("_seed", "seed", "build a new Router with the seed wanted")
@@ -7607,6 +7958,10 @@ class Router(_Team):
     def _locked(self, f, *args):
         with self._lock:
             return f(*args)
+
+    def _waiting(self):
+        self._tasks.tick()
+        return list(self._pending)
 
     def __repr__(self):
         return (f"Router(agents={self.agents}, capacities={list(self.capacities)}, "
@@ -7630,7 +7985,8 @@ class Router(_Team):
     def _agent_out(self, a):
         return self._names[a] if self._names else a
 
-    def assign(self, x, task_id=None, *, explain=False, n_draws=PROPENSITY_DRAWS):
+    def assign(self, x, task_id=None, *, explain=False, n_draws=PROPENSITY_DRAWS,
+               eligible=None):
         """Assign one task with context ``x``; return the agent (Eq. 2).
 
         The queues advance at once (Eq. 1).  The task is then pending until
@@ -7651,6 +8007,15 @@ class Router(_Team):
         router explaining its decisions decides exactly as one that does not.
         A router with ``log`` computes the propensity of every task (with
         ``n_draws``) and writes it to the log, whatever ``explain`` says.
+
+        ``eligible`` (optional) restricts this task to some agents: a list of
+        agents (names or indices) or one boolean per agent.  The choice is
+        Eq. 2 over the eligible agents that are not paused (``random``: a draw
+        among them in proportion to their shares, uniform if those are all 0);
+        the queues move by Eq. 1 for every agent (see the class notes), and
+        the propensity is that of the restricted choice.  A mask that leaves
+        no agent raises ValueError.  Every agent eligible and none paused is
+        exactly the unrestricted rule.
 
         Examples
         --------
@@ -7673,6 +8038,8 @@ class Router(_Team):
             if x.ndim != 1 or (self.n_features is not None and x.shape[0] != self.n_features):
                 _validate_context(x, self.n_features)  # raises the precise error
             X = x.reshape(1, -1)
+            allowed = None if eligible is None and not self._paused.any() else \
+                self._allowed(eligible)
             tasks = self._tasks
             tid = None if task_id is None else tasks.check_id(task_id)
             if self._extra and self._model.sees:
@@ -7682,33 +8049,87 @@ class Router(_Team):
             if explained:
                 Q0, eta = self._Q.copy(), self._model._eta
                 eta_t = float(_eta_step_nb(eta[0], eta[1], eta[2], eta[3]))
-            a = self._score(X, self._mu1, True)
+            a = (self._score(X, self._mu1, True) if allowed is None
+                 else self._restricted(X, allowed))
             if a == -2:
                 raise ValueError("x contains NaN or infinite values")
             tasks.book(tid, a, X[0])
             self._counts[a] += 1
             if not explained:
                 return self._names[a] if self._names else a
-            d = self._explain(X, a, Q0, eta_t, n_draws)
+            d = self._explain(X, a, Q0, eta_t, n_draws, allowed)
             self._write_log({"event": "decision", "task_id": d.task_id, "agent": d.agent,
                              "propensity": d.propensity, "propensity_se": d.propensity_se,
                              "x": X[0].tolist()})
             return d if explain else d.agent
 
-    def _explain(self, X, a, Q0, eta_t, n_draws):
+    def _allowed(self, eligible):
+        """The agents that may take the next task: the ``eligible`` ones (see
+        :meth:`assign`) not paused, as a boolean mask; ``None`` when it is
+        every agent (the unrestricted rule)."""
+        mask = ~self._paused
+        if eligible is not None:
+            if isinstance(eligible, (str, bytes)) or not hasattr(eligible, "__iter__"):
+                raise TypeError(f"eligible must be a list of agents or one True/False per "
+                                f"agent, got {eligible!r}")
+            arr = np.asarray(eligible)
+            if arr.dtype == bool:
+                if arr.shape != (self._A,):
+                    raise ValueError(f"eligible must hold one True/False per agent "
+                                     f"({self._A}), got shape {arr.shape}")
+                mask = mask & arr
+            else:
+                chosen = np.zeros(self._A, dtype=bool)
+                for agent in eligible:
+                    chosen[self._agent_index(agent, "eligible agent")] = True
+                mask = mask & chosen
+        if not mask.any():
+            raise ValueError("eligible leaves no agent for this task (every agent excluded "
+                             "or paused); name at least one agent that may take it")
+        return None if mask.all() else mask
+
+    def _restricted(self, X, allowed):
+        """Eq. 2 over the ``allowed`` agents only, then Eq. 1 for every agent
+        (the one-task step of :meth:`assign` under a mask); -2 for a context
+        with NaN or infinite values, nothing changed."""
+        m = self._model
+        if not _all_finite_nb(X):
+            return -2
+        if self._policy == "random":
+            share = self._restricted_shares(allowed)
+            a = int(_random_agent_nb(self._rng, share, np.cumsum(share)))
+            _router_step_nb(m._eta)                    # t moves on, as in the kernel
+        else:
+            self._score(X, self._mu1, False)             # the estimates (same draws)
+            a = _masked_choice(self._mu1[0], self._Q, float(_router_step_nb(m._eta)), allowed)
+        _queue_update_one_nb(self._Q, m._alpha, m._constrained, np.int64(a))
+        return a
+
+    def _restricted_shares(self, allowed):
+        """The ``random`` policy's shares among the ``allowed`` agents (in
+        proportion to their shares in force, uniform if those are all 0)."""
+        m = self._model
+        share = np.where(allowed, _selection_shares(m._alpha, m._constrained), 0.0)
+        if share.sum() <= 0.0:
+            share = allowed.astype(float)
+        return share / share.sum()
+
+    def _explain(self, X, a, Q0, eta_t, n_draws, allowed=None):
         """The :class:`Decision` of the task just assigned to agent ``a`` (see
-        :meth:`assign`): ``Q0`` the queues and ``eta_t`` the step before it."""
+        :meth:`assign`): ``Q0`` the queues and ``eta_t`` the step before it,
+        ``allowed`` the agents it was restricted to (None: all)."""
         m = self._model
         penalties = tuple(float(eta_t * q) for q in Q0)
         p, se, draws, est = 1.0, 0.0, 0, None
         if self._policy == "random":
-            p = float(_selection_shares(self._alpha, self._constrained)[a])
+            p = float((_selection_shares(m._alpha, m._constrained) if allowed is None
+                       else self._restricted_shares(allowed))[a])
         elif not m._thompson:
             est = self._mu1[0].copy()
         else:                                      # Monte Carlo, on a stream of its own
             counts, means = self._propensity_draws(
                 X, n_draws, self._tasks.n_assigned - 1,
-                lambda mu: [_select_nb(mu[0], Q0, eta_t)])
+                lambda mu: [_masked_choice(mu[0], Q0, eta_t, allowed)])
             est = means[0]
             p, draws = counts[0, a] / n_draws, n_draws
             se = math.sqrt(p * (1.0 - p) / n_draws)
@@ -7778,6 +8199,10 @@ class Router(_Team):
         batch's first sequence number), so the decisions are those of a batch
         without ``explain``.
 
+        Paused agents get no task (their capacity is 0 while paused,
+        :meth:`pause`); there is no per-task ``eligible`` here - assign
+        restricted tasks one by one with :meth:`assign`.
+
         Examples
         --------
         >>> X, R, _ = synthetic_stream(50, 3, seed=1)
@@ -7799,8 +8224,8 @@ class Router(_Team):
             mu = np.empty((n, self._A))
             first, Q0, eta0 = self._tasks.n_assigned, self._Q.copy(), self._model._eta.copy()
             self._score(X, mu, False)             # the estimates only (X is finite: checked)
-            chosen, realised = _batch_step_nb(mu, self._alpha, self._constrained,
-                                              self._model._eta, self._Q)
+            m = self._model                       # its capacities are those in force
+            chosen, realised = _batch_step_nb(mu, m._alpha, m._constrained, m._eta, self._Q)
             self._tasks.book_batch(ids, chosen, X)
             self._counts += realised
             if not explain:
@@ -7831,9 +8256,11 @@ class Router(_Team):
         :meth:`update` of it is refused.  The queues and
         :attr:`assigned_counts` stay as they are: the task was sent to the
         agent, and the capacity bounds the share of tasks sent (Eq. 1; see the
-        class notes).  Cancelling a task that is not pending is an error.
+        class notes).  Cancelling a task that is not pending raises
+        :class:`UnknownTaskError`.
         """
         with self._lock:
+            self._tasks.tick()
             a = self._tasks.cancel(_validate_task_id(task_id))
             return a if isinstance(a, str) else self._agent_out(a)   # str: an agent that left
 
@@ -7847,10 +8274,13 @@ class Router(_Team):
         model and leaves the queues alone.  ``reward`` is a number in [0, 1]
         for every policy (:data:`REWARD_RULE`; the same rule as
         :func:`simulate`): 0 or 1 for right or wrong, or a graded reward.
-        Updating a task that is not pending - never assigned, or already
-        updated - is an error.
+        Updating a task that is not pending - never assigned, already
+        updated, cancelled or expired - raises :class:`UnknownTaskError` (a
+        ValueError too).
         """
         with self._lock:
+            if self._tasks.born is not None:
+                self._tasks.tick()
             tt = type(task)
             if tt is int or tt is str or (isinstance(task, (int, np.integer, str))
                                           and not isinstance(task, (bool, np.bool_))):
@@ -7869,6 +8299,8 @@ class Router(_Team):
                 else:
                     r = _validate_reward(reward)
                 del self._pending[tid]
+                if self._tasks.born is not None:
+                    self._tasks.forget(tid)
                 if self._log is not None:
                     self._write_log({"event": "reward", "task_id": tid,
                                      "agent": self._agent_out(a), "reward": r})
@@ -7885,13 +8317,86 @@ class Router(_Team):
             self._model.learn(a, x, r)
             self._n_rewards[a] += 1
 
+    # --- limits: capacities, pauses -----------------------------------------------
+
+    def set_capacities(self, capacities):
+        """Change the capacities of the live router (checked as in the
+        constructor, with its ``bounds``).
+
+        The queues are kept: each agent's queue goes on from where it stands
+        and Eq. 1 moves it by the new alpha_a from the next task on (an agent
+        that becomes free loses its queue, a newly constrained one starts at
+        0).  :meth:`assign`, :meth:`assign_batch` and :meth:`state_dict` all
+        use the new capacities; paused agents stay paused (their capacity
+        stays 0 until :meth:`resume`).
+
+        Examples
+        --------
+        >>> router = Router(2, [0.5, 0.5], "random")
+        >>> router.set_capacities([0.2, 0.8])
+        >>> router.capacities, router.state_dict()["capacities"]
+        ((0.2, 0.8), [0.2, 0.8])
+        """
+        with self._lock:
+            alpha, constrained = _validate_capacities(capacities, self._A, bounds=self._bounds)
+            live = _paused_capacities(alpha, constrained, self._paused, "capacities")
+            self._alpha, self._constrained = alpha, constrained
+            self._caps = tuple(None if not c else float(x) for x, c in zip(alpha, constrained))
+            self._Q[~constrained] = 0.0                  # a free agent has no queue
+            self._model.set_limits(*live)
+
+    def pause(self, agent):
+        """Take ``agent`` off the stream for a while, keeping its model.
+
+        While paused the agent gets no task (:meth:`assign`,
+        :meth:`assign_batch`); its pending tasks stay pending and their
+        rewards still teach its model; its queue stands still (it is held at
+        capacity 0: Q + 0 - 0, Eq. 1), so on :meth:`resume` it picks up where
+        it stopped.  The others' capacities: unchanged when a free agent is
+        left to take the rest or they still sum to at least one (upper
+        bounds); otherwise scaled by 1 / sum alpha so they do (the rule of
+        ``remove_agent(rebalance='scale')``), until the pause ends.  The
+        configured :attr:`capacities` and the paused agents are saved.
+        Pausing every agent, or leaving only agents of capacity 0, raises
+        ValueError.
+
+        Examples
+        --------
+        >>> router = Router(["model", "human"], [0.7, 0.3], "random")
+        >>> router.pause("human")
+        >>> {router.assign([0.0]) for _ in range(20)}, router.paused
+        ({'model'}, ['human'])
+        >>> router.resume("human")
+        """
+        with self._lock:
+            a = self._agent_index(agent)
+            if self._paused[a]:
+                raise ValueError(f"agent {agent!r} is already paused")
+            paused = self._paused.copy()
+            paused[a] = True
+            live = _paused_capacities(self._alpha, self._constrained, paused, "agent")
+            self._paused = paused
+            self._model.set_limits(*live)
+
+    def resume(self, agent):
+        """End the pause of ``agent`` (:meth:`pause`): it takes tasks again,
+        with the model and the queue it had; the capacities in force return
+        to the configured ones (less any other paused agent)."""
+        with self._lock:
+            a = self._agent_index(agent)
+            if not self._paused[a]:
+                raise ValueError(f"agent {agent!r} is not paused")
+            self._paused[a] = False
+            self._model.set_limits(*_paused_capacities(self._alpha, self._constrained,
+                                                       self._paused, "agent"))
+
     # --- saving and restoring ------------------------------------------------------
 
     def state_dict(self):
         """The router's whole state as a plain JSON-serialisable dict.
 
         ``json.dumps`` works on it directly (no pickle).  It holds the schema
-        tag (``"schema": "capassign.router/5"``), the configuration, the
+        tag (``"schema": "capassign.router/6"``), the configuration, the
         random state, the queues, the pending tasks with their contexts, and
         the models: running sums (``marginal``), theta and Sigma
         (``logistic-*``), or each agent's binned rows, rewards and Poisson
@@ -7905,6 +8410,7 @@ class Router(_Team):
         """
         with self._lock:
             s, tasks = self.settings, self._tasks
+            tasks.tick()
             return {
                 "schema": f"{ROUTER_SCHEMA}/{ROUTER_SCHEMA_VERSION}",
                 "agents": list(self._names) if self._names else self._A,
@@ -7930,11 +8436,18 @@ class Router(_Team):
                 **({} if self._model.row_budget is None
                    else {"tree_row_budget": self._model.row_budget}),
                 **self._team_state(),
+                "bounds": self._bounds,
+                "paused": self.paused,
+                "max_age_seconds": tasks.max_age_seconds,
+                "task_ages": tasks.saved_ages(),
             }
 
     @classmethod
-    def from_state(cls, state):
+    def from_state(cls, state, *, clock=time.monotonic):
         """Rebuild a router from :meth:`state_dict` (e.g. after ``json.loads``).
+
+        ``clock`` is the clock of a router with ``max_age_seconds`` (not
+        saved; the tasks' saved ages count on from it).
 
         A saved state is treated as untrusted input.  Every declared size is
         checked against the data actually present, and against the bounds of
@@ -7948,27 +8461,27 @@ class Router(_Team):
         sums of rewards at most their counts.  Raises ``ValueError`` naming the
         offending field when the state is malformed or impossible, or was
         written by a newer schema version than this module reads
-        (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 4 are read too).
+        (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 5 are read too).
         """
         version = _saved_schema_version(state)
         try:
-            return cls._from_checked_state(state, version)
+            return cls._from_checked_state(state, version, clock)
         except KeyError as exc:
             raise ValueError(f"state is missing the key {exc.args[0]!r}") from None
         except TypeError as exc:               # a field of the wrong type
             raise ValueError(f"state: {exc}") from None
 
     @classmethod
-    def _from_checked_state(cls, st, version):
+    def _from_checked_state(cls, st, version, clock=time.monotonic):
         get = (lambda k, default: st.get(k, default)) if version < 2 else (lambda k, _: st[k])
-        agents, A, kw, model = _saved_config(st, get)
+        agents, A, kw, model = _saved_config(st, get, version)
         checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
         kw["log"] = _log_path(st["log"]) if version >= 5 else None
         budget = st.get("tree_row_budget")     # only when one was given
         if budget is not None:
             kw["tree_row_budget"] = _state_int(budget, "state['tree_row_budget']", 1,
                                                ROUTER_STATE_LIMITS["count"])
-        router = cls(agents, st["capacities"], **kw)
+        router = cls(agents, st["capacities"], clock=clock, **kw)
         counters = _saved_counters(st, get, router._A, router._constrained,
                                    router._assigned_elsewhere(st), router._queue_starts(st))
         entries = router._tasks.check_pending(st["pending"], counters, version,
@@ -7983,6 +8496,15 @@ class Router(_Team):
             last_id, "state['last_task_id']"))
         router._model._eta[3] = router._tasks.n_assigned    # the t of a DecayingEta
         router._restore_team(st, version)
+        if version >= 6:
+            paused = st["paused"]
+            if not isinstance(paused, list):
+                raise ValueError("state['paused'] must be a list of agents")
+            for agent in paused:
+                router._paused[router._agent_index(agent, "state['paused'] agent")] = True
+            router._model.set_limits(*_paused_capacities(
+                router._alpha, router._constrained, router._paused, "state['paused']"))
+            router._tasks.restore_ages(st["task_ages"])
         return router
 
 

@@ -241,7 +241,7 @@ def test_router_with_a_schedule_saved_and_restored_decides_identically(stream, p
     assert restored == plain
     np.testing.assert_array_equal(r1.Q, r2.Q)
     state = r2.state_dict()
-    assert state["schema"] == "capassign.router/5" and state["eta"] == SCHEDULE.fields()
+    assert state["schema"] == "capassign.router/6" and state["eta"] == SCHEDULE.fields()
     assert r2.eta == SCHEDULE
     # the constant step would have decided otherwise
     const = ca.Router(["a", "b", "c"], [0.3, 0.5, None], policy, X_reference=X[:100], seed=2)

@@ -64,7 +64,7 @@ from .engines import (ENGINE_VALIDATION_PATH, engine_validation, read_engine_val
 from .pipeline import (BOOK_DIR, CHAPTER_DIR, EXECUTED_DIR, ROOT, chapter_drift, chapter_names,
                        glued_values, reproduce, sync_text)
 from .present import (BOOK_DPI, BOOK_STYLE, COLUMN_INCHES, COLUMN_PX, FIGURE_INCHES,
-                      FONT_RECORD_KEY, OKABE_ITO, OVERLAP_RECORD_KEY, PIXEL_RATIO, POLICY_STYLE,
+                      FONT_RECORD_KEY, OKABE_ITO, OVERLAP_RECORD_KEY, PIXEL_RATIO, BOOK_POLICY_STYLE,
                       PRINTED_WIDTH, SYMBOL_NAMES, Fold, Table, adherence_table, book_figure,
                       error_table, figure_png, fold_text, glue, legend_outside, legend_overlaps,
                       paired_table, policy_style, say, show_table, smallest_font, wrap)
@@ -88,7 +88,7 @@ from .cli import main
 __all__ = [
     # the page (present)
     "COLUMN_PX", "BOOK_DPI", "PIXEL_RATIO", "COLUMN_INCHES", "FIGURE_INCHES", "OKABE_ITO",
-    "POLICY_STYLE", "policy_style", "BOOK_STYLE", "book_figure", "legend_outside",
+    "BOOK_POLICY_STYLE", "policy_style", "BOOK_STYLE", "book_figure", "legend_outside",
     "legend_overlaps", "smallest_font", "FONT_RECORD_KEY", "OVERLAP_RECORD_KEY", "figure_png", "SYMBOL_NAMES", "Table", "show_table", "Fold", "fold_text",
     "PRINTED_WIDTH", "wrap", "say",
     "error_table", "paired_table", "adherence_table", "glue",

@@ -49,7 +49,7 @@ OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky blue": "#56B4E9",
 #: are blue and green, the two tree policies vermillion and purple, never two
 #: shades of one hue).  :func:`book_figure` makes :data:`capassign.POLICY_STYLE`
 #: (which the library's plots read) take these styles.
-POLICY_STYLE = {
+BOOK_POLICY_STYLE = {
     "random": dict(color="0.35", ls=":", marker="o", label="non-contextual (random)"),
     "marginal": dict(color=OKABE_ITO["orange"], ls=":", marker="x", label="learned marginal"),
     "logistic-greedy": dict(color=OKABE_ITO["blue"], ls="-", marker="s",
@@ -93,22 +93,22 @@ def _row_height(ncols):
 
 
 def _apply_book_style():
-    """Set :data:`BOOK_STYLE` and make the library's plots draw :data:`POLICY_STYLE`."""
+    """Set :data:`BOOK_STYLE` and make the library's plots draw :data:`BOOK_POLICY_STYLE`."""
     import capassign
     import matplotlib.pyplot as plt
 
     plt.rcParams.update(BOOK_STYLE)
-    for policy, style in POLICY_STYLE.items():
+    for policy, style in BOOK_POLICY_STYLE.items():
         capassign.POLICY_STYLE[policy] = dict(style)
 
 
 def policy_style(policy):
-    """The book's style of ``policy`` (:data:`POLICY_STYLE`): keyword arguments of ``plot``.
+    """The book's style of ``policy`` (:data:`BOOK_POLICY_STYLE`): keyword arguments of ``plot``.
 
     Parameters
     ----------
     policy : str
-        A policy of :data:`POLICY_STYLE`; any other name is drawn in its own
+        A policy of :data:`BOOK_POLICY_STYLE`; any other name is drawn in its own
         label with matplotlib's defaults.
 
     Returns
@@ -123,11 +123,11 @@ def policy_style(policy):
     >>> policy_style("my policy")
     {'label': 'my policy'}
     """
-    return dict(POLICY_STYLE.get(policy, {"label": str(policy)}))
+    return dict(BOOK_POLICY_STYLE.get(policy, {"label": str(policy)}))
 
 
 def book_figure(ncols=1, nrows=1, *, width=None, height=None, **subplots):
-    """A new figure in the book's one style (:data:`BOOK_STYLE`, :data:`POLICY_STYLE`).
+    """A new figure in the book's one style (:data:`BOOK_STYLE`, :data:`BOOK_POLICY_STYLE`).
 
     The default width is :data:`FIGURE_INCHES`, at which the page shows the
     figure at 1280 px; at 390 px the page shrinks it to the column and its
