@@ -2,6 +2,7 @@
 the system's Chromium, every page of the table of contents in order, folds open,
 nothing cut off."""
 
+import asyncio
 import os
 import shutil
 
@@ -52,3 +53,14 @@ def test_the_clip_check_itself(book_html, tmp_path):
     assert any("a clipped box" in what for what in found), found
     assert not any(what.startswith("pre") for what in found), found
     assert printed["files"][0].stat().st_size > 10_000
+
+
+def test_pages_print_where_an_asyncio_loop_runs(book_html, tmp_path):
+    """Playwright's synchronous API refuses a thread with a running asyncio loop
+    (a notebook kernel; this test run once papermill has executed chapters):
+    the pages are printed from a thread of their own."""
+    async def inside_a_loop():
+        return pdf.print_pages(book_html, ["book/executed/intro"], tmp_path)
+
+    printed = asyncio.run(inside_a_loop())
+    assert len(printed["files"]) == 1 and printed["clipped"] == {}

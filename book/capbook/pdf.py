@@ -181,7 +181,21 @@ def print_pages(html_dir, pages, out_dir, *, prepare=PREPARE_JS):
     dict
         ``files`` (the per-page PDFs, in order), ``scaled`` (boxes set smaller to fit)
         and ``clipped`` (``{page: [what is cut off]}``, empty when nothing is).
+
+    Notes
+    -----
+    The browser is driven from a thread of its own: Playwright's synchronous
+    API refuses to run in a thread where an asyncio loop is running (a
+    notebook's kernel, or a test run after papermill has executed chapters).
     """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        return worker.submit(_print_pages, html_dir, pages, out_dir, prepare).result()
+
+
+def _print_pages(html_dir, pages, out_dir, prepare):
+    """:func:`print_pages`, in the calling thread."""
     from playwright.sync_api import sync_playwright
 
     html_dir, out_dir = Path(html_dir), Path(out_dir)
