@@ -5,6 +5,7 @@ nothing cut off."""
 import asyncio
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -62,5 +63,8 @@ def test_pages_print_where_an_asyncio_loop_runs(book_html, tmp_path):
     async def inside_a_loop():
         return pdf.print_pages(book_html, ["book/executed/intro"], tmp_path)
 
-    printed = asyncio.run(inside_a_loop())
+    # a thread of the test's own, whatever loop this one may run: asyncio.run
+    # there gives the call a running loop in its thread
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        printed = thread.submit(asyncio.run, inside_a_loop()).result()
     assert len(printed["files"]) == 1 and printed["clipped"] == {}
