@@ -6905,6 +6905,12 @@ ROUTER_SCHEMA_VERSION = 6
 #:   context, not a task id, are not decisions and are not logged).
 LOG_FORMAT = ("router", "decision", "reward")
 
+#: The modes of a :class:`Router` given a model of the caller's own
+#: (``model=``, :class:`_UserModel`): its ``policy`` is then ``"greedy"``
+#: (Eq. 2 over the model's ``predict``) or ``"ts"`` (over a posterior draw of
+#: its ``sample``, Thompson sampling).
+USER_MODEL_MODES = ("greedy", "ts")
+
 #: The checked configuration of a :class:`Router` (:func:`_router_config`):
 #: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
 #: as ``alpha`` and the free-agent mask ``constrained`` (and as given,
@@ -6916,8 +6922,9 @@ _RouterConfig = namedtuple("_RouterConfig", "names A alpha constrained caps poli
 
 
 def _router_config(agents, capacities, policy, eta, seed, X_reference, n_features, settings,
-                   max_pending, max_age, bounds="exact", max_age_seconds=None):
-    """Check the arguments of :class:`Router` once; return a :data:`_RouterConfig`."""
+                   max_pending, max_age, bounds="exact", max_age_seconds=None, user=False):
+    """Check the arguments of :class:`Router` once; return a :data:`_RouterConfig`
+    (``user``: the router runs a model of the caller's own, :class:`_UserModel`)."""
     lim = ROUTER_STATE_LIMITS                 # what a saved state may hold (from_state)
     if isinstance(agents, (int, np.integer)) and not _is_bool(agents):
         names = None
@@ -6928,7 +6935,11 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
         if n_agents > lim["agents"]:
             raise ValueError(f"agents must name at most {lim['agents']} agents, got {n_agents}")
     alpha, constrained = _validate_capacities(capacities, n_agents, bounds=bounds)
-    _validate_choice(policy, ONLINE_POLICIES, "policy")
+    if not user:
+        _validate_choice(policy, ONLINE_POLICIES, "policy")
+    elif not isinstance(policy, str) or policy not in USER_MODEL_MODES:
+        raise ValueError(f"policy: with a model of your own it names the mode only, one of "
+                         f"{', '.join(map(repr, USER_MODEL_MODES))}; got {policy!r}")
     eta = _validate_step(eta)
     seed = _validate_int(seed, "seed")
     _validate_settings(settings)
@@ -6944,7 +6955,7 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
                              f"{X_reference.shape[1]} columns")
         n_features = _validate_int(X_reference.shape[1], "X_reference's column count", lo=1,
                                    hi=lim["n_features"])
-    if policy != "random" and policy != "marginal" and n_features is None:
+    if not user and policy != "random" and policy != "marginal" and n_features is None:
         raise ValueError(f"policy {policy!r} needs the context dimension: give "
                          f"n_features or X_reference")
     if max_pending is not None:
@@ -6982,8 +6993,9 @@ def _saved_schema_version(state):
     return version
 
 
-def _saved_config(st, get, version=1):
-    """The configuration of a saved router state, checked before anything is built.
+def _saved_config(st, get, version=1, user=False):
+    """The configuration of a saved router state, checked before anything is built
+    (``user``: a state with a model of the caller's own, :class:`_UserModel`).
 
     Returns ``(agents, A, kw, model)``: ``kw`` holds the keyword arguments of
     :class:`Router` (policy, eta, seed, n_features, settings, max_pending, max_age).
@@ -6998,8 +7010,9 @@ def _saved_config(st, get, version=1):
     except (TypeError, ValueError) as exc:
         raise ValueError(f"state['settings']: {exc}") from None
     policy = st["policy"]
-    if not isinstance(policy, str) or policy not in ONLINE_POLICIES:
-        raise ValueError(f"state['policy'] must be one of {', '.join(ONLINE_POLICIES)}, "
+    policies = USER_MODEL_MODES if user else ONLINE_POLICIES
+    if not isinstance(policy, str) or policy not in policies:
+        raise ValueError(f"state['policy'] must be one of {', '.join(policies)}, "
                          f"got {policy!r}")
     agents = st["agents"]
     if isinstance(agents, list):
@@ -7384,7 +7397,8 @@ class Decision:
         everything before it.  Exact for the deterministic policies
         (``marginal``, ``*-greedy``: 1, ties going to the lowest agent index,
         not at random) and for ``random`` (the agent's selection share); for
-        Thompson sampling (``*-ts``) a Monte Carlo estimate: the share of
+        Thompson sampling (``*-ts``, and ``"ts"`` with a model of your own)
+        a Monte Carlo estimate: the share of
         ``n_draws`` fresh posterior draws whose Eq. 2 choice is this agent.
     propensity_se : float
         The standard error of ``propensity``: sqrt(p (1 - p) / n_draws) for
@@ -7394,7 +7408,8 @@ class Decision:
     estimates : tuple of float or None
         mu_hat_a(x) per agent (order of :attr:`Router.agents`): the posterior
         mean of the logistic models, the forest mean of the trees, the running
-        mean of ``marginal``; None for ``random``, which estimates nothing.
+        mean of ``marginal``, the ``predict`` of a model of your own (also
+        under ``"ts"``); None for ``random``, which estimates nothing.
     penalties : tuple of float
         eta_t Q_{t,a} per agent before the decision (Eq. 2; 0 for a free
         agent), eta_t the step of this task (:class:`DecayingEta`).
@@ -7449,6 +7464,161 @@ def _paused_capacities(alpha, constrained, paused, name):
         if total < 1.0 - CAPACITY_TOL:
             alpha = np.minimum(alpha / total, 1.0)
     return alpha, constrained
+
+
+class _UserModel(_RewardModel):
+    """A reward model of the caller's own in a :class:`Router` (``model=``).
+
+    The router keeps everything of the capacity control (the queues of
+    Eq. 1, the choice of Eq. 2 with its step eta_t, limits, pauses,
+    eligibility, pending tasks and their expiry, propensities, agents
+    joining and leaving); the model only estimates and learns, through this
+    protocol (agents are indices 0 .. A-1, in the order of
+    :attr:`Router.agents`):
+
+    - ``predict(X)`` -> array (n, A): for the contexts X (n, d), each
+      agent's estimated probability of success (or expected reward), in
+      [0, 1];
+    - ``update(x, agent, reward)``: the reward in [0, 1] of ``agent`` for
+      the context ``x`` (d,), when it arrives (in any order, possibly late);
+    - optional ``sample(X, rng)`` -> array (n, A): one draw from the
+      posterior of the same estimates, for Thompson sampling (mode ``"ts"``);
+      ``rng`` is a :class:`numpy.random.Generator` seeded at each call from
+      the router's random stream, so decisions are reproducible from the
+      router's seed when the draws come from ``rng`` alone;
+    - optional ``state()`` -> JSON-able data and ``from_state(state)`` (a
+      classmethod, or any function of the model's class) rebuilding the
+      model: without both, :meth:`Router.state_dict` refuses to save;
+    - optional ``add_agent()`` (an agent joins as the last index; ``predict``
+      returns one more column) and ``remove_agent(agent)`` (that index
+      leaves, the later ones move down by one): without them,
+      :meth:`Router.add_agent` and :meth:`Router.remove_agent` refuse.
+
+    Every estimate is checked at every call (shape (n, A), finite, in
+    [0, 1]; ValueError naming the method otherwise) before anything of the
+    router changes.  The model is called from the router's lock, one call at
+    a time.
+    """
+
+    def __init__(self, config, rng, Q, user):
+        for method in ("predict", "update"):
+            if not callable(getattr(user, method, None)):
+                raise TypeError(f"model must have predict(X) and update(x, agent, reward) "
+                                f"methods; {self._name(user)} has no {method}")
+        if config.policy == "ts" and not callable(getattr(user, "sample", None)):
+            raise TypeError(f"policy 'ts' draws from the model's posterior, but "
+                            f"{self._name(user)} has no sample(X, rng) method; add one "
+                            f"returning a draw of the (n, A) estimates, or use policy 'greedy'")
+        self.user, self.A, self.d, self.settings = user, config.A, config.d, config.settings
+        self._thompson = config.policy == "ts"
+        self._rng = rng
+        self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
+        self._eta = np.array([*_step_parts(config.eta), 0.0])    # as _RewardModel's
+
+    @staticmethod
+    def _name(user):
+        return type(user).__name__
+
+    def _estimates(self, out, n, method):
+        """The output of the model's ``method`` checked: shape (n, A), finite, in [0, 1]."""
+        try:
+            v = np.asarray(out, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"model.{method} must return an array of numbers, got "
+                             f"{type(out).__name__}") from None
+        if v.shape != (n, self.A):
+            raise ValueError(f"model.{method} must return shape {(n, self.A)} (a row per "
+                             f"context, a column per agent), got {v.shape}")
+        lo, hi = v.min(), v.max()
+        if not (0.0 <= lo and hi <= 1.0):
+            if not np.isfinite(v).all():
+                raise ValueError(f"model.{method} returned NaN or infinite values")
+            raise ValueError(f"model.{method} returned values outside [0, 1] (from {lo:.4g} "
+                             f"to {hi:.4g}); it estimates success probabilities in [0, 1]")
+        return v
+
+    def score(self, X, mu, step):
+        """The estimates of ``predict`` (or a draw of ``sample``) into mu, then
+        with ``step`` the agent of Eq. 2 and the queues of Eq. 1, as the
+        built-in models' kernels do; -2 when X holds NaN or infinite values."""
+        if not _all_finite_nb(X):
+            return -2
+        if self._thompson:
+            before = self._rng.copy()
+            try:       # a Generator seeded by one draw of the router's stream
+                rng = np.random.default_rng(int(_next_u64_nb(self._rng)))
+                mu[:] = self._estimates(self.user.sample(X, rng), X.shape[0], "sample(X, rng)")
+            except BaseException:
+                self._rng[:] = before               # a refused draw changes nothing
+                raise
+        else:
+            mu[:] = self._estimates(self.user.predict(X), X.shape[0], "predict(X)")
+        if not step:
+            return -1
+        return _online_step_nb(mu[0], self._Q, _router_step_nb(self._eta), self._alpha,
+                               self._constrained)
+
+    def learn(self, a, x, r):
+        self.user.update(x, int(a), float(r))
+
+    def state(self):
+        """``{"class": the model's class name, "state": its state()}``, checked as JSON."""
+        user = self.user
+        if not (callable(getattr(user, "state", None))
+                and callable(getattr(user, "from_state", None))):
+            raise TypeError(f"state_dict: the router's model {self._name(user)} cannot be "
+                            f"saved; give it state() (returning JSON-able data) and "
+                            f"from_state(state) (a classmethod rebuilding it)")
+        try:
+            saved = json.loads(json.dumps(user.state(), allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"model.state() must return JSON-able data (dicts, lists, str, "
+                             f"finite numbers, None): {exc}") from None
+        return {"class": self._name(user), "state": saved}
+
+    @classmethod
+    def rebuilt(cls, st, model):
+        """The caller's model rebuilt from a saved router state ``st`` by
+        ``model.from_state`` (:meth:`Router.from_state`); None for a state of
+        a built-in policy (``model`` must then be None)."""
+        policy, saved = st.get("policy"), st.get("model")
+        if not (isinstance(policy, str) and policy in USER_MODEL_MODES):
+            if model is not None:
+                raise ValueError(f"model: this state was saved by a router of policy "
+                                 f"{policy!r}, which has no model of your own; call "
+                                 f"Router.from_state(state) without model")
+            return None
+        if not isinstance(saved, dict) or set(saved) != {"class", "state"}:
+            raise ValueError("state['model'] must be an object with keys 'class' and 'state' "
+                             "(a model of your own)")
+        if model is None:
+            raise ValueError(f"state holds a model of your own (class {saved['class']!r}); "
+                             f"give its class: Router.from_state(state, model=...)")
+        if not callable(getattr(model, "from_state", None)):
+            raise TypeError(f"model must have from_state(state) rebuilding the saved model; "
+                            f"{getattr(model, '__name__', cls._name(model))} has none")
+        return model.from_state(saved["state"])
+
+    def restore(self, model, counters):
+        """Nothing to install: the model was rebuilt by its own ``from_state``."""
+
+    def change_team(self, op, agent=None):
+        """Call the model's ``add_agent()`` or ``remove_agent(agent)`` hook
+        (:meth:`Router.add_agent`, :meth:`Router.remove_agent`), before the
+        router changes anything; refuse when the model has none."""
+        hook = getattr(self.user, op, None)
+        if not callable(hook):
+            what = ("add_agent() that appends an agent (predict then returns one more "
+                    "column)" if op == "add_agent" else "remove_agent(agent) that drops that "
+                    "agent index (the later ones move down by one)")
+            raise TypeError(f"{op}: the router's model {self._name(self.user)} cannot change "
+                            f"its agents; give it {what}")
+        hook() if agent is None else hook(agent)
+
+    def regroup(self, keep, fresh, alpha, constrained, Q):
+        """The model itself changed its agents (:meth:`change_team`)."""
+        self.A = len(alpha)
+        self._Q, self._alpha, self._constrained = Q, alpha, constrained
 
 
 class _Team:
@@ -7511,6 +7681,7 @@ class _Team:
                 bounds=self._bounds)
             c = self._constrained
             q = float(self._Q[c].mean()) if capacity is not None else 0.0
+            self._user_model_hook("add_agent")
             self._regroup(keep, self._names + [name], alpha, constrained, q)
             self._changes.append({"op": "add", "agent": name, "at": self._tasks.n_assigned,
                                   "capacities": list(self.capacities), "Q": q})
@@ -7539,6 +7710,7 @@ class _Team:
                 caps, len(caps), name=self._rebalance_name(rebalance, f"removing {name!r}"),
                 bounds=self._bounds)
             _paused_capacities(alpha, constrained, np.delete(self._paused, r), "name")
+            self._user_model_hook("remove_agent", r)
             gone = [t for t, e in self._pending.items() if e[0] == r]
             for t in gone:
                 if pending == "cancel":
@@ -7554,6 +7726,12 @@ class _Team:
         "The agents that joined and left, in order: dicts with ``op`` ('add' or "
         "'remove'), ``agent``, ``at`` (tasks assigned before the change) and the "
         "``capacities`` after it."))
+
+    def _user_model_hook(self, op, agent=None):
+        """A model of the caller's own changes its agents itself, by its hook
+        (:class:`_UserModel`), after every check and before the router changes."""
+        if isinstance(self._model, _UserModel):
+            self._model.change_team(op, agent)
 
     def _team_check(self, method):
         if self._names is None:
@@ -7588,7 +7766,7 @@ class _Team:
         paused = np.concatenate([self._paused[keep], np.zeros(new, dtype=bool)])
         live = _paused_capacities(alpha, constrained, paused, "name")   # checked first
         fresh = None
-        if new:
+        if new and not isinstance(self._model, _UserModel):  # (which changed its agents itself)
             one = self._config._replace(A=1, names=None, alpha=np.ones(1),
                                         constrained=np.ones(1, dtype=bool), caps=(1.0,))
             fresh = type(self._model)(one, self._rng, np.zeros(1))
@@ -7713,8 +7891,10 @@ class Router(_Team):
         one is handled is described under :func:`simulate`.  With
         ``bounds="upper"``: limits "each agent at most alpha_a", summing to at
         least 1.  Change them live with :meth:`set_capacities`.
-    policy : str
-        One of :data:`ONLINE_POLICIES` (default ``"tree-greedy"``).
+    policy : str, optional
+        One of :data:`ONLINE_POLICIES` (default ``"tree-greedy"``); with
+        ``model``, the mode alone, one of :data:`USER_MODEL_MODES`:
+        ``"greedy"`` (default) or ``"ts"`` (Thompson sampling).
     eta : float or DecayingEta
         Queue step: a shrinking step :class:`DecayingEta` whose t is the
         router's task count (:attr:`n_assigned`, saved with its state;
@@ -7772,6 +7952,15 @@ class Router(_Team):
         the rest (:meth:`_TreeModel.limit_rows`).  Saved with the state.
         Default ``None``: every row is kept, as in the paper (App. E.2), with
         the same decisions as before the option existed.
+    model : object, optional
+        A reward model of your own instead of a built-in policy's: any
+        object with ``predict(X)`` -> (n, A) estimates in [0, 1] and
+        ``update(x, agent, reward)``; optionally ``sample(X, rng)`` (needed
+        by ``policy="ts"``), ``state()`` with ``from_state(state)`` (needed
+        to save) and ``add_agent()`` / ``remove_agent(agent)`` (needed to
+        change the team).  The protocol is under *A model of your own*
+        below; ``n_features`` is then optional (given, contexts are checked
+        against it).
 
     The configuration (``capacities``, ``policy``, ``eta``, ``seed``,
     ``settings``, ``n_features``, ``log``) is read-only: setting it raises
@@ -7833,6 +8022,33 @@ class Router(_Team):
     upper bounds with room to spare absorb them.  A reward of a task that is
     not pending raises :class:`UnknownTaskError`.
 
+    *A model of your own.*  With ``model=`` the router runs Algorithm 1
+    over your estimates: everything but the estimates is the router's, the
+    same code as for the built-in policies (the queues of Eq. 1, the choice
+    ``argmax_a mu_a(x) - eta_t Q_a`` of Eq. 2 with its step schedule, limits,
+    pauses, ``eligible``, mini-batches, pending tasks and their expiry,
+    propensities and the log).  The router calls ``predict(X)`` (or, with
+    ``policy="ts"``, ``sample(X, rng)``) for the contexts X (n, d) of
+    :meth:`assign` (n = 1) and :meth:`assign_batch`, and checks the result:
+    shape (n, A) - a row per context, a column per agent in the order of
+    :attr:`agents` - finite, in [0, 1], else ValueError naming the method,
+    with nothing of the router changed.  Each reward reaches
+    ``update(x, agent, reward)`` (x the task's context, agent its index,
+    reward a float in [0, 1]) when :meth:`update` receives it; if it
+    raises, the task stays pending.  ``sample`` gets a
+    :class:`numpy.random.Generator` seeded at each call by one draw of the
+    router's random stream (the propensities' draws by a stream of their
+    own), so a model that draws from it alone decides reproducibly and a
+    restored router goes on as the saved one would have.  Saving calls
+    ``state()`` (JSON-able data, saved under ``state['model']['state']``
+    with the class name) and :meth:`from_state` needs
+    ``from_state(state, model=YourClass)``; without both methods
+    :meth:`state_dict` raises TypeError saying what to add.
+    :meth:`add_agent` calls the model's ``add_agent()`` (the newcomer is the
+    last index) and :meth:`remove_agent` its ``remove_agent(agent)`` (an
+    index; the later ones move down by one), before anything else changes;
+    without them they raise TypeError.
+
     *Threads.*  One router may be shared by threads: :meth:`assign`,
     :meth:`assign_batch`, :meth:`update`, :meth:`cancel`, :meth:`state_dict`
     and :attr:`pending` each hold the router's lock for the whole call, so
@@ -7867,14 +8083,35 @@ class Router(_Team):
     >>> team.resume("human"); team.set_capacities([0.6, 0.6, 0.4])
     >>> team.capacities, team.paused
     ((0.6, 0.6, 0.4), [])
+
+    A model of your own, here each agent's mean reward (0.5 before its first):
+
+    >>> class Means:
+    ...     def __init__(self, n_agents):
+    ...         self.n, self.s = np.zeros(n_agents), np.zeros(n_agents)
+    ...     def predict(self, X):
+    ...         mean = np.where(self.n > 0, self.s / np.maximum(self.n, 1), 0.5)
+    ...         return np.tile(mean, (len(X), 1))
+    ...     def update(self, x, agent, reward):
+    ...         self.n[agent] += 1
+    ...         self.s[agent] += reward
+    >>> own = Router(["model", "human"], [0.7, 0.3], model=Means(2), n_features=3)
+    >>> for t in range(100):
+    ...     agent = own.assign(X[t])
+    ...     own.update(t, agent, R[t, own.agents.index(agent)])
+    >>> own.policy, own.assigned_counts.tolist()
+    ('greedy', [71, 29])
     """
 
-    def __init__(self, agents, capacities, policy="tree-greedy", *, eta=DEFAULT_ETA, seed=0,
+    def __init__(self, agents, capacities, policy=None, *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
                  max_age=None, log=None, tree_row_budget=None, bounds="exact",
-                 max_age_seconds=None, clock=time.monotonic):
+                 max_age_seconds=None, clock=time.monotonic, model=None):
+        if policy is None:
+            policy = "tree-greedy" if model is None else "greedy"
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
-                           settings, max_pending, max_age, bounds, max_age_seconds)
+                           settings, max_pending, max_age, bounds, max_age_seconds,
+                           user=model is not None)
         if not callable(clock):
             raise TypeError(f"clock must be a function returning seconds, got {clock!r}")
         self._bounds, self._paused = c.bounds, np.zeros(c.A, dtype=bool)
@@ -7889,7 +8126,8 @@ class Router(_Team):
         self._mu1 = np.empty((1, c.A))
         self._tasks = _TaskLedger(c.max_pending, c.max_age, c.max_age_seconds, clock)
         self._pending = self._tasks.pending   # read and deleted from on the per-task path
-        self._model = _reward_model(c.policy)(c, self._rng, self._Q)
+        self._model = (_reward_model(c.policy)(c, self._rng, self._Q) if model is None
+                       else _UserModel(c, self._rng, self._Q, model))
         if tree_row_budget is not None:
             self._model.limit_rows(tree_row_budget)
         self._score = self._model.score
@@ -7954,6 +8192,8 @@ class Router(_Team):
     log = _read_only("_log", "log", "build a new Router with log=PATH")
     tree_row_budget = property(lambda self: self._model.row_budget,
                                doc="See the parameters (read-only).")
+    model = property(lambda self: getattr(self._model, "user", None),
+                     doc="The model of your own given as ``model`` (None for a built-in policy).")
 
     def _locked(self, f, *args):
         with self._lock:
@@ -8298,6 +8538,7 @@ class Router(_Team):
                     r = float(reward)
                 else:
                     r = _validate_reward(reward)
+                self._model.learn(a, x, r)    # first: a model that raises leaves it pending
                 del self._pending[tid]
                 if self._tasks.born is not None:
                     self._tasks.forget(tid)
@@ -8314,7 +8555,7 @@ class Router(_Team):
                 a = self._agent_index(agent)
                 r = _validate_reward(reward)
                 self._model.see(x.reshape(1, -1), copy=False)
-            self._model.learn(a, x, r)
+                self._model.learn(a, x, r)
             self._n_rewards[a] += 1
 
     # --- limits: capacities, pauses -----------------------------------------------
@@ -8402,7 +8643,9 @@ class Router(_Team):
         (``logistic-*``), or each agent's binned rows, rewards and Poisson
         weights (``tree-*``; the forests are rebuilt from them) and, while a
         tree router without ``X_reference`` still cuts its bin edges, the
-        contexts it has seen; the agents that joined and left
+        contexts it has seen, or the ``state()`` of a model of your own
+        (``model=``; refused with TypeError when it has no ``state`` and
+        ``from_state``); the agents that joined and left
         (:attr:`changes`) and the tasks of departed agents whose rewards are
         still accepted.  Cancelled and expired tasks are not kept.
         :meth:`from_state` restores a router that takes exactly the decisions
@@ -8410,6 +8653,7 @@ class Router(_Team):
         """
         with self._lock:
             s, tasks = self.settings, self._tasks
+            model = self._model.state()       # first: a model that cannot be saved is refused
             tasks.tick()
             return {
                 "schema": f"{ROUTER_SCHEMA}/{ROUTER_SCHEMA_VERSION}",
@@ -8432,7 +8676,7 @@ class Router(_Team):
                 "n_expired": int(tasks.n_expired),
                 "last_task_id": tasks.last_task_id,
                 "pending": tasks.saved_pending(),
-                "model": self._model.state(),
+                "model": model,
                 **({} if self._model.row_budget is None
                    else {"tree_row_budget": self._model.row_budget}),
                 **self._team_state(),
@@ -8443,11 +8687,16 @@ class Router(_Team):
             }
 
     @classmethod
-    def from_state(cls, state, *, clock=time.monotonic):
+    def from_state(cls, state, *, clock=time.monotonic, model=None):
         """Rebuild a router from :meth:`state_dict` (e.g. after ``json.loads``).
 
         ``clock`` is the clock of a router with ``max_age_seconds`` (not
         saved; the tasks' saved ages count on from it).
+
+        ``model`` is the class (anything with ``from_state``) of a router's
+        model of your own: ``model.from_state(state['model']['state'])``
+        rebuilds it (see *A model of your own* under :class:`Router`).  A
+        state of a built-in policy takes no ``model``.
 
         A saved state is treated as untrusted input.  Every declared size is
         checked against the data actually present, and against the bounds of
@@ -8464,18 +8713,22 @@ class Router(_Team):
         (:data:`ROUTER_SCHEMA_VERSION`; states of versions 1 to 5 are read too).
         """
         version = _saved_schema_version(state)
+        user = _UserModel.rebuilt(state, model)
         try:
-            return cls._from_checked_state(state, version, clock)
+            return cls._from_checked_state(state, version, clock, user)
         except KeyError as exc:
             raise ValueError(f"state is missing the key {exc.args[0]!r}") from None
         except TypeError as exc:               # a field of the wrong type
             raise ValueError(f"state: {exc}") from None
 
     @classmethod
-    def _from_checked_state(cls, st, version, clock=time.monotonic):
+    def _from_checked_state(cls, st, version, clock=time.monotonic, user=None):
         get = (lambda k, default: st.get(k, default)) if version < 2 else (lambda k, _: st[k])
-        agents, A, kw, model = _saved_config(st, get, version)
-        checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
+        agents, A, kw, model = _saved_config(st, get, version, user is not None)
+        if user is None:
+            checked = _reward_model(kw["policy"]).check_state(model, A, kw, version)
+        else:
+            checked, kw["model"] = None, user
         kw["log"] = _log_path(st["log"]) if version >= 5 else None
         budget = st.get("tree_row_budget")     # only when one was given
         if budget is not None:
