@@ -7398,8 +7398,8 @@ class Decision:
         (``marginal``, ``*-greedy``: 1, ties going to the lowest agent index,
         not at random) and for ``random`` (the agent's selection share); for
         Thompson sampling (``*-ts``, and ``"ts"`` with a model of your own)
-        a Monte Carlo estimate: the share of
-        ``n_draws`` fresh posterior draws whose Eq. 2 choice is this agent.
+        a Monte Carlo estimate: the share of ``n_draws`` fresh posterior
+        draws whose Eq. 2 choice is this agent.
     propensity_se : float
         The standard error of ``propensity``: sqrt(p (1 - p) / n_draws) for
         Thompson sampling, 0 when exact.
