@@ -6911,6 +6911,14 @@ LOG_FORMAT = ("router", "decision", "reward")
 #: its ``sample``, Thompson sampling).
 USER_MODEL_MODES = ("greedy", "ts")
 
+
+class _DefaultPolicy(str):
+    """The default ``policy`` of :class:`Router`, told apart from a policy
+    given by its identity: ``"tree-greedy"``, or ``"greedy"`` with ``model``."""
+
+
+_DEFAULT_POLICY = _DefaultPolicy("tree-greedy")
+
 #: The checked configuration of a :class:`Router` (:func:`_router_config`):
 #: agent ``names`` (``None``: numbered) and their number ``A``, the capacities
 #: as ``alpha`` and the free-agent mask ``constrained`` (and as given,
@@ -8103,11 +8111,11 @@ class Router(_Team):
     ('greedy', [71, 29])
     """
 
-    def __init__(self, agents, capacities, policy=None, *, eta=DEFAULT_ETA, seed=0,
+    def __init__(self, agents, capacities, policy=_DEFAULT_POLICY, *, eta=DEFAULT_ETA, seed=0,
                  X_reference=None, n_features=None, settings=PAPER_SETTINGS, max_pending=None,
                  max_age=None, log=None, tree_row_budget=None, bounds="exact",
                  max_age_seconds=None, clock=time.monotonic, model=None):
-        if policy is None:
+        if policy is _DEFAULT_POLICY:
             policy = "tree-greedy" if model is None else "greedy"
         c = _router_config(agents, capacities, policy, eta, seed, X_reference, n_features,
                            settings, max_pending, max_age, bounds, max_age_seconds,
