@@ -122,3 +122,19 @@ __all__ = [
     # the command line (cli)
     "main",
 ]
+
+# the foundation chapters' read-outs: the data, the agents, the theory, the router (foundations)
+from .foundations import (AGENT_MATCH_TOL, TABLE3_TASKS, agents_by_seed,  # noqa: E402
+                          bank_splits, camelyon17_fold, check_table3, chosen_reading,
+                          coding_moves, coding_sensitivity, context_codings, glue_data_agents,
+                          implied_logistic_fold, matched_agents, mmlu_substitution_fold,
+                          plot_table3, reading_table, rebuild_table3, show_agents_by_seed,
+                          show_encoding_evidence, show_matched_agents, show_table3, verify_data)
+
+__all__ += [
+    "AGENT_MATCH_TOL", "TABLE3_TASKS", "verify_data", "mmlu_substitution_fold",
+    "implied_logistic_fold", "show_encoding_evidence", "matched_agents", "show_matched_agents",
+    "context_codings", "coding_sensitivity", "coding_moves", "reading_table", "chosen_reading",
+    "rebuild_table3", "show_table3", "check_table3", "plot_table3", "agents_by_seed",
+    "show_agents_by_seed", "bank_splits", "camelyon17_fold", "glue_data_agents",
+]
