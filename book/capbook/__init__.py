@@ -138,3 +138,10 @@ __all__ += [
     "rebuild_table3", "show_table3", "check_table3", "plot_table3", "agents_by_seed",
     "show_agents_by_seed", "bank_splits", "camelyon17_fold", "glue_data_agents",
 ]
+
+from .foundations import (binned_accuracies, context_curves_fold,  # noqa: E402
+                          glue_data_contexts, plot_context_curves, plot_many_agents,
+                          report_fig1_split, second_agent_lead)
+
+__all__ += ["plot_context_curves", "plot_many_agents", "context_curves_fold",
+            "second_agent_lead", "binned_accuracies", "report_fig1_split", "glue_data_contexts"]

@@ -528,3 +528,200 @@ def glue_data_agents(*, seed, status, evidence, matched, table3, by_seed, splits
         m = mm.meta["subject_of_task"] == sub
         for a in range(2):
             glue(f"da_mmlu_{key}_acc{a + 1}", float(mm.R[m, a].mean()))
+
+
+# --- data_contexts: where each agent is good ------------------------------------------
+
+
+def _two_agent_streams(curves):
+    return [n for n in curves if curves[n][0].n_agents == 2]
+
+
+def plot_context_curves(curves):
+    """Accuracy by context bin of both agents on every two-agent stream, one panel each.
+
+    Dots: each agent's accuracy per quantile bin; dashed: the second agent's
+    lead over the first; thin lines: the true accuracies where the stream
+    has them (the synthetic one).  The eighth slot holds the legend.
+
+    Parameters
+    ----------
+    curves : dict
+        ``{name: (task, x, centers, acc, counts)}``, the context summary ``x``
+        and :func:`capassign.accuracy_by_context` per stream.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, axes = book_figure(2, 4, height=8.6, sharex=False)
+    for ax, name in zip(axes.ravel(), _two_agent_streams(curves)):
+        task, x, centers, acc, counts = curves[name]
+        for a in range(2):
+            ax.plot(centers, acc[:, a], marker="o", ms=3, label=f"agent {a + 1}")
+        ax.plot(centers, acc[:, 1] - acc[:, 0], ls="--", color="gray",
+                label=r"$\hat\mu_2(x) - \hat\mu_1(x)$")
+        ax.axhline(0, color="gray", lw=0.5)
+        if task.mu is not None:
+            order = np.argsort(x)
+            for a in range(2):
+                ax.plot(x[order], task.mu[order, a], color=f"C{a}", lw=0.8, alpha=0.6)
+        ax.set_title(name)
+        ax.set_xlabel("noise level" if name == "imagenet16h" else "PC1 of context")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("accuracy")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    axes[-1, -1].axis("off")                   # the eighth slot holds the legend
+    axes[-1, -1].legend(handles, labels, loc="center", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_many_agents(curves, names=("mmlu3", "mmlu5")):
+    """Accuracy by context bin of every agent of the many-agent MMLU streams, a panel each.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, axes = book_figure(len(names), height=4.6)
+    for ax, name in zip(np.atleast_1d(axes), names):
+        task, x, centers, acc, counts = curves[name]
+        for a, an in enumerate(task.agent_names):
+            ax.plot(centers, acc[:, a], marker="o", ms=3, label=an.split("_", 1)[-1])
+        ax.set_title(f"{name} ({task.n_agents} agents)")
+        ax.set_xlabel("PC1 of context")
+        ax.set_ylabel("accuracy")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=1,
+                  handlelength=1.5)
+    fig.tight_layout()
+    return fig
+
+
+def context_curves_fold(curves):
+    """The accuracy-by-context curves of every stream in numbers, folded.
+
+    Per stream: the bin centres, each agent's accuracy per bin, for two agents
+    the second's lead and where it is positive, and on MMLU each subject's
+    mean context and the agents' accuracies on it.
+
+    Returns
+    -------
+    Fold
+    """
+    lines = []
+    for name, (task, x, centers, acc, counts) in curves.items():
+        lines.append(f"{name}: {task.T} tasks, agents {', '.join(task.agent_names)}")
+        lines.append("   x-bin centre  " + " ".join(f"{c:6.2f}" for c in centers))
+        for a, an in enumerate(task.agent_names):
+            lines.append(f"   {an[:12]:12s}  " + " ".join(f"{v:6.3f}" for v in acc[:, a]))
+        if task.n_agents == 2:
+            d = acc[:, 1] - acc[:, 0]
+            lines.append(f"   {'mu2 - mu1':12s}  " + " ".join(f"{v:6.3f}" for v in d))
+            lines.append(f"   bins where agent 2 is better: {int((d > 0).sum())} "
+                         f"of {len(d)}; gap from {d.min():.3f} to {d.max():.3f}")
+        if name.startswith("mmlu"):
+            subject = task.meta["subject_of_task"]
+            for sub in task.meta["subjects"]:
+                m = subject == sub
+                lines.append(f"   {sub:18s} mean PC1 {x[m].mean():6.2f}  accuracies "
+                             + " ".join(f"{v:.3f}" for v in task.R[m].mean(axis=0)))
+    return fold_text("Accuracy per context bin, every task stream", lines)
+
+
+def second_agent_lead(curves):
+    """The second agent's estimated lead per context bin on every two-agent stream.
+
+    Returns
+    -------
+    dict
+        ``{name: acc[:, 1] - acc[:, 0]}`` (``-Delta_hat`` per bin).
+    """
+    return {n: curves[n][3][:, 1] - curves[n][3][:, 0] for n in _two_agent_streams(curves)}
+
+
+def binned_accuracies(x, R, bins):
+    """Each agent's accuracy in ``bins`` quantile bins of ``x``, and every task's bin.
+
+    Returns
+    -------
+    acc : numpy.ndarray
+        ``(n_bins, n_agents)``.
+    which : numpy.ndarray of int
+        The bin of every task.
+    """
+    edges = np.unique(np.quantile(x, np.linspace(0, 1, bins + 1)))
+    nb = len(edges) - 1
+    which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, nb - 1)
+    acc = np.stack([np.bincount(which, weights=R[:, a], minlength=nb)
+                    / np.bincount(which, minlength=nb) for a in range(R.shape[1])], axis=1)
+    return acc, which
+
+
+def report_fig1_split(task, thr, pc1, fig1):
+    """Print where the threshold of the paper's Fig. 1 falls on the raw context and its worth.
+
+    Parameters
+    ----------
+    task : capassign.Task
+        Two-agent MMLU.
+    thr : capassign.TwoAgentThreshold
+        :func:`capassign.two_agent_threshold` for the second agent at its capacity.
+    pc1 : numpy.ndarray
+        The raw first principal component of each question.
+    fig1 : dict
+        :data:`capassign.PAPER_FIG1_THRESHOLD`.
+
+    Returns
+    -------
+    float
+        The split on the raw axis (NaN when the questions of the two agents
+        are not separated by one threshold).
+    """
+    to_llama = thr.assignment > 0
+    llama, cohere = pc1[to_llama], pc1[~to_llama]
+    say(f"tau = {thr.tau:.3f} (advantage of {task.agent_names[1]} at the boundary), "
+        f"boundary fraction {thr.boundary_fraction:.3f}, "
+        f"share {thr.assignment.mean():.3f}")
+    say(f"questions given (in whole or part) to {task.agent_names[1]}: raw PC1 from "
+        f"{llama.min():.3f} to {llama.max():.3f}; "
+        f"to {task.agent_names[0]}: {cohere.min():.3f} to {cohere.max():.3f}")
+    contiguous = llama.min() > cohere.max() or llama.max() < cohere.min()
+    split = llama.min() if llama.min() > cohere.max() else np.nan
+    print(f"one threshold in x: {contiguous}; split at raw PC1 = {split:.3f} "
+          f"(paper: about {fig1['x']})")
+    print(f"optimal accuracy {thr.delta_integral + task.R[:, 0].mean():.3f} against random "
+          f"assignment {0.25 * task.accuracies[1] + 0.75 * task.accuracies[0]:.3f}")
+    return split
+
+
+def glue_data_contexts(curves, *, task, thr, pc1, fig1):
+    """Glue every number the prose of ``data_contexts`` quotes (names ``da_*``).
+
+    Parameters
+    ----------
+    curves : dict
+        As for :func:`plot_context_curves`.
+    task, thr, pc1, fig1
+        As for :func:`report_fig1_split`.
+    """
+    lead = second_agent_lead(curves)
+    for name in TABULAR_TASKS:
+        d = lead[name]
+        glue(f"da_{name}_gap_lo", float(d.min()))
+        glue(f"da_{name}_gap_hi", float(d.max()))
+        glue(f"da_{name}_gap_first", float(d[0]))
+        glue(f"da_{name}_gap_last", float(d[-1]))
+    to_llama = thr.assignment > 0
+    glue("da_fig1_split", float(pc1[to_llama].min()))
+    glue("da_fig1_frac", float(thr.boundary_fraction))
+    glue("da_fig1_tau", float(thr.tau))
+    glue("da_fig1_opt", float(thr.delta_integral + task.R[:, 0].mean()))
+    glue("da_fig1_rand", float(0.25 * task.accuracies[1] + 0.75 * task.accuracies[0]))
+    glue("da_fig1_paper_x", float(fig1["x"]))
+    for name in ["imagenet16h", "mmlu"]:
+        d = lead[name]
+        glue(f"da_{name}_bins", len(d))
+        glue(f"da_{name}_agent1_bins", int((d < 0).sum()))
+        glue(f"da_{name}_gap_lo", float(d.min()))
+        glue(f"da_{name}_gap_hi", float(d.max()))
