@@ -145,3 +145,11 @@ from .foundations import (binned_accuracies, context_curves_fold,  # noqa: E402
 
 __all__ += ["plot_context_curves", "plot_many_agents", "context_curves_fold",
             "second_agent_lead", "binned_accuracies", "report_fig1_split", "glue_data_contexts"]
+
+from .foundations import (glue_theory_online, plot_online_prices,  # noqa: E402
+                          plot_online_shares, price_misses, price_table, step_label,
+                          steps_on_tuning_streams, three_agent_grid, three_agents, tuning_rule)
+
+__all__ += ["three_agents", "three_agent_grid", "step_label", "price_table", "price_misses",
+            "plot_online_prices", "plot_online_shares", "tuning_rule",
+            "steps_on_tuning_streams", "glue_theory_online"]

@@ -725,3 +725,277 @@ def glue_data_contexts(curves, *, task, thr, pc1, fig1):
         glue(f"da_{name}_agent1_bins", int((d < 0).sum()))
         glue(f"da_{name}_gap_lo", float(d.min()))
         glue(f"da_{name}_gap_hi", float(d.max()))
+
+
+# --- theory_online: the queues as prices ----------------------------------------------
+
+
+def three_agents(x):
+    """The three agents of ``theory_shadow_prices``: expected rewards at contexts ``x``.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Contexts, shape ``(n, 2)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``mu``, shape ``(n, 3)``: two logistic agents, each better along one
+        axis, and a third that is good near the centre.
+
+    Examples
+    --------
+    >>> three_agents(np.zeros((1, 2))).round(4).tolist()
+    [[0.75, 0.75, 0.7935]]
+    """
+    def sigmoid(z):
+        return 1.0 / (1.0 + np.exp(-z))
+
+    x1, x2 = x[:, 0], x[:, 1]
+    return np.column_stack([0.55 + 0.40 * sigmoid(2.0 * x1),
+                            0.55 + 0.40 * sigmoid(2.0 * x2),
+                            0.80 - 0.05 * ((x1 + 0.3) ** 2 + (x2 - 0.2) ** 2)])
+
+
+def three_agent_grid(n_side):
+    """The context grid of ``theory_shadow_prices`` and its normal-density weights.
+
+    Parameters
+    ----------
+    n_side : int
+        Grid points per axis on [-3.5, 3.5].
+
+    Returns
+    -------
+    x_grid : numpy.ndarray
+        ``(n_side**2, 2)`` contexts.
+    w : numpy.ndarray
+        Weights proportional to the standard normal density, summing to 1.
+
+    Examples
+    --------
+    >>> x, w = three_agent_grid(3)
+    >>> x.shape, round(float(w.sum()), 12)
+    ((9, 2), 1.0)
+    """
+    g1 = np.linspace(-3.5, 3.5, n_side)
+    x_grid = np.column_stack([c.ravel() for c in np.meshgrid(g1, g1)])
+    w = np.exp(-0.5 * (x_grid**2).sum(axis=1))
+    return x_grid, w / w.sum()
+
+
+def step_label(step):
+    """A step size as the tables print it: its value, or ``schedule`` for a step schedule.
+
+    Examples
+    --------
+    >>> step_label(0.5), step_label(0.02)
+    ('0.5', '0.02')
+    """
+    from capassign import DecayingEta
+
+    return "schedule" if isinstance(step, DecayingEta) else f"{step:g}"
+
+
+def price_table(known, lam, *, T, runs, burn_in):
+    """The known-mu queue rule per step: scaled queues against the prices, loss, shares.
+
+    Parameters
+    ----------
+    known : dict
+        ``{step: (result, tracking, loss per task, max share deviation)}``.
+    lam : numpy.ndarray
+        The shadow prices.
+    T, runs, burn_in : int
+        The stream's length, its runs and the tasks before shares are measured.
+
+    Returns
+    -------
+    Table
+    """
+    import pandas as pd
+
+    rows = []
+    for eta, (r, pt, loss, dev) in known.items():
+        rows.append({r"$\eta$": step_label(eta),
+                     **{rf"$\eta_t(Q_{a + 1} - Q_3)$":
+                        f"{pt.tail_mean[a]:.3f} ± {pt.tail_sd[a]:.3f}" for a in (0, 1)},
+                     "loss per task": loss,
+                     rf"max share deviation, $t > {burn_in}$": dev})
+    caption = (rf"Known-$\mu$ queue rule, $T = {T}$, {runs} runs: late mean ± sd of "
+               rf"the scaled queues against $\lambda^\star_1 - \lambda^\star_3 = "
+               rf"{lam[0] - lam[2]:.3f}$, $\lambda^\star_2 - \lambda^\star_3 = "
+               rf"{lam[1] - lam[2]:.3f}$")
+    return show_table(pd.DataFrame(rows), digits=4, index=False, caption=caption)
+
+
+def price_misses(known, steps, lam):
+    """Per step, the largest miss of the late mean scaled queue against the prices."""
+    return [float(np.abs(known[e][1].tail_mean[:2] - (lam[:2] - lam[2])).max())
+            for e in steps]
+
+
+def _trailing_mean(y, k=200):
+    c = np.cumsum(y)
+    window = np.minimum(np.arange(1, y.size + 1), k)
+    return (c - np.concatenate([np.zeros(k), c[:-k]])) / window
+
+
+def _log_task_grid(T):
+    return np.unique(np.rint(np.geomspace(1, T, 300)).astype(int))
+
+
+def _step_title(step):
+    return r"shrinking $\eta_t$" if step_label(step) == "schedule" else f"$\\eta = {step:g}$"
+
+
+def plot_online_prices(known, steps, T):
+    """The price iterate of the known-mu rule against the shadow prices, a panel per step.
+
+    Lines: the scaled queue difference to agent 3's, averaged over the runs
+    and the last 200 tasks; bands: 10% to 90% of the runs; dashed: the
+    shadow price differences.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, axes = book_figure(len(steps), sharey=True, height=2.9)
+    t = _log_task_grid(T)
+    for ax, eta in zip(axes, steps):
+        pt = known[eta][1]
+        for a, color in [(0, "C0"), (1, "C4")]:
+            ax.fill_between(t, pt.low[t - 1, a], pt.high[t - 1, a], color=color,
+                            alpha=0.2, lw=0)
+            ax.plot(t, _trailing_mean(pt.tracked[:, a])[t - 1], color=color,
+                    label=f"agent {a + 1}")
+            ax.axhline(pt.shadow_prices[a], color=color, ls="--", lw=1.5,
+                       label=rf"$\lambda^\star_{a + 1} - \lambda^\star_3$")
+        ax.set_xscale("log")
+        ax.set_title(_step_title(eta))
+        ax.grid(alpha=0.3, which="both")
+    axes[1].set_xlabel("tasks assigned, $t$")
+    axes[0].set_ylabel(r"price $\eta_t (Q_{t,a} - Q_{t,3})$")
+    legend_outside(fig, axes[0], ncol=4)
+    return fig
+
+
+def plot_online_shares(known, steps, alpha, T):
+    """Running shares of the agents under the known-mu rule against their capacities.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, axes = book_figure(len(steps), sharey=True, height=2.9)
+    t = _log_task_grid(T)
+    colors = ["C0", "C4", "C2"]
+    for ax, eta in zip(axes, steps):
+        r = known[eta][0]
+        for a in range(len(alpha)):
+            share = np.cumsum(r.assignments == a, axis=1).mean(axis=0) / np.arange(1, T + 1)
+            ax.plot(t, share[t - 1], color=colors[a], label=f"agent {a + 1}")
+            ax.axhline(alpha[a], color=colors[a], ls=":", lw=1.5)
+        ax.set_xscale("log")
+        ax.set_title(_step_title(eta))
+        ax.grid(alpha=0.3, which="both")
+    axes[1].set_xlabel("tasks assigned, $t$")
+    axes[0].set_ylabel(r"running share $N_{t,a}/t$")
+    legend_outside(fig, axes[0], ncol=3)
+    return fig
+
+
+def tuning_rule():
+    """The settings of the step rule: the defaults of :func:`capassign.tune_eta_schedule`."""
+    import inspect
+
+    from capassign import tune_eta_schedule
+
+    signature = inspect.signature(tune_eta_schedule)
+    return {k: p.default for k, p in signature.parameters.items()}
+
+
+def steps_on_tuning_streams(steps, rule):
+    """The known-mu rule at each of ``steps`` on the step rule's own synthetic streams.
+
+    Per step: the mean error above the constrained optimum and the worst
+    share deviation from the rule's first task on, on the slack and the
+    tight streams (the rule's seeds, runs and capacities).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per step: ``$\\eta$``, two error columns, two deviation columns.
+    """
+    import pandas as pd
+
+    from capassign import capacity_adherence, optimal_assignment, simulate_known_mu, \
+        synthetic_stream
+
+    rows = []
+    for step in steps:
+        gaps, devs = {"slack": [], "tight": []}, {"slack": [], "tight": []}
+        for s in rule["seeds"]:
+            _, R_s, mu_s = synthetic_stream(rule["T"], seed=s)
+            slack = np.bincount(np.argmax(mu_s, axis=1), minlength=2) / rule["T"]
+            for name, caps in [("slack", tuple(slack)), ("tight", (0.2, 0.8))]:
+                r = simulate_known_mu(mu_s, R_s, caps, eta=step, runs=rule["runs"], seed=s)
+                got = mu_s[r.orders, r.assignments].mean()
+                gaps[name].append(optimal_assignment(mu_s, caps).value - got)
+                ad = capacity_adherence(r, burn_in=rule["from_task"] - 1)
+                devs[name].append(ad.max_deviation.max())
+        rows.append({r"$\eta$": step_label(step),
+                     **{f"error above optimum, {k}": np.mean(v) for k, v in gaps.items()},
+                     **{f"worst share deviation, {k}": max(v) for k, v in devs.items()}})
+    return pd.DataFrame(rows)
+
+
+def glue_theory_online(*, known, etas, schedule, lam, T, runs, burn_in, slopes, steps, rule,
+                       tuning):
+    """Glue every number the prose of ``theory_online`` quotes (names ``on_*``)."""
+    first, last = known[etas[0]], known[etas[-1]]
+    off = price_misses(known, etas, lam)
+    glue("on_T", int(T))
+    glue("on_runs", int(runs))
+    glue("on_eta_first", float(etas[0]))
+    glue("on_eta_last", float(etas[-1]))
+    glue("on_lam_1", lam[0] - lam[2])
+    glue("on_lam_2", lam[1] - lam[2])
+    glue("on_track_first_1", first[1].tail_mean[0])
+    glue("on_track_last_1", last[1].tail_mean[0])
+    glue("on_track_last_2", last[1].tail_mean[1])
+    glue("on_off_first", off[0])
+    glue("on_off_last", off[-1])
+    glue("on_loss_first", first[2])
+    glue("on_loss_last", last[2])
+    glue("on_sd_first", first[1].tail_sd[0])
+    glue("on_sd_last", last[1].tail_sd[0])
+    glue("on_dev_first", first[3])
+    glue("on_dev_last", last[3])
+    glue("on_burn_in", int(burn_in))
+    # the regrets
+    fixed = slopes["log-log slope"][:len(etas)]
+    glue("on_slope_min", float(fixed.min()))
+    glue("on_slope_max", float(fixed.max()))
+    glue("on_slope_schedule", float(slopes["log-log slope"].iloc[-1]))
+    # the step rule and its streams
+    const, small, sched = (steps.iloc[i] for i in range(3))
+    gap_cols, dev_cols = list(steps.columns[1:3]), list(steps.columns[3:5])
+    glue("on_tune_T", int(rule["T"]))
+    glue("on_tune_seeds", f"{min(rule['seeds'])} to {max(rule['seeds'])}")
+    glue("on_tune_runs", int(rule["runs"]))
+    glue("on_tune_maxdev", float(rule["max_deviation"]))
+    glue("on_tune_from", int(rule["from_task"]))
+    glue("on_tune_n", len(tuning.table))
+    glue("on_eta0", float(schedule.eta0))
+    glue("on_t0", float(schedule.t0))
+    glue("on_const_gap_slack", const[gap_cols[0]])
+    glue("on_const_gap_tight", const[gap_cols[1]])
+    glue("on_sched_gap_max", sched[gap_cols].max())
+    glue("on_sched_dev_max", sched[dev_cols].max())
+    glue("on_small_dev_max", small[dev_cols].max())
+    glue("on_small_gap_max", small[gap_cols].max())
+    glue("on_loss_schedule", known[schedule][2])
+    glue("on_dev_schedule", known[schedule][3])
+    glue("on_off_schedule", price_misses(known, [schedule], lam)[0])
