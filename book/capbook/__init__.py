@@ -153,3 +153,7 @@ from .foundations import (glue_theory_online, plot_online_prices,  # noqa: E402
 __all__ += ["three_agents", "three_agent_grid", "step_label", "price_table", "price_misses",
             "plot_online_prices", "plot_online_shares", "tuning_rule",
             "steps_on_tuning_streams", "glue_theory_online"]
+
+from .foundations import LiveWorld, plot_router_live  # noqa: E402
+
+__all__ += ["LiveWorld", "plot_router_live"]

@@ -20,7 +20,8 @@ from capassign import (MMLU_EXPERIMENTS, PAPER_CAMELYON17, PAPER_TABLE3, TABULAR
                        paper_agent_seed, tabular_agent_search)
 
 from .evidence import agent_evidence, encoding_evidence, paper_logistic_targets
-from .present import OKABE_ITO, book_figure, fold_text, glue, legend_outside, say, show_table
+from .present import (OKABE_ITO, book_figure, fold_text, glue, legend_outside, policy_style, say,
+                      show_table)
 from .readouts import SCORECARD_TOL
 from .spreads import read_table4_spreads, spreads_errors
 
@@ -999,3 +1000,148 @@ def glue_theory_online(*, known, etas, schedule, lam, T, runs, burn_in, slopes, 
     glue("on_loss_schedule", known[schedule][2])
     glue("on_dev_schedule", known[schedule][3])
     glue("on_off_schedule", price_misses(known, [schedule], lam)[0])
+
+
+# --- router_live: a router in a world of late and lost rewards ------------------------
+
+
+class LiveWorld:
+    """The outside world of a live stream: arrival order, late rewards, lost rewards.
+
+    A seeded generator fixes the order in which the rows of ``task`` arrive,
+    how many tasks later each reward comes back (0 to ``max_delay``) and which
+    rewards never come back (a share ``lost_share``).  :meth:`serve` plays
+    the world for a :class:`capassign.Router`: it hands it the tasks one by
+    one (or a mini-batch at once) and, after each, feeds it the rewards that
+    come back at that moment.
+
+    Parameters
+    ----------
+    task : capassign.Task
+        The stream: contexts ``X`` and both agents' rewards ``R``.
+    seed : int
+        Seed of the order, the delays and the losses.
+    max_delay : int
+        Longest delay of a reward, in tasks.
+    lost_share : float
+        Chance that a reward never comes back.
+
+    Attributes
+    ----------
+    order : numpy.ndarray
+        ``order[t]``: the row arriving t-th.
+    delay, lost : numpy.ndarray
+        Per stream position: tasks assigned before the reward returns, and
+        whether it never returns.
+    arrivals : dict
+        ``{s: positions}``: the tasks whose rewards come back right after the
+        task at position ``s``.
+    """
+
+    def __init__(self, task, *, seed, max_delay, lost_share):
+        from collections import defaultdict
+
+        self.task = task
+        T = task.X.shape[0]
+        rng = np.random.default_rng(seed)
+        self.order = rng.permutation(T)
+        self.delay = rng.integers(0, max_delay + 1, size=T)
+        self.lost = rng.random(T) < lost_share
+        self.arrivals = defaultdict(list)
+        for t in np.flatnonzero(~self.lost):
+            self.arrivals[int(t + self.delay[t])].append(int(t))
+        self.last_arrival = max(self.arrivals)
+
+    @property
+    def late_share(self):
+        """Share of the returning rewards that come back after the reward of a later task."""
+        back = [t for s in sorted(self.arrivals) for t in self.arrivals[s]]
+        return float(np.mean(np.maximum.accumulate(back)[:-1] > np.array(back[1:])))
+
+    def reward(self, router, t, agent):
+        """The reward of the task at stream position ``t``, given to ``agent``."""
+        return self.task.R[self.order[t], router.agents.index(agent)]
+
+    def _deliver(self, router, s, sent):
+        for tid in self.arrivals.get(s, []):
+            router.update(tid, sent[tid], self.reward(router, tid, sent[tid]))
+
+    def serve(self, router, start, stop, sent, batch=None):
+        """Assign the tasks at positions ``start`` to ``stop - 1`` and deliver the rewards due.
+
+        ``sent`` maps task id to agent and is filled in; ``batch = (position,
+        size)`` hands that many tasks out at once with ``assign_batch``.  The
+        router's automatic task ids must be the stream positions.  Returns the
+        agents chosen, in order.
+        """
+        X = self.task.X
+        chosen, t = [], start
+        while t < stop:
+            if batch is not None and t == batch[0]:
+                new = list(range(t, t + batch[1]))
+                agents = router.assign_batch(X[self.order[new]])
+            else:
+                new, agents = [t], [router.assign(X[self.order[t]])]
+            assert router.last_task_id == new[-1]     # automatic ids = stream positions
+            assert router.pending[-len(new):] == new  # ... and the newest pending tasks
+            sent.update(zip(new, agents))
+            chosen += agents
+            for s in new:                             # rewards returning now
+                self._deliver(router, s, sent)
+            t = new[-1] + 1
+        return chosen
+
+    def finish(self, router, sent):
+        """Deliver the rewards that come back after the last task."""
+        for s in range(self.task.X.shape[0], self.last_arrival + 1):
+            self._deliver(router, s, sent)
+
+    def run(self, router, batch=None):
+        """Serve the whole stream to a fresh ``router``; the agent index of every task."""
+        sent = {}
+        chosen = self.serve(router, 0, self.task.X.shape[0], sent, batch=batch)
+        self.finish(router, sent)
+        return np.array([router.agents.index(a) for a in chosen])
+
+    def errors(self, idx):
+        """Per stream position, 1 when the agent ``idx[t]`` was wrong on the task."""
+        return 1 - self.task.R[self.order[:len(idx)], idx]
+
+
+def plot_router_live(world, runs, capacities, best, capped):
+    """Running share of the capped agent and running error of routers on one live stream.
+
+    Parameters
+    ----------
+    world : LiveWorld
+    runs : dict
+        ``{policy: agent index per stream position}``; the first is drawn solid.
+    capacities : sequence of float
+    best : float
+        Error of the hindsight optimum under the capacities.
+    capped : str
+        The name of the second, capped agent.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    T = len(next(iter(runs.values())))
+    steps = np.arange(1, T + 1)
+    fig, (ax1, ax2) = book_figure(2, height=3.3)
+    for (lab, chosen), style in zip(runs.items(), ["-", "--"]):
+        colour = policy_style(lab)["color"]          # the book's colour of the policy
+        ax1.plot(steps, np.cumsum(chosen == 1) / steps, style, color=colour, label=lab)
+        ax2.plot(steps, np.cumsum(world.errors(chosen)) / steps, style, color=colour,
+                 label=lab)
+    rand_err = world.errors(runs["random"]).mean()
+    ax1.axhline(capacities[1], color="k", lw=0.8, ls=":", label="capacity")
+    ax1.set(xlabel="tasks assigned (log scale)", ylabel=f"share sent to {capped}",
+            ylim=(0, 1), title="(a) share of the capped agent")
+    ax2.axhline(best, color="k", lw=0.8, ls=":", label="hindsight optimum")
+    ax2.set(xlabel="tasks assigned (log scale)", ylabel="error so far",
+            ylim=(0, min(1.0, 1.5 * rand_err)), title="(b) running error")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+    legend_outside(fig, "all", ncol=4)
+    return fig
