@@ -157,3 +157,7 @@ __all__ += ["three_agents", "three_agent_grid", "step_label", "price_table", "pr
 from .foundations import LiveWorld, plot_router_live  # noqa: E402
 
 __all__ += ["LiveWorld", "plot_router_live"]
+
+from .foundations import glue_noncontextual, noncontextual_table, plot_noncontextual  # noqa: E402
+
+__all__ += ["noncontextual_table", "plot_noncontextual", "glue_noncontextual"]

@@ -1145,3 +1145,87 @@ def plot_router_live(world, runs, capacities, best, capped):
         ax.set_xscale("log")
     legend_outside(fig, "all", ncol=4)
     return fig
+
+
+# --- theory_noncontextual: learning marginal accuracies buys nothing ------------------
+
+
+def noncontextual_table(rows):
+    """Expected error of random and learned non-contextual routing per stream length.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Per length ``T``: ``limit``, and per policy (``random``,
+        ``marginal``) its mean expected error, its standard error (``_se``)
+        and agent 1's mean share (``_share``).
+
+    Returns
+    -------
+    Table
+    """
+    import pandas as pd
+
+    table = pd.DataFrame(
+        [{"$T$": r["T"], "limit": r["limit"], "random": r["random"],
+          "marginal": r["marginal"],
+          r"$T\,|\mathrm{diff}|$": r["T"] * abs(r["marginal"] - r["random"]),
+          "share 1, random": r["random_share"], "share 1, marginal": r["marginal_share"]}
+         for r in rows]).set_index("$T$")
+    return show_table(table, digits=4, formats={r"$T\,|\mathrm{diff}|$": 2},
+                      caption="Expected error of random and learned non-contextual routing "
+                              "(mean over runs) and agent 1's share")
+
+
+def plot_noncontextual(rows):
+    """Expected error of both policies against the stream length, with the limit.
+
+    Bars of two standard errors; the markers are nudged apart in ``T``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, ax = book_figure()
+    Ts = np.array([r["T"] for r in rows])
+    styles = (("random", "o", "-", 0.96), ("marginal", "s", "-.", 1.04))
+    for policy, marker, ls, nudge in styles:
+        m = np.array([r[policy] for r in rows])
+        se = np.array([r[policy + "_se"] for r in rows])
+        ax.errorbar(Ts * nudge, m, yerr=2 * se, marker=marker, ls=ls, capsize=3,
+                    label=policy, color=policy_style(policy)["color"])
+    ax.plot(Ts, [r["limit"] for r in rows], "k--", label=r"$1-\sum_a \alpha_a \mu_a$")
+    ax.set_xscale("log")
+    ax.set_xlabel("stream length T")
+    ax.set_ylabel("expected error rate")
+    legend_outside(fig)
+    return fig
+
+
+def glue_noncontextual(rows, *, mu_all, capacities, eta, runs, d, T_grid):
+    """Glue every number the prose of ``theory_noncontextual`` quotes (names ``tn_*``)."""
+    def z(r):
+        return abs(r["marginal"] - r["random"]) / np.hypot(r["random_se"], r["marginal_se"])
+
+    agree = sum(abs(r["marginal"] - r["random"])
+                <= 4 * np.hypot(r["random_se"], r["marginal_se"]) + 2 / r["T"]
+                for r in rows)
+    glue("tn_agree", int(agree))
+    glue("tn_lengths", len(rows))
+    glue("tn_max_diff", max(abs(r["marginal"] - r["random"]) for r in rows))
+    marg = mu_all.mean(axis=0)
+    glue("tn_mu_1", marg[0])
+    glue("tn_mu_2", marg[1])
+    glue("tn_alpha_1", capacities[0])
+    glue("tn_alpha_2", capacities[1])
+    glue("tn_eta", eta)
+    glue("tn_runs", runs)
+    glue("tn_d", d)
+    glue("tn_T_min", min(T_grid))
+    glue("tn_T_max", max(T_grid))
+    glue("tn_max_z", max(z(r) for r in rows))
+    glue("tn_max_share_dev_tasks",
+         max(r["T"] * abs(r["marginal_share"] - capacities[0]) for r in rows))
+    glue("tn_err_random_Tmax", rows[-1]["random"])
+    glue("tn_err_marginal_Tmax", rows[-1]["marginal"])
+    glue("tn_limit_Tmax", rows[-1]["limit"])
