@@ -161,3 +161,11 @@ __all__ += ["LiveWorld", "plot_router_live"]
 from .foundations import glue_noncontextual, noncontextual_table, plot_noncontextual  # noqa: E402
 
 __all__ += ["noncontextual_table", "plot_noncontextual", "glue_noncontextual"]
+
+from .foundations import OPE_ESTIMATOR_STYLE, plot_coverage  # noqa: E402
+
+__all__ += ["OPE_ESTIMATOR_STYLE", "plot_coverage"]
+
+from .foundations import plot_price_regions  # noqa: E402
+
+__all__ += ["plot_price_regions"]

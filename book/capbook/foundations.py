@@ -1229,3 +1229,104 @@ def glue_noncontextual(rows, *, mu_all, capacities, eta, runs, d, T_grid):
     glue("tn_err_random_Tmax", rows[-1]["random"])
     glue("tn_err_marginal_Tmax", rows[-1]["marginal"])
     glue("tn_limit_Tmax", rows[-1]["limit"])
+
+
+# --- router_ope: scoring other policies from a log -------------------------------------
+
+
+#: How the coverage figure of ``router_ope`` draws each off-policy estimator.
+OPE_ESTIMATOR_STYLE = {
+    "ips": dict(color=OKABE_ITO["blue"], marker="o", label="IPS"),
+    "snips": dict(color=OKABE_ITO["orange"], marker="s", label="self-normalised IPS"),
+    "dr": dict(color=OKABE_ITO["bluish green"], marker="D", label="doubly robust"),
+    "replay": dict(color=OKABE_ITO["reddish purple"], marker="v", label="replay"),
+}
+
+
+def plot_coverage(table, level):
+    """Coverage of each estimator's intervals against the nominal level: a panel per stream.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Rows ``stream``, ``target``, ``estimator``, ``coverage`` (one per
+        estimator, stream and target, as from :func:`capassign.off_policy_check`).
+    level : float
+        The intervals' nominal coverage, drawn as a dotted line.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    streams = list(dict.fromkeys(table["stream"]))
+    fig, axes = book_figure(len(streams), sharey=True, height=3.6)
+    offsets = np.linspace(-0.24, 0.24, len(OPE_ESTIMATOR_STYLE))
+    for ax, stream in zip(np.atleast_1d(axes), streams):
+        cov = table[table["stream"] == stream].pivot_table(
+            index="target", columns="estimator", values="coverage", sort=False)
+        y = np.arange(len(cov))[::-1]
+        for off, (est, style) in zip(offsets, OPE_ESTIMATOR_STYLE.items()):
+            if est in cov:
+                ax.plot(cov[est], y + off, ls="", ms=5, **style)
+        ax.axvline(level, color="k", ls=":", lw=1)
+        ax.set_yticks(y, [t.replace("logistic-greedy", "logistic") for t in cov.index])
+        ax.set_title(stream)
+        ax.set_xlabel("coverage")
+        ax.grid(axis="x", lw=0.4, alpha=0.5)
+    legend_outside(fig, ncol=2)
+    return fig
+
+
+# --- theory_shadow_prices: which agent takes each context ------------------------------
+
+
+def plot_price_regions(x_grid, w, mu, alpha, lam):
+    """Which agent takes each context of a square 2-d grid, without and with capacities.
+
+    Left: the argmax of ``mu``; right: the argmax of ``mu - lam``, with the
+    contexts whose mass :func:`capassign.shadow_price_policy` splits between
+    agents marked by crosses; black contours show the weights ``w``.
+
+    Parameters
+    ----------
+    x_grid : numpy.ndarray
+        ``(n_side**2, 2)`` contexts of a meshgrid (first coordinate varying fastest).
+    w : numpy.ndarray
+        The contexts' probabilities.
+    mu : numpy.ndarray
+        ``(n, 3)`` expected rewards of three agents.
+    alpha : sequence of float
+        The capacities.
+    lam : numpy.ndarray
+        The shadow prices.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from matplotlib.colors import ListedColormap
+
+    from capassign import shadow_price_policy
+
+    n_side = int(round(np.sqrt(len(w))))
+    X1, X2 = (x_grid[:, k].reshape(n_side, n_side) for k in (0, 1))
+    P = shadow_price_policy(mu, lam, alpha, weights=w)
+    split = np.flatnonzero(P.max(axis=1) < 1 - 1e-9)
+    cmap = ListedColormap(["C0", "C4", "C2"])
+    fig, axes = book_figure(2, sharey=True, height=3.9)
+    panels = [(np.argmax(mu, axis=1), "unconstrained:\n" r"$\arg\max_a \mu_a(x)$"),
+              (np.argmax(mu - lam, axis=1),
+               "constrained:\n" r"$\arg\max_a \mu_a(x) - \lambda_a$")]
+    for ax, (lab, title) in zip(axes, panels):
+        ax.pcolormesh(X1, X2, lab.reshape(X1.shape), cmap=cmap, vmin=-0.5, vmax=2.5,
+                      shading="nearest", alpha=0.55)
+        ax.contour(X1, X2, w.reshape(X1.shape), levels=4, colors="k", linewidths=0.5)
+        ax.set_title(title)
+        ax.set_xlabel("$x_1$")
+        ax.grid(False)
+    axes[0].set_ylabel("$x_2$")
+    for a, name in enumerate(["agent 1", "agent 2", "agent 3"]):
+        axes[1].plot([], [], "s", color=cmap(a), label=name)
+    axes[1].plot(x_grid[split, 0], x_grid[split, 1], "kx", ms=7, label="split contexts")
+    legend_outside(fig, axes[1])
+    return fig
