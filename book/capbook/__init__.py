@@ -169,3 +169,8 @@ __all__ += ["OPE_ESTIMATOR_STYLE", "plot_coverage"]
 from .foundations import plot_price_regions  # noqa: E402
 
 __all__ += ["plot_price_regions"]
+
+from .foundations import (plot_disagreement_gain, plot_pointwise_best,  # noqa: E402
+                          plot_two_agent_thresholds)
+
+__all__ += ["plot_two_agent_thresholds", "plot_disagreement_gain", "plot_pointwise_best"]

@@ -1330,3 +1330,104 @@ def plot_price_regions(x_grid, w, mu, alpha, lam):
     axes[1].plot(x_grid[split, 0], x_grid[split, 1], "kx", ms=7, label="split contexts")
     legend_outside(fig, axes[1])
     return fig
+
+
+# --- the one-dimensional theory chapters: their figures --------------------------------
+
+
+def plot_two_agent_thresholds(x, mu, cuts, grid_alpha, values, p_nonneg, marginals):
+    """Two agents on a line: their accuracy curves with the optimal cuts, and v(alpha).
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        The context grid.
+    mu : numpy.ndarray
+        ``(len(x), 2)`` expected rewards.
+    cuts : list of tuple
+        ``(alpha, tau, x_cut)`` of the capacities whose threshold is drawn.
+    grid_alpha, values : numpy.ndarray
+        Capacities of agent 1 and the optimal value at each.
+    p_nonneg : float
+        Probability that agent 1 is at least as good (drawn as a vertical line).
+    marginals : tuple of float
+        The agents' marginal accuracies ``(mu1, mu2)``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    mu1, mu2 = marginals
+    fig, (ax0, ax1) = book_figure(2, height=3.6)
+    ax0.plot(x, mu[:, 0], label=r"$\mu_1(x)$")
+    ax0.plot(x, mu[:, 1], ls="-.", label=r"$\mu_2(x)$")
+    ax0.plot(x, mu[:, 0] - mu[:, 1], "k--", lw=1, label=r"$\Delta(x)$")
+    for a, tau, x_cut in cuts:
+        ax0.axhline(tau, color="grey", lw=0.6)
+        ax0.axvline(x_cut, color="grey", lw=0.6)
+        right = x_cut > 0                  # each label on the outer side of its cut
+        ax0.annotate(rf"$\alpha={a}$", (x_cut + (0.08 if right else -0.08), 1.02),
+                     ha="left" if right else "right", va="bottom")
+    ax0.set_xlim(-3, 3)
+    ax0.set_ylim(-0.42, 1.3)
+    ax0.set_xlabel("context $x$")
+    ax0.set_title(r"agent 1 takes $x$ right of the cut")
+    ax1.plot(grid_alpha, values, label=r"optimal $\mu^{\phi^\star}(\alpha)$")
+    ax1.plot(grid_alpha, grid_alpha * mu1 + (1 - grid_alpha) * mu2, ls="-.",
+             label="random")
+    ax1.axhline(max(mu1, mu2), color="grey", ls=":", label="best single agent")
+    ax1.axvline(p_nonneg, color="k", lw=0.6)
+    ax1.set_xlabel(r"capacity $\alpha$ of agent 1")
+    ax1.set_title("value of the optimal policy")
+    legend_outside(fig, "all", ncol=3)
+    return fig
+
+
+def plot_disagreement_gain(grid_alpha, gain, formula, alpha_range):
+    """The optimal gain over random against the capacity, with the closed form of App. D.
+
+    The closed form is drawn dashed inside its range ``alpha_range`` and
+    dotted outside it, where it is only an upper bound.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    lo, hi = alpha_range
+    in_range = (grid_alpha >= lo) & (grid_alpha <= hi)
+    fig, ax = book_figure()
+    ax.plot(grid_alpha, gain, "k", lw=2, label=r"optimal gain $G(\alpha)$")
+    ax.plot(grid_alpha[in_range], formula[in_range], color="C4", lw=3, ls="--",
+            label="closed form, inside its range")
+    left, right = grid_alpha < lo, grid_alpha > hi
+    ax.plot(grid_alpha[left], formula[left], color="C4", ls=":",
+            label="closed form outside (upper bound)")
+    ax.plot(grid_alpha[right], formula[right], color="C4", ls=":")
+    for edge in (lo, hi):
+        ax.axvline(edge, color="grey", lw=0.7)
+    ax.set_xlabel(r"capacity $\alpha$ of agent 1")
+    ax.set_ylabel(r"$\mu^{\phi^\star} - \mu^{\mathrm{rand}}$")
+    legend_outside(fig, ncol=2)
+    return fig
+
+
+def plot_pointwise_best(xq, mu_q, names):
+    """The agents' accuracy curves on a line, each agent's region shaded, and their maximum.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    best = np.argmax(mu_q, axis=1)
+    fig, ax = book_figure()
+    colors = ["C0", "C4", "C2"]
+    for a, ls in zip(range(3), ["-", "-.", ":"]):
+        ax.plot(xq, mu_q[:, a], color=colors[a], ls=ls, lw=2, label=names[a])
+        ax.fill_between(xq, 0.45, 1.0, where=best == a, color=colors[a], alpha=0.08)
+    ax.plot(xq, mu_q.max(axis=1), "k--", lw=1, label=r"$\max_a \mu_a(x)$")
+    ax.set_xlim(-3.5, 3.5)
+    ax.set_ylim(0.45, 1.0)
+    ax.set_xlabel("context $x$")
+    ax.set_ylabel(r"$\mu_a(x)$")
+    legend_outside(fig)
+    return fig
