@@ -123,54 +123,32 @@ __all__ = [
     "main",
 ]
 
-# the foundation chapters' read-outs: the data, the agents, the theory, the router (foundations)
-from .foundations import (AGENT_MATCH_TOL, TABLE3_TASKS, agents_by_seed,  # noqa: E402
-                          bank_splits, camelyon17_fold, check_table3, chosen_reading,
-                          coding_moves, coding_sensitivity, context_codings, glue_data_agents,
-                          implied_logistic_fold, matched_agents, mmlu_substitution_fold,
-                          plot_table3, reading_table, rebuild_table3, show_agents_by_seed,
-                          show_encoding_evidence, show_matched_agents, show_table3, verify_data)
+# the foundation chapters' read-outs: the data, the agents, the theory, the router
+# (foundations)
+from .foundations import (  # noqa: E402
+    AGENT_MATCH_TOL, TABLE3_TASKS, verify_data, mmlu_substitution_fold, implied_logistic_fold,
+    show_encoding_evidence, matched_agents, show_matched_agents, context_codings,
+    coding_sensitivity, coding_moves, reading_table, chosen_reading, rebuild_table3,
+    show_table3, check_table3, plot_table3, agents_by_seed, show_agents_by_seed,
+    bank_splits, camelyon17_fold, plot_context_curves, plot_many_agents,
+    context_curves_fold, second_agent_lead, binned_accuracies, report_fig1_split,
+    three_agents, three_agent_grid, step_label, price_table, price_misses,
+    plot_online_prices, plot_online_shares, tuning_rule, steps_on_tuning_streams,
+    LiveWorld, plot_router_live, noncontextual_table, plot_noncontextual,
+    OPE_ESTIMATOR_STYLE, plot_coverage, plot_price_regions, plot_two_agent_thresholds,
+    plot_disagreement_gain, plot_pointwise_best, glue_chapter)
 
 __all__ += [
     "AGENT_MATCH_TOL", "TABLE3_TASKS", "verify_data", "mmlu_substitution_fold",
-    "implied_logistic_fold", "show_encoding_evidence", "matched_agents", "show_matched_agents",
-    "context_codings", "coding_sensitivity", "coding_moves", "reading_table", "chosen_reading",
-    "rebuild_table3", "show_table3", "check_table3", "plot_table3", "agents_by_seed",
-    "show_agents_by_seed", "bank_splits", "camelyon17_fold", "glue_data_agents",
+    "implied_logistic_fold", "show_encoding_evidence", "matched_agents",
+    "show_matched_agents", "context_codings", "coding_sensitivity", "coding_moves",
+    "reading_table", "chosen_reading", "rebuild_table3", "show_table3", "check_table3",
+    "plot_table3", "agents_by_seed", "show_agents_by_seed", "bank_splits",
+    "camelyon17_fold", "plot_context_curves", "plot_many_agents", "context_curves_fold",
+    "second_agent_lead", "binned_accuracies", "report_fig1_split", "three_agents",
+    "three_agent_grid", "step_label", "price_table", "price_misses", "plot_online_prices",
+    "plot_online_shares", "tuning_rule", "steps_on_tuning_streams", "LiveWorld",
+    "plot_router_live", "noncontextual_table", "plot_noncontextual", "OPE_ESTIMATOR_STYLE",
+    "plot_coverage", "plot_price_regions", "plot_two_agent_thresholds",
+    "plot_disagreement_gain", "plot_pointwise_best", "glue_chapter",
 ]
-
-from .foundations import (binned_accuracies, context_curves_fold,  # noqa: E402
-                          glue_data_contexts, plot_context_curves, plot_many_agents,
-                          report_fig1_split, second_agent_lead)
-
-__all__ += ["plot_context_curves", "plot_many_agents", "context_curves_fold",
-            "second_agent_lead", "binned_accuracies", "report_fig1_split", "glue_data_contexts"]
-
-from .foundations import (glue_theory_online, plot_online_prices,  # noqa: E402
-                          plot_online_shares, price_misses, price_table, step_label,
-                          steps_on_tuning_streams, three_agent_grid, three_agents, tuning_rule)
-
-__all__ += ["three_agents", "three_agent_grid", "step_label", "price_table", "price_misses",
-            "plot_online_prices", "plot_online_shares", "tuning_rule",
-            "steps_on_tuning_streams", "glue_theory_online"]
-
-from .foundations import LiveWorld, plot_router_live  # noqa: E402
-
-__all__ += ["LiveWorld", "plot_router_live"]
-
-from .foundations import glue_noncontextual, noncontextual_table, plot_noncontextual  # noqa: E402
-
-__all__ += ["noncontextual_table", "plot_noncontextual", "glue_noncontextual"]
-
-from .foundations import OPE_ESTIMATOR_STYLE, plot_coverage  # noqa: E402
-
-__all__ += ["OPE_ESTIMATOR_STYLE", "plot_coverage"]
-
-from .foundations import plot_price_regions  # noqa: E402
-
-__all__ += ["plot_price_regions"]
-
-from .foundations import (plot_disagreement_gain, plot_pointwise_best,  # noqa: E402
-                          plot_two_agent_thresholds)
-
-__all__ += ["plot_two_agent_thresholds", "plot_disagreement_gain", "plot_pointwise_best"]

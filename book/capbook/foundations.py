@@ -44,6 +44,13 @@ def verify_data():
     -------
     list of tuple
         ``(path, status, detail)`` per file, as :meth:`capassign.DataRegistry.fetch`.
+
+    Examples
+    --------
+    >>> status = verify_data()   # doctest: +ELLIPSIS
+    2... data files verified against the registry
+    >>> {st for _, st, _ in status}
+    {'ok'}
     """
     status = data_registry().fetch()
     bad = [(p, s) for p, s, _ in status if s != "ok"]
@@ -65,6 +72,11 @@ def mmlu_substitution_fold():
         Per experiment (``mmlu``, ``mmlu3``, ``mmlu5``) its subjects and, per
         paper agent, the model used, whether it is a substitute, its accuracy
         and the accuracy it was matched to.
+
+    Examples
+    --------
+    >>> str(mmlu_substitution_fold()).splitlines()[0]
+    'mmlu: college_chemistry, us_foreign_policy'
     """
     lines = []
     for name in ["mmlu", "mmlu3", "mmlu5"]:
@@ -84,6 +96,11 @@ def implied_logistic_fold():
     -------
     Fold
         One line per tabular data set (:func:`capbook.paper_logistic_targets`).
+
+    Examples
+    --------
+    >>> str(implied_logistic_fold()).splitlines()[0]
+    'bank    0.834 0.818 0.534 0.570 0.842'
     """
     implied = {name: paper_logistic_targets(name) for name in TABULAR_TASKS}
     return fold_text("Logistic accuracy implied by Table 4, rows 0-4",
@@ -106,6 +123,13 @@ def show_encoding_evidence(evidence, windows=(0.01, 0.03, 0.05)):
     Table
         The evidence per data set and coding (the fold shown before it is
         displayed by this call).
+
+    Examples
+    --------
+    >>> t = show_encoding_evidence(encoding_evidence(), windows=(0.02,))  # doctest: +ELLIPSIS
+    window 0.02: chosen ...
+    >>> t.frame.index.names
+    FrozenList(['task', 'encoding'])
     """
     from IPython.display import display
 
@@ -143,6 +167,12 @@ def matched_agents():
         Per data set: the coding, the matched seed, both agents' accuracies,
         the distance of the worse of the two to Table 3, how many of seeds
         0-99 come within 0.02, and the paper's two accuracies.
+
+    Examples
+    --------
+    >>> m = matched_agents()
+    >>> bool((m["distance"] <= AGENT_MATCH_TOL).all())
+    True
     """
     import pandas as pd
 
@@ -173,6 +203,11 @@ def show_matched_agents(matched):
     Returns
     -------
     Table
+
+    Examples
+    --------
+    >>> show_matched_agents(matched_agents()).frame.index.tolist()
+    ['bank', 'credit', 'coupon', 'cardio']
     """
     paper_cols = ["paper logistic", "paper xgboost"]
     paper = matched[paper_cols].rename(columns=lambda c: c[6:])
@@ -195,6 +230,12 @@ def context_codings(seed=None):
     pandas.DataFrame
         Per data set: features, columns by type, context columns under each
         coding and the largest absolute context value under each.
+
+    Examples
+    --------
+    >>> c = context_codings()
+    >>> bool((c["columns (typed)"] >= c["features"]).all())
+    True
     """
     import pandas as pd
 
@@ -223,6 +264,11 @@ def coding_sensitivity():
     -------
     pandas.DataFrame
         Indexed by (task, coding).
+
+    Examples
+    --------
+    >>> coding_sensitivity().index.get_level_values("coding").unique().tolist()
+    ['codes', 'typed']
     """
     import pandas as pd
 
@@ -246,6 +292,17 @@ def coding_moves(sensitivity):
     -------
     pandas.DataFrame
         Per task: the absolute change of ``logistic gain`` and ``tree gain``.
+
+    Parameters
+    ----------
+    sensitivity : pandas.DataFrame
+        From :func:`coding_sensitivity`.
+
+    Examples
+    --------
+    >>> moved = coding_moves(coding_sensitivity())
+    >>> bool((moved["tree gain"] < moved["logistic gain"]).all())
+    True
     """
     return sensitivity.groupby(level="task").agg(
         lambda v: abs(v.iloc[0] - v.iloc[1]) if v.dtype.kind == "f" else 0)
@@ -262,6 +319,11 @@ def reading_table(agent_ev):
     Returns
     -------
     Table
+
+    Examples
+    --------
+    >>> reading_table(agent_evidence()).frame.columns[-1]
+    'chosen'
     """
     ev_table = agent_ev.pivot_table(index=["subset", "scaling"], columns="task",
                                     values="mean_within")
@@ -274,7 +336,25 @@ def reading_table(agent_ev):
 
 
 def chosen_reading(agent_ev):
-    """The reading of the agents' inputs that the evidence chooses (one row)."""
+    """The reading of the agents' inputs that the evidence chooses (one row).
+
+    Parameters
+    ----------
+    agent_ev : pandas.DataFrame
+        From :func:`capbook.agent_evidence`.
+
+    Returns
+    -------
+    pandas.Series
+        The first row of the chosen reading (``subset``, ``scaling``, ``score``).
+
+    Examples
+    --------
+    >>> from capassign import TABULAR_SCALING, TABULAR_SUBSET
+    >>> r = chosen_reading(agent_evidence())
+    >>> (r.subset, r.scaling) == (TABULAR_SUBSET, TABULAR_SCALING)
+    True
+    """
     return agent_ev[agent_ev.chosen].iloc[0]
 
 
@@ -296,6 +376,12 @@ def rebuild_table3(seed=None):
         Indexed by task (:data:`TABLE3_TASKS`): ``features``, ``tasks``,
         ``first agent``, ``first acc``, ``second agent``, ``second acc``, each
         number beside the paper's (columns prefixed ``paper ``).
+
+    Examples
+    --------
+    >>> t = rebuild_table3()
+    >>> t.loc["imagenet16h", ["features", "paper features", "tasks", "paper tasks"]].tolist()
+    [1, 1, 2000, 2000]
     """
     import pandas as pd
 
@@ -327,6 +413,11 @@ def show_table3(table3):
     Returns
     -------
     Table
+
+    Examples
+    --------
+    >>> show_table3(rebuild_table3()).frame.index[-1]
+    'camelyon17'
     """
     cam = PAPER_CAMELYON17
     cols = ["features", "tasks", "first agent", "first acc", "second agent", "second acc"]
@@ -349,6 +440,20 @@ def check_table3(table3):
     tabular data sets and ImageNet-16H are the paper's (12357, 9000, 3624,
     21000, 2000); ImageNet-16H's human and network are right on 0.765 and
     0.860 of the images.  Raises AssertionError naming what failed.
+
+    Parameters
+    ----------
+    table3 : pandas.DataFrame
+        From :func:`rebuild_table3`.
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> check_table3(rebuild_table3())
+    checked
     """
     t = table3
     assert (t["features"] == t["paper features"]).all(), "feature counts differ"
@@ -369,6 +474,19 @@ def plot_table3(table3):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Parameters
+    ----------
+    table3 : pandas.DataFrame
+        From :func:`rebuild_table3`.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> fig = plot_table3(rebuild_table3())
+    >>> [t.get_text() for t in fig.axes[0].get_yticklabels()][:2]
+    ['Bank', 'Credit']
+    >>> plt.close(fig)
     """
     fig, ax = book_figure(height=3.6)
     y = np.arange(len(table3))[::-1]
@@ -388,7 +506,26 @@ def plot_table3(table3):
 
 
 def agents_by_seed(seeds, names=("bank", "credit", "coupon", "cardio")):
-    """The tasks of construction seeds ``seeds`` per tabular data set (dict of lists)."""
+    """The tasks of construction seeds ``seeds`` per tabular data set (dict of lists).
+
+    Parameters
+    ----------
+    seeds : sequence of int
+        Construction seeds.
+    names : sequence of str
+        Tabular data sets.
+
+    Returns
+    -------
+    dict
+        ``{name: [Task per seed]}``.
+
+    Examples
+    --------
+    >>> by_seed = agents_by_seed([0, 1], names=["cardio"])
+    >>> [t.meta["seed"] for t in by_seed["cardio"]]
+    [0, 1]
+    """
     return {name: [load_task(name, s) for s in seeds] for name in names}
 
 
@@ -400,6 +537,20 @@ def show_agents_by_seed(by_seed, seeds):
     Table
         The agents per data set and seed with the logistic agent's features
         (the fold of ranges before it is displayed by this call).
+
+    Parameters
+    ----------
+    by_seed : dict
+        From :func:`agents_by_seed`.
+    seeds : sequence of int
+        The seeds it was built for.
+
+    Examples
+    --------
+    >>> t = show_agents_by_seed(agents_by_seed([0], names=["cardio"]), [0])  # doctest: +ELLIPSIS
+    cardio   logistic range ...
+    >>> t.frame.index.tolist()
+    [('cardio', '0')]
     """
     import pandas as pd
     from IPython.display import display
@@ -430,6 +581,19 @@ def bank_splits(seed=None):
     -------
     dict
         ``{"random": Task, "order": Task}``.
+
+    Parameters
+    ----------
+    seed : int, optional
+        Construction seed (None: the matched seed).
+
+    Examples
+    --------
+    >>> splits = bank_splits()   # doctest: +ELLIPSIS
+    bank, split=random: ...
+    bank, split=order : ...
+    >>> sorted(splits)
+    ['order', 'random']
     """
     splits = {split: load_task("bank", seed, split=split) for split in ["random", "order"]}
     for split, t in splits.items():
@@ -441,7 +605,17 @@ def bank_splits(seed=None):
 
 
 def camelyon17_fold():
-    """What the paper reports for Camelyon17 (not re-run here), folded."""
+    """What the paper reports for Camelyon17 (not re-run here), folded.
+
+    Returns
+    -------
+    Fold
+
+    Examples
+    --------
+    >>> str(camelyon17_fold()).splitlines()[0]
+    'Table 3: 1 context feature, 2000 tasks, agent accuracies 0.69 / 0.69'
+    """
     cam = PAPER_CAMELYON17
     return fold_text("What the paper reports for Camelyon17", [
         f"Table 3: {cam['features']} context feature, {cam['tasks']} tasks, "
@@ -457,7 +631,7 @@ def camelyon17_fold():
         "re-run here on ImageNet-16H instead"])
 
 
-def glue_data_agents(*, seed, status, evidence, matched, table3, by_seed, splits,
+def _glue_data_agents(*, seed, status, evidence, matched, table3, by_seed, splits,
                      sensitivity, codings, agent_ev):
     """Glue every number the prose of ``data_agents`` quotes (names ``da_*``).
 
@@ -554,6 +728,19 @@ def plot_context_curves(curves):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> from capassign import accuracy_by_context, synthetic_stream
+    >>> X, R, mu = synthetic_stream(400, seed=0)
+    >>> class T:
+    ...     n_agents, mu, name = 2, None, "toy"
+    >>> x = X[:, 0]
+    >>> fig = plot_context_curves({"toy": (T, x, *accuracy_by_context(x, R, bins=5))})
+    >>> len(fig.axes)
+    8
+    >>> plt.close(fig)
     """
     fig, axes = book_figure(2, 4, height=8.6, sharex=False)
     for ax, name in zip(axes.ravel(), _two_agent_streams(curves)):
@@ -584,6 +771,26 @@ def plot_many_agents(curves, names=("mmlu3", "mmlu5")):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Parameters
+    ----------
+    curves : dict
+        As for :func:`plot_context_curves`.
+    names : sequence of str
+        The streams drawn, a panel each.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> from capassign import accuracy_by_context, synthetic_stream
+    >>> X, R, mu = synthetic_stream(400, n_agents=3, seed=0)
+    >>> class T:
+    ...     n_agents, agent_names = 3, ["m_a", "m_b", "m_c"]
+    >>> curve = (T, X[:, 0], *accuracy_by_context(X[:, 0], R, bins=5))
+    >>> fig = plot_many_agents({"toy": curve}, ["toy"])
+    >>> fig.axes[0].get_title()
+    'toy (3 agents)'
+    >>> plt.close(fig)
     """
     fig, axes = book_figure(len(names), height=4.6)
     for ax, name in zip(np.atleast_1d(axes), names):
@@ -609,6 +816,21 @@ def context_curves_fold(curves):
     Returns
     -------
     Fold
+
+    Parameters
+    ----------
+    curves : dict
+        As for :func:`plot_context_curves`.
+
+    Examples
+    --------
+    >>> from capassign import accuracy_by_context, synthetic_stream
+    >>> X, R, mu = synthetic_stream(400, seed=0)
+    >>> class T:
+    ...     n_agents, T, agent_names = 2, 400, ["a1", "a2"]
+    >>> fold = context_curves_fold({"toy": (T, X[:, 0], *accuracy_by_context(X[:, 0], R, bins=4))})
+    >>> str(fold).splitlines()[0]
+    'toy: 400 tasks, agents a1, a2'
     """
     lines = []
     for name, (task, x, centers, acc, counts) in curves.items():
@@ -637,6 +859,19 @@ def second_agent_lead(curves):
     -------
     dict
         ``{name: acc[:, 1] - acc[:, 0]}`` (``-Delta_hat`` per bin).
+
+    Parameters
+    ----------
+    curves : dict
+        As for :func:`plot_context_curves`.
+
+    Examples
+    --------
+    >>> class T:
+    ...     n_agents = 2
+    >>> acc = np.array([[0.6, 0.5], [0.4, 0.7]])
+    >>> second_agent_lead({"toy": (T, None, None, acc, None)})["toy"].round(2).tolist()
+    [-0.1, 0.3]
     """
     return {n: curves[n][3][:, 1] - curves[n][3][:, 0] for n in _two_agent_streams(curves)}
 
@@ -650,6 +885,21 @@ def binned_accuracies(x, R, bins):
         ``(n_bins, n_agents)``.
     which : numpy.ndarray of int
         The bin of every task.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        One number per task.
+    R : numpy.ndarray
+        ``(T, n_agents)`` rewards.
+    bins : int
+        Quantile bins (fewer when quantiles coincide).
+
+    Examples
+    --------
+    >>> acc, which = binned_accuracies(np.arange(4.0), np.array([[1, 0], [1, 0], [0, 1], [0, 1]]), 2)
+    >>> acc.tolist(), which.tolist()
+    ([[1.0, 0.0], [0.0, 1.0]], [0, 0, 1, 1])
     """
     edges = np.unique(np.quantile(x, np.linspace(0, 1, bins + 1)))
     nb = len(edges) - 1
@@ -678,6 +928,17 @@ def report_fig1_split(task, thr, pc1, fig1):
     float
         The split on the raw axis (NaN when the questions of the two agents
         are not separated by one threshold).
+
+    Examples
+    --------
+    >>> from capassign import PAPER_FIG1_THRESHOLD, load_task, two_agent_threshold
+    >>> task = load_task("mmlu")
+    >>> acc, which = binned_accuracies(task.X[:, 0], task.R, 10)
+    >>> thr = two_agent_threshold(acc[which, 1] - acc[which, 0], 0.25)
+    >>> split = report_fig1_split(task, thr, task.meta["pc1"], PAPER_FIG1_THRESHOLD)  # doctest: +ELLIPSIS
+    tau = ...
+    >>> bool(split > 0)
+    True
     """
     to_llama = thr.assignment > 0
     llama, cohere = pc1[to_llama], pc1[~to_llama]
@@ -696,7 +957,7 @@ def report_fig1_split(task, thr, pc1, fig1):
     return split
 
 
-def glue_data_contexts(curves, *, task, thr, pc1, fig1):
+def _glue_data_contexts(curves, *, task, thr, pc1, fig1):
     """Glue every number the prose of ``data_contexts`` quotes (names ``da_*``).
 
     Parameters
@@ -793,6 +1054,15 @@ def step_label(step):
     --------
     >>> step_label(0.5), step_label(0.02)
     ('0.5', '0.02')
+
+    Parameters
+    ----------
+    step : float or capassign.DecayingEta
+        A constant step or a step schedule.
+
+    Returns
+    -------
+    str
     """
     from capassign import DecayingEta
 
@@ -814,6 +1084,19 @@ def price_table(known, lam, *, T, runs, burn_in):
     Returns
     -------
     Table
+
+    Examples
+    --------
+    >>> from capassign import capacity_adherence, price_tracking, simulate_known_mu
+    >>> x, w = three_agent_grid(5)
+    >>> mu = three_agents(x)
+    >>> R = (mu > 0.7).astype(float)
+    >>> r = simulate_known_mu(mu, R, [0.2, 0.3, 0.5], eta=0.5, runs=2, seed=0)
+    >>> pt = price_tracking(r, np.array([0.1, 0.05, 0.0]))
+    >>> known = {0.5: (r, pt, 0.01, capacity_adherence(r).max_deviation.max())}
+    >>> t = price_table(known, np.array([0.1, 0.05, 0.0]), T=25, runs=2, burn_in=0)
+    >>> t.frame.iloc[0, 0]
+    '0.5'
     """
     import pandas as pd
 
@@ -832,7 +1115,29 @@ def price_table(known, lam, *, T, runs, burn_in):
 
 
 def price_misses(known, steps, lam):
-    """Per step, the largest miss of the late mean scaled queue against the prices."""
+    """Per step, the largest miss of the late mean scaled queue against the prices.
+
+    Parameters
+    ----------
+    known : dict
+        As for :func:`price_table`.
+    steps : sequence
+        The steps (keys of ``known``) to read.
+    lam : numpy.ndarray
+        The shadow prices.
+
+    Returns
+    -------
+    list of float
+
+    Examples
+    --------
+    >>> class PT:
+    ...     tail_mean = np.array([0.12, 0.05, 0.0])
+    >>> [round(m, 4) for m in price_misses({0.5: (None, PT, 0.0, 0.0)}, [0.5],
+    ...                                    np.array([0.1, 0.05, 0.0]))]
+    [0.02]
+    """
     return [float(np.abs(known[e][1].tail_mean[:2] - (lam[:2] - lam[2])).max())
             for e in steps]
 
@@ -861,6 +1166,31 @@ def plot_online_prices(known, steps, T):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Parameters
+    ----------
+    known : dict
+        As for :func:`price_table`.
+    steps : sequence
+        The steps drawn, a panel each (at least two).
+    T : int
+        Tasks of the stream.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> from capassign import price_tracking, simulate_known_mu
+    >>> mu = three_agents(three_agent_grid(16)[0])
+    >>> R = (mu > 0.7).astype(float)
+    >>> lam = np.array([0.1, 0.05, 0.0])
+    >>> known = {}
+    >>> for eta in (0.5, 0.1):
+    ...     r = simulate_known_mu(mu, R, [0.2, 0.3, 0.5], eta=eta, runs=2, seed=0)
+    ...     known[eta] = (r, price_tracking(r, lam), 0.0, 0.0)
+    >>> fig = plot_online_prices(known, [0.5, 0.1], T=256)
+    >>> [ax.get_title().strip("$") for ax in fig.axes]  # doctest: +ELLIPSIS
+    ['...eta = 0.5', '...eta = 0.1']
+    >>> plt.close(fig)
     """
     fig, axes = book_figure(len(steps), sharey=True, height=2.9)
     t = _log_task_grid(T)
@@ -888,6 +1218,30 @@ def plot_online_shares(known, steps, alpha, T):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Parameters
+    ----------
+    known : dict
+        As for :func:`price_table`.
+    steps : sequence
+        The steps drawn, a panel each (at least two).
+    alpha : sequence of float
+        The capacities.
+    T : int
+        Tasks of the stream.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> from capassign import simulate_known_mu
+    >>> mu = three_agents(three_agent_grid(6)[0])
+    >>> R = (mu > 0.7).astype(float)
+    >>> known = {eta: (simulate_known_mu(mu, R, [0.2, 0.3, 0.5], eta=eta, runs=2, seed=0),)
+    ...          for eta in (0.5, 0.1)}
+    >>> fig = plot_online_shares(known, [0.5, 0.1], [0.2, 0.3, 0.5], T=36)
+    >>> len(fig.axes[0].get_lines())
+    6
+    >>> plt.close(fig)
     """
     fig, axes = book_figure(len(steps), sharey=True, height=2.9)
     t = _log_task_grid(T)
@@ -908,7 +1262,18 @@ def plot_online_shares(known, steps, alpha, T):
 
 
 def tuning_rule():
-    """The settings of the step rule: the defaults of :func:`capassign.tune_eta_schedule`."""
+    """The settings of the step rule: the defaults of :func:`capassign.tune_eta_schedule`.
+
+    Returns
+    -------
+    dict
+        Every keyword of :func:`capassign.tune_eta_schedule` with its default.
+
+    Examples
+    --------
+    >>> sorted(tuning_rule())[:3]
+    ['T', 'eta0s', 'from_task']
+    """
     import inspect
 
     from capassign import tune_eta_schedule
@@ -928,6 +1293,19 @@ def steps_on_tuning_streams(steps, rule):
     -------
     pandas.DataFrame
         One row per step: ``$\\eta$``, two error columns, two deviation columns.
+
+    Parameters
+    ----------
+    steps : sequence
+        Constant steps or step schedules.
+    rule : dict
+        The rule's settings (:func:`tuning_rule`).
+
+    Examples
+    --------
+    >>> rule = dict(tuning_rule(), seeds=[0], runs=2, T=300, from_task=50)
+    >>> steps_on_tuning_streams([0.5], rule).columns[1]
+    'error above optimum, slack'
     """
     import pandas as pd
 
@@ -952,7 +1330,7 @@ def steps_on_tuning_streams(steps, rule):
     return pd.DataFrame(rows)
 
 
-def glue_theory_online(*, known, etas, schedule, lam, T, runs, burn_in, slopes, steps, rule,
+def _glue_theory_online(*, known, etas, schedule, lam, T, runs, burn_in, slopes, steps, rule,
                        tuning):
     """Glue every number the prose of ``theory_online`` quotes (names ``on_*``)."""
     first, last = known[etas[0]], known[etas[-1]]
@@ -1036,6 +1414,19 @@ class LiveWorld:
     arrivals : dict
         ``{s: positions}``: the tasks whose rewards come back right after the
         task at position ``s``.
+
+    Examples
+    --------
+    >>> from capassign import Router, synthetic_stream
+    >>> X, R, mu = synthetic_stream(200, seed=0)
+    >>> class T:
+    ...     pass
+    >>> task = T(); task.X, task.R = X, R
+    >>> world = LiveWorld(task, seed=0, max_delay=20, lost_share=0.05)
+    >>> router = Router(["a", "b"], [0.5, 0.5], "random", seed=0, max_age=50)
+    >>> idx = world.run(router)
+    >>> len(idx), router.n_assigned
+    (200, 200)
     """
 
     def __init__(self, task, *, seed, max_delay, lost_share):
@@ -1125,6 +1516,22 @@ def plot_router_live(world, runs, capacities, best, capped):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> from capassign import Router, synthetic_stream
+    >>> X, R, mu = synthetic_stream(200, seed=0)
+    >>> class T:
+    ...     pass
+    >>> task = T(); task.X, task.R = X, R
+    >>> world = LiveWorld(task, seed=0, max_delay=20, lost_share=0.05)
+    >>> runs = {p: world.run(Router(["a", "b"], [0.6, 0.4], p, seed=0, n_features=X.shape[1]))
+    ...         for p in ("logistic-greedy", "random")}
+    >>> fig = plot_router_live(world, runs, [0.6, 0.4], best=0.2, capped="b")
+    >>> fig.axes[1].get_title()
+    '(b) running error'
+    >>> plt.close(fig)
     """
     T = len(next(iter(runs.values())))
     steps = np.arange(1, T + 1)
@@ -1163,6 +1570,13 @@ def noncontextual_table(rows):
     Returns
     -------
     Table
+
+    Examples
+    --------
+    >>> rows = [{"T": 100, "limit": 0.5, "random": 0.5, "marginal": 0.51,
+    ...          "random_share": 0.31, "marginal_share": 0.3}]
+    >>> noncontextual_table(rows).frame.index.tolist()
+    ['100']
     """
     import pandas as pd
 
@@ -1185,6 +1599,21 @@ def plot_noncontextual(rows):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Parameters
+    ----------
+    rows : list of dict
+        As for :func:`noncontextual_table`, with the standard errors.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> rows = [{"T": T, "limit": 0.5, "random": 0.5, "marginal": 0.5, "random_se": 0.01,
+    ...          "marginal_se": 0.01} for T in (100, 400)]
+    >>> fig = plot_noncontextual(rows)
+    >>> fig.axes[0].get_xscale()
+    'log'
+    >>> plt.close(fig)
     """
     fig, ax = book_figure()
     Ts = np.array([r["T"] for r in rows])
@@ -1202,7 +1631,7 @@ def plot_noncontextual(rows):
     return fig
 
 
-def glue_noncontextual(rows, *, mu_all, capacities, eta, runs, d, T_grid):
+def _glue_noncontextual(rows, *, mu_all, capacities, eta, runs, d, T_grid):
     """Glue every number the prose of ``theory_noncontextual`` quotes (names ``tn_*``)."""
     def z(r):
         return abs(r["marginal"] - r["random"]) / np.hypot(r["random_se"], r["marginal_se"])
@@ -1257,6 +1686,17 @@ def plot_coverage(table, level):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> import pandas as pd
+    >>> table = pd.DataFrame({"stream": ["s", "s", "u", "u"], "target": ["random"] * 4,
+    ...                       "estimator": ["ips", "dr"] * 2, "coverage": [0.95, 1.0, 0.9, 0.97]})
+    >>> fig = plot_coverage(table, level=0.95)
+    >>> [ax.get_title() for ax in fig.axes]
+    ['s', 'u']
+    >>> plt.close(fig)
     """
     streams = list(dict.fromkeys(table["stream"]))
     fig, axes = book_figure(len(streams), sharey=True, height=3.6)
@@ -1303,6 +1743,18 @@ def plot_price_regions(x_grid, w, mu, alpha, lam):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> from capassign import optimal_assignment
+    >>> x, w = three_agent_grid(11)
+    >>> mu = three_agents(x)
+    >>> res = optimal_assignment(mu, [0.2, 0.3, 0.5], weights=w)
+    >>> fig = plot_price_regions(x, w, mu, [0.2, 0.3, 0.5], res.shadow_prices)
+    >>> fig.axes[1].get_title().splitlines()[0]
+    'constrained:'
+    >>> plt.close(fig)
     """
     from matplotlib.colors import ListedColormap
 
@@ -1356,6 +1808,18 @@ def plot_two_agent_thresholds(x, mu, cuts, grid_alpha, values, p_nonneg, margina
     Returns
     -------
     matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> x = np.linspace(-3, 3, 61)
+    >>> mu = np.column_stack([0.5 + 0.1 * x, 0.5 - 0.1 * x])
+    >>> alphas = np.linspace(0, 1, 11)
+    >>> fig = plot_two_agent_thresholds(x, mu, [(0.25, 0.1, 0.5)], alphas, 0.5 + 0.1 * alphas,
+    ...                                 0.5, marginals=(0.5, 0.5))
+    >>> fig.axes[1].get_title()
+    'value of the optimal policy'
+    >>> plt.close(fig)
     """
     mu1, mu2 = marginals
     fig, (ax0, ax1) = book_figure(2, height=3.6)
@@ -1392,6 +1856,24 @@ def plot_disagreement_gain(grid_alpha, gain, formula, alpha_range):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Parameters
+    ----------
+    grid_alpha : numpy.ndarray
+        Capacities of agent 1.
+    gain, formula : numpy.ndarray
+        The optimal gain and the closed form at each.
+    alpha_range : tuple of float
+        Where the closed form holds.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> a = np.linspace(0, 1, 11)
+    >>> fig = plot_disagreement_gain(a, a * (1 - a), a * (1 - a) + 0.01, (0.2, 0.8))
+    >>> len(fig.axes[0].get_lines())
+    6
+    >>> plt.close(fig)
     """
     lo, hi = alpha_range
     in_range = (grid_alpha >= lo) & (grid_alpha <= hi)
@@ -1417,6 +1899,25 @@ def plot_pointwise_best(xq, mu_q, names):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Parameters
+    ----------
+    xq : numpy.ndarray
+        The context grid.
+    mu_q : numpy.ndarray
+        ``(len(xq), 3)`` expected rewards.
+    names : sequence of str
+        The agents' names.
+
+    Examples
+    --------
+    >>> import matplotlib.pyplot as plt
+    >>> xq = np.linspace(-3, 3, 61)
+    >>> mu_q = np.column_stack([0.7 + 0.05 * xq, 0.7 - 0.05 * xq, 0.72 - 0.01 * xq**2])
+    >>> fig = plot_pointwise_best(xq, mu_q, ["a", "b", "c"])
+    >>> fig.axes[0].get_legend() is None
+    True
+    >>> plt.close(fig)
     """
     best = np.argmax(mu_q, axis=1)
     fig, ax = book_figure()
@@ -1431,3 +1932,42 @@ def plot_pointwise_best(xq, mu_q, names):
     ax.set_ylabel(r"$\mu_a(x)$")
     legend_outside(fig)
     return fig
+
+
+_GLUERS = {"data_agents": _glue_data_agents, "data_contexts": _glue_data_contexts,
+           "theory_online": _glue_theory_online,
+           "theory_noncontextual": _glue_noncontextual}
+
+
+def glue_chapter(chapter, *args, **results):
+    """Glue every number the prose of a foundation chapter quotes, from its results.
+
+    Parameters
+    ----------
+    chapter : str
+        ``data_agents`` (names ``da_*``), ``data_contexts`` (``da_*``),
+        ``theory_online`` (``on_*``) or ``theory_noncontextual`` (``tn_*``).
+    *args, **results
+        The chapter's results under the names it computes them.
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    Outside a notebook nothing is stored:
+
+    >>> rows = [{"T": 100, "limit": 0.5, "random": 0.5, "marginal": 0.51,
+    ...          "random_se": 0.01, "marginal_se": 0.01, "random_share": 0.3,
+    ...          "marginal_share": 0.3}]
+    >>> glue_chapter("theory_noncontextual", rows, mu_all=np.full((100, 2), 0.5),
+    ...              capacities=[0.3, 0.7], eta=0.5, runs=2, d=4, T_grid=[100])
+    >>> glue_chapter("intro")
+    Traceback (most recent call last):
+    ...
+    ValueError: chapter must be one of ['data_agents', 'data_contexts', 'theory_online', 'theory_noncontextual'], got 'intro'
+    """
+    if chapter not in _GLUERS:
+        raise ValueError(f"chapter must be one of {list(_GLUERS)}, got {chapter!r}")
+    _GLUERS[chapter](*args, **results)
