@@ -122,3 +122,33 @@ __all__ = [
     # the command line (cli)
     "main",
 ]
+
+# the foundation chapters' read-outs: the data, the agents, the theory, the router
+# (foundations)
+from .foundations import (  # noqa: E402
+    AGENT_MATCH_TOL, TABLE3_TASKS, verify_data, mmlu_substitution_fold, implied_logistic_fold,
+    show_encoding_evidence, matched_agents, show_matched_agents, context_codings,
+    coding_sensitivity, coding_moves, reading_table, chosen_reading, rebuild_table3,
+    show_table3, check_table3, plot_table3, agents_by_seed, show_agents_by_seed,
+    bank_splits, camelyon17_fold, plot_context_curves, plot_many_agents,
+    context_curves_fold, second_agent_lead, binned_accuracies, report_fig1_split,
+    three_agents, three_agent_grid, step_label, price_table, price_misses,
+    plot_online_prices, plot_online_shares, tuning_rule, steps_on_tuning_streams,
+    LiveWorld, plot_router_live, noncontextual_table, plot_noncontextual,
+    OPE_ESTIMATOR_STYLE, plot_coverage, plot_price_regions, plot_two_agent_thresholds,
+    plot_disagreement_gain, plot_pointwise_best, glue_chapter)
+
+__all__ += [
+    "AGENT_MATCH_TOL", "TABLE3_TASKS", "verify_data", "mmlu_substitution_fold",
+    "implied_logistic_fold", "show_encoding_evidence", "matched_agents",
+    "show_matched_agents", "context_codings", "coding_sensitivity", "coding_moves",
+    "reading_table", "chosen_reading", "rebuild_table3", "show_table3", "check_table3",
+    "plot_table3", "agents_by_seed", "show_agents_by_seed", "bank_splits",
+    "camelyon17_fold", "plot_context_curves", "plot_many_agents", "context_curves_fold",
+    "second_agent_lead", "binned_accuracies", "report_fig1_split", "three_agents",
+    "three_agent_grid", "step_label", "price_table", "price_misses", "plot_online_prices",
+    "plot_online_shares", "tuning_rule", "steps_on_tuning_streams", "LiveWorld",
+    "plot_router_live", "noncontextual_table", "plot_noncontextual", "OPE_ESTIMATOR_STYLE",
+    "plot_coverage", "plot_price_regions", "plot_two_agent_thresholds",
+    "plot_disagreement_gain", "plot_pointwise_best", "glue_chapter",
+]
