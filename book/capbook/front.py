@@ -401,9 +401,7 @@ KIND_SHORT = {"result reproduced": "reproduced", "result differs": "differs",
 #: Table 4's policies by the last part of an item's id.
 _POLICY_WORDS = {"lg": "logistic greedy", "tg": "tree greedy", "random": "random"}
 #: The panels of the paper's Fig. 3 in the scorecard's status: panel -> (name, chapter).
-_PANELS = {"a": ("Cardio", "exp_tabular"), "b": ("Bank", "exp_tabular"),
-           "c": ("Coupon", "exp_tabular"), "d": ("Credit", "exp_tabular"),
-           "e": ("MMLU", "exp_imagenet_mmlu"), "f": ("ImageNet-16H", "exp_imagenet_mmlu")}
+_PANELS = dict(zip("abcdef", FRONT_TASKS.values()))
 _PARTS = {"contextual": "ctx", "contextual_codes": "ctx-codes", "trees": "tree"}
 
 #: Every item whose verdict or kind changed when the scorecard's rules were written:
