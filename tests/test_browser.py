@@ -517,7 +517,8 @@ READING_JS = """
   const images = Array.from(article.querySelectorAll('.cell_output img'), img => ({
     src: img.getAttribute('src') || '', shown: img.getBoundingClientRect().width,
     shownHeight: img.getBoundingClientRect().height,
-    natural: img.naturalWidth, naturalHeight: img.naturalHeight}));
+    natural: img.naturalWidth, naturalHeight: img.naturalHeight,
+    top: y(img), visible: visible(img)}));
   // what the cells print: text blocks (folded ones too; not the library's source that
   // capbook.show_source prints, which is code, measured with the code above) and every
   // output's text
@@ -535,7 +536,7 @@ READING_JS = """
     brief = {top: y(box), firstBottom: first ? first.getBoundingClientRect().bottom + window.scrollY
                                              : null,
              glued: box.querySelectorAll('.pasted-text, .pasted-inline, .pasted-math').length,
-             text: clean(first || box).slice(0, 120)};
+             text: clean(first || box).slice(0, 120), all: clean(box)};
     break;
   }
   const sections = Array.from(article.querySelectorAll('section > h2'), h => {
@@ -760,6 +761,43 @@ def _brief_problems(page, reading, screen_height):
         if s["opensWith"] == "cell":
             problems.append(f"section {s['title']!r} opens with a code cell, not a sentence")
     return problems
+
+
+#: Statistical wording a chapter's "In brief" leaves to the detail further down: p-values,
+#: Holm's adjustment, paired or confidence intervals, named tests.
+BRIEF_JARGON = re.compile(
+    r"(?<![\w-])p\s*(?:[<>=≤≥]|\(|-values?\b|\s+values?\b)|\bp-?values?\b|\bHolm\b"
+    r"|\bpaired\s+(?:\d+\s*%\s+)?intervals?\b|\bCIs?\b|\bconfidence\s+intervals?\b"
+    r"|\bWilcoxon\b|\bt-tests?\b", re.I)
+#: How far down the page an experiment chapter's first figure may start, in screens
+#: (window heights, the page as first seen with folds closed).
+FIRST_FIGURE_SCREENS = 2.0
+
+
+def _brief_wording_problems(page, reading):
+    """An experiment chapter's "In brief" that speaks in p-values, Holm, paired
+    intervals or CIs instead of plain words (each phrase found, with its context)."""
+    brief = reading["brief"]
+    if not EXPERIMENT_CHAPTER.search(Path(page).stem) or brief is None:
+        return []
+    text = brief.get("all") or brief["text"]
+    return [f"the 'In brief' says {m[0]!r}: ...{text[max(0, m.start() - 40):m.end() + 30]}..."
+            for m in BRIEF_JARGON.finditer(text)]
+
+
+def _first_figure_problem(page, reading, screen_height, screens=FIRST_FIGURE_SCREENS):
+    """An experiment chapter whose first output figure (visible with folds closed) starts
+    below ``screens`` screens of ``screen_height`` px, or that shows none (None: fine)."""
+    if not EXPERIMENT_CHAPTER.search(Path(page).stem):
+        return None
+    shown = [img for img in reading["images"] if img.get("visible", True)]
+    if not shown:
+        return "no output figure on the page as first seen"
+    top = min(img["top"] for img in shown)
+    if top > screens * screen_height:
+        return (f"the first figure starts at {top:.0f} px, screen {top / screen_height:.1f} "
+                f"(within {screens:g} screens: above {screens * screen_height:.0f} px)")
+    return None
 
 
 def _read_page(browser, site, book_html, page, viewport):
@@ -1208,6 +1246,108 @@ def test_experiment_chapters_state_their_finding_first(readings):
     report = _book_report(readings, ["1280"],
                           lambda p, v, r: _brief_problems(p, r["page"], height))
     assert not report, "\n".join(report)
+
+
+def test_experiment_briefs_speak_plain_words(readings):
+    """No experiment chapter's "In brief" speaks in p-values, Holm, paired intervals or
+    CIs (BRIEF_JARGON): how sure a finding is reads as "in every one of the 80
+    comparisons"; the tests go to the detail. Every failing page in one report."""
+    chapters = [p for p in PAGES if EXPERIMENT_CHAPTER.search(Path(p).stem)]
+    assert len(chapters) >= 10, chapters
+    report = _book_report(readings, ["1280"],
+                          lambda p, v, r: _brief_wording_problems(p, r["page"]))
+    assert not report, f"{len(report)} statistical phrases in briefs:\n" + "\n".join(report)
+
+
+def test_experiment_figures_start_within_two_screens(readings):
+    """Each experiment chapter's first figure starts within FIRST_FIGURE_SCREENS screens at
+    1280x800 (the page as first seen, folds closed); where it starts at 390x844 is
+    printed (-s). Every failing page in one report."""
+    chapters = [p for p in PAGES if EXPERIMENT_CHAPTER.search(Path(p).stem)]
+    assert len(chapters) >= 10, chapters
+    print("\nfirst figure of each experiment chapter, in screens (1280 px / 390 px):")
+    for page in chapters:
+        tops = []
+        for viewport, size in VIEWPORTS.items():
+            r = readings(page, viewport)["page"] or {"images": []}
+            shown = [img["top"] for img in r["images"] if img.get("visible", True)]
+            tops.append(f"{min(shown) / size['height']:.1f}" if shown else "none")
+        print(f"  {Path(page).stem:24s} " + " / ".join(tops))
+    height = VIEWPORTS["1280"]["height"]
+    report = _book_report(readings, ["1280"], lambda p, v, r: [
+        x for x in [_first_figure_problem(p, r["page"], height)] if x])
+    assert not report, (f"{len(report)} experiment chapters show their first figure late:\n"
+                        + "\n".join(report))
+
+
+def test_brief_wording_check_itself():
+    """The wording check finds each kind of phrase and spares plain words."""
+    plain = {"brief": {"all": "In every one of the 80 comparisons the contextual policies "
+                              "beat random; the gain is 0.07 (95 % interval 0.069 to 0.070), "
+                              "a capacity of 0.5, a deep tree, happy paths."}}
+    assert _brief_wording_problems("book/executed/exp_x.html", plain) == []
+    jargon = ("Holm-adjusted p < 0.001; p-values below 0.05; p = 0.03; the paired interval "
+              "excludes zero; 95% CI [0.01, 0.02]; a confidence interval; Wilcoxon; a t-test")
+    found = _brief_wording_problems("book/executed/exp_x.html", {"brief": {"all": jargon}})
+    said = [f.split("'")[3] for f in found]
+    assert said == ["Holm", "p <", "p-values", "p =", "paired interval", "CI",
+                    "confidence interval", "Wilcoxon", "t-test"], found
+    assert _brief_wording_problems("book/executed/intro.html", {"brief": {"all": jargon}}) == []
+
+
+def test_first_figure_check_itself():
+    """A figure below two screens, none at all and one inside a closed fold are reported;
+    one on the second screen is not; pages that are not experiment chapters are not checked."""
+    def reading(*images):
+        return {"images": [dict(top=top, visible=shown) for top, shown in images]}
+
+    page = "book/executed/exp_x.html"
+    assert _first_figure_problem(page, reading((1500, True), (3000, True)), 800) is None
+    late = _first_figure_problem(page, reading((2400, True)), 800)
+    assert late == ("the first figure starts at 2400 px, screen 3.0 (within 2 screens: above "
+                    "1600 px)"), late
+    assert "no output figure" in _first_figure_problem(page, reading(), 800)
+    assert "starts at 2000 px" in _first_figure_problem(
+        page, reading((0, False), (2000, True)), 800)
+    assert _first_figure_problem("book/executed/intro.html", reading(), 800) is None
+
+
+# An "In brief" block in statistical words and a 2000-px spacer, put at the top of the
+# article: the brief and the first figure below it are both read as a reader sees them.
+FIRST_SCREEN_INJECT_JS = """
+() => {
+  const article = document.querySelector('article.bd-article');
+  const d = document.createElement('div');
+  d.innerHTML = '<div class="admonition"><p class="admonition-title">In brief</p>' +
+    '<p>Contextual policies beat random (Holm-adjusted p < 0.001, paired interval ' +
+    'above zero).</p></div><div style="height:2000px"></div>';
+  article.prepend(d);
+}
+"""
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_first_screen_checks_on_an_injected_page(viewport, browser, site):
+    """On the front page as built, read as if it were an experiment chapter, its figure
+    starts on the first screen; with a brief in statistical words and a spacer injected
+    above it, both checks report it."""
+    height = VIEWPORTS[viewport]["height"]
+    v = _Visit(browser, site, VIEWPORTS[viewport])
+    try:
+        v.page.goto(site + "book/executed/intro.html", wait_until="load")
+        v.page.evaluate("async () => { await document.fonts.ready; }")
+        before = v.page.evaluate(READING_JS, [ARTICLE, CODE_LINE_LIMIT])
+        v.page.evaluate(FIRST_SCREEN_INJECT_JS)
+        after = v.page.evaluate(READING_JS, [ARTICLE, CODE_LINE_LIMIT])
+    finally:
+        v.close()
+    page = "book/executed/exp_x.html"
+    assert before["images"], "the front page shows no figure"
+    assert _first_figure_problem(page, before, height) is None, before["images"]
+    late = _first_figure_problem(page, after, height)
+    assert late is not None and "the first figure starts at" in late, after["images"]
+    wording = _brief_wording_problems(page, after)
+    assert [w.split("'")[3] for w in wording] == ["Holm", "p <", "paired interval"], wording
 
 
 # Injected into a built page: the same wide table in a bare scrolling box (its

@@ -47,6 +47,10 @@ Modules, in the order a chapter meets them:
 ``speed``
     the README's speed tables: one run of the library's benchmarks, printed
     as Markdown;
+``front``
+    the pages that read other chapters: the front page's figure of what holds
+    of the paper's main result, the reproduction scorecard's tables, the paper
+    index;
 ``pipeline``
     the chapter tools of a checkout: papermill re-execution, the
     source/notebook drift check, prose sync, a chapter's glued values;
@@ -152,3 +156,12 @@ __all__ += [
     "plot_coverage", "plot_price_regions", "plot_two_agent_thresholds",
     "plot_disagreement_gain", "plot_pointwise_best", "glue_chapter",
 ]
+
+# the front page, the scorecard's page and the paper index (front)
+from .front import (CLAIM_PARTS, FRONT_ALPHA, FRONT_POLICIES, FRONT_TASKS, KIND_SHORT,  # noqa: E402
+                    PAPER_INDEX, PAPER_SEED, SCORECARD_CHANGES, STATUS_TEXT, Scorecard,
+                    WhatHolds, paper_index, stored_paired_tests, verdict_colours, what_holds)
+
+__all__ += ["FRONT_TASKS", "FRONT_POLICIES", "FRONT_ALPHA", "PAPER_SEED", "CLAIM_PARTS",
+            "STATUS_TEXT", "stored_paired_tests", "verdict_colours", "WhatHolds", "what_holds",
+            "KIND_SHORT", "SCORECARD_CHANGES", "Scorecard", "PAPER_INDEX", "paper_index"]
