@@ -40,7 +40,7 @@ The module is organised in the order data flows through it:
 The numbers quoted from the paper (``PAPER_*``, the queue step ``PAPER_ETA``) stand
 together before section 1, each with its place in the paper.  A section uses
 only names defined in itself or in the sections before it
-(tests/test_sections.py).
+(tests/test_s01_sections.py).
 
 What exists only for the companion book lives with the book, in its own
 module ``capbook``: tables, glue, the figure style, the scorecard, the
@@ -147,7 +147,7 @@ __all__ = [
 #: What the companion book's module capbook uses of this module besides __all__:
 #: helpers it shares rather than copies, and the names its evidence, stored results
 #: and speed tables read.  Not for users; each may change with the book
-#: (tests/test_validation.py checks the list against capbook's imports).
+#: (tests/test_s01_validation.py checks the list against capbook's imports).
 _BOOK_API = (
     # argument checks, worded as everywhere (sections 1 and 10)
     "_validate_bool", "_validate_int", "_validate_real", "_validate_share",
@@ -6367,7 +6367,7 @@ def _reference_batch_run(X, R, order, sim, rng):
 # which no longer influence anything.  In batch mode an agent with
 # alpha_a = 0 never gets a count, so the run is forced from the start when a
 # single agent has all the capacity and none is free.  Results are identical
-# with and without the exit (tests/test_batch.py).
+# with and without the exit (tests/test_s06_batch.py).
 
 
 @_njit(cache=True)

@@ -108,7 +108,7 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(autouse=True)
 def _unit_tests_compute(monkeypatch):
-    """Unit tests see no memo (tests/test_memo.py sets its own)."""
+    """Unit tests see no memo (tests/test_s06_memo.py sets its own)."""
     monkeypatch.delenv(_MEMO_ENV, raising=False)
 
 

@@ -1,5 +1,5 @@
-"""Helpers shared by the test modules (imported as ``_helpers``: pytest puts this
-folder on the path of the modules it collects)."""
+"""Helpers shared by the test modules (imported as ``_helpers``: pyproject.toml's
+``pythonpath`` puts this folder on the path, for tests/ and tests/book/ alike)."""
 
 import json
 

@@ -5,7 +5,7 @@ started (sphinx-thebe and sphinx-togglebutton do so for their inline
 configuration) twice to every page: once as registered, once when it replays
 the registry before writing. For sphinx-thebe's ``const THEBE_JS_URL = ...``
 the second copy is a JavaScript ``SyntaxError`` on every page of the book,
-which ``tests/test_browser.py`` reports. This handler drops the repeats,
+which ``tests/book/test_browser.py`` reports. This handler drops the repeats,
 keeping the first of each (same file or same inline body, same attributes).
 """
 

@@ -4,7 +4,7 @@
  * equation wider than its box is set in a smaller type, down to half its size
  * (the widest of the book's own equations are written on several lines so
  * that they need no more). Done again when the window changes size.
- * tests/test_browser.py checks the result at 1280 and 390 px.
+ * tests/book/test_browser.py checks the result at 1280 and 390 px.
  */
 (function () {
   "use strict";

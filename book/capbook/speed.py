@@ -6,7 +6,7 @@ grid, ``bench --router`` at T = 20,000), their reports on stderr, and prints
 the tables that README.md carries under "Speed", with the date, the machine's
 cores, the numba version and threads, and the lowest and highest load average
 seen during the run.  The library measures; the Markdown is written here
-(tests/test_readme.py keeps the README's tables in the format printed).
+(tests/book/test_readme.py keeps the README's tables in the format printed).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from capassign import benchmark_engines, benchmark_router, benchmark_startup
 
 #: The first and last lines of the speed tables ``python -m capbook speed-tables``
-#: prints and README.md carries (tests/test_readme.py keeps the two in one format).
+#: prints and README.md carries (tests/book/test_readme.py keeps the two in one format).
 SPEED_MARKERS = ("<!-- speed tables: python -m capbook speed-tables -->",
                  "<!-- end of the speed tables -->")
 

@@ -1,6 +1,6 @@
 """The book carries its own MathJax 3 (book/_ext/local_mathjax.py, configured in _config.yml).
 
-These checks need no browser; tests/test_browser.py opens the pages and checks
+These checks need no browser; tests/book/test_browser.py opens the pages and checks
 the math is typeset offline and from file://.
 """
 
@@ -14,7 +14,7 @@ import pytest
 import yaml
 from sphinx.errors import ExtensionError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 import local_mathjax  # noqa: E402
 

@@ -32,7 +32,7 @@ def test_defaults_are_the_frozen_schedule_and_the_object_is_a_value():
 
 
 def test_the_library_default_is_the_frozen_schedule_and_the_paper_constant_is_kept(stream):
-    # the defaults follow the evidence of the beyond_step chapter (issue "defaults")
+    # the defaults follow the evidence of the beyond_step chapter
     assert ca.DEFAULT_ETA == ca.DecayingEta() and ca.PAPER_ETA == 0.5
     X, R, _ = stream
     caps = (0.2, 0.3, 0.5)

@@ -330,7 +330,7 @@ def test_a_cell_too_large_for_memory_is_refused_before_any_work(tmp_path, monkey
 
 
 def test_repeated_policies_and_capacities_are_refused(tmp_path):
-    # they used to give every row twice (the same cells, listed twice)
+    # accepted, they would give every row twice (the same cells, listed twice)
     X, R = _tiny(0)
     with pytest.raises(ValueError, match="policies must not repeat a name"):
         ca.sweep({"t": (X, R)}, ["random", "random"], [0.5], tmp_path / "a", runs=2,
@@ -342,7 +342,7 @@ def test_repeated_policies_and_capacities_are_refused(tmp_path):
 
 
 def test_an_empty_out_dir_is_refused(tmp_path, monkeypatch):
-    # Path("") is the current folder: the sweep used to write its cells there
+    # Path("") is the current folder: the sweep would write its cells there
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="out_dir must name a results folder"):
         _tiny_sweep("")
@@ -353,7 +353,7 @@ def test_an_empty_out_dir_is_refused(tmp_path, monkeypatch):
                                      "tcp://", "garbage address", "tcp://:8786", "host:",
                                      "tcp://a:1:2"])
 def test_a_malformed_scheduler_address_is_refused_at_once(tmp_path, address):
-    # it used to wait for the client's connection timeout, then print a traceback
+    # refused at once, not after the client's connection timeout with a traceback
     start = time.perf_counter()
     with pytest.raises(ValueError, match="scheduler must be a Dask scheduler address"):
         _tiny_sweep(tmp_path / "s", backend="dask", scheduler=address)
@@ -390,8 +390,8 @@ def test_a_planted_cells_link_is_refused(tmp_path):
 
 
 def test_a_planted_temporary_table_link_is_not_followed(tmp_path):
-    # the table was written to the fixed name .results.csv.tmp, through any
-    # link planted there, and renamed: the link's target was overwritten
+    # a table written to a fixed name .results.csv.tmp would go through any
+    # link planted there, and be renamed: the link's target overwritten
     out, victim = tmp_path / "s", tmp_path / "victim.txt"
     out.mkdir()
     victim.write_text("precious\n")

@@ -207,10 +207,10 @@ def test_book_subprocess_one_line(tmp_path):
     assert listed.returncode == 0 and listed.stdout.split() == cb.chapter_names()
 
 
-# --- gaps closed in the second hardening round ----------------------------------------
+# --- refused in one line: empty or repeated arguments, sizes, extras, addresses --------
 
 def test_sweep_out_empty_is_refused(capsys, tmp_path, monkeypatch):
-    # '' used to be the current folder: the sweep wrote cells/, sweep.json there
+    # '' would be the current folder: the sweep would write cells/, sweep.json there
     monkeypatch.chdir(tmp_path)
     err = fails(capsys, ["sweep", "--tasks", "synthetic", "--policies", "random",
                          "--alphas", "0.5", "--runs", "1", "--out", ""])
@@ -270,7 +270,7 @@ def test_version_flag(capsys):
     assert capsys.readouterr().out == f"capassign {ca.__version__}\n"
 
 
-# --- gaps closed in the third hardening round -----------------------------------------
+# --- the book's commands: interrupted writes, partial files, argument errors ----------
 
 _LIMITED_WRITE = r"""
 import json, resource, shutil, signal, sys

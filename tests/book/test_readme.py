@@ -13,7 +13,7 @@ from pathlib import Path
 import capassign as ca
 from capbook import speed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _masked(lines):

@@ -6,6 +6,10 @@ walk the module's syntax tree and fail on a reference from one section to a
 name defined in a later section, and on an import of a tool of the book
 (the library knows nothing of the book).
 
+The tests follow the same sections: each file tests/test_sNN_<topic>.py tests
+section NN, every section has at least one, and the book's checks sit in
+tests/book/.
+
 A reference counts wherever Python resolves it to a module-level name: in a
 statement at module level, in a decorator or a default value, and anywhere in
 a function or class body (``symtable`` tells which names of a body are the
@@ -138,3 +142,53 @@ def test_the_check_sees_what_it_must(tmp_path, monkeypatch):
     (tmp_path / "mod.py").write_text(src, encoding="utf-8")
     _, found = _violations()
     assert set(found) == {("f", "B"), ("f", "g"), ("f", "papermill"), ("C = g", "g")}
+
+
+# --- the tests follow the sections -------------------------------------------------
+
+_TEST_NAME = re.compile(r"test_s(\d\d)_[a-z0-9]+(?:_[a-z0-9]+)*\.py")
+
+
+def _layout_problems(library, book, folders, sections):
+    """What breaks the test layout: the names of the test files in tests/ (``library``)
+    and in tests/book/ (``book``), the other folders of tests/ that hold test files,
+    and the section numbers of capassign.py."""
+    problems = [f"tests/{name}: not test_sNN_<topic>.py with NN a section of capassign.py"
+                for name in library
+                if not (m := _TEST_NAME.fullmatch(name)) or int(m.group(1)) not in sections]
+    tested = {int(m.group(1)) for name in library if (m := _TEST_NAME.fullmatch(name))}
+    problems += [f"section {n} has no test file tests/test_s{n:02d}_<topic>.py"
+                 for n in sorted(set(sections) - tested)]
+    # the test folders are not packages: pytest imports each test file by its name alone
+    problems += [f"tests/book/{name}: the name of a file in tests/" for name in book
+                 if name in library]
+    problems += [f"{folder}: test files outside tests/ and tests/book/" for folder in folders]
+    return problems
+
+
+def test_test_files_are_named_by_the_section_they_test():
+    tests = ROOT / "tests"
+    sections = [n for _, n in _sections(SOURCE.read_text(encoding="utf-8").splitlines())]
+    library = sorted(p.name for p in tests.glob("test_*.py"))
+    book = sorted(p.name for p in (tests / "book").glob("test_*.py"))
+    folders = sorted({p.parent.relative_to(ROOT).as_posix() for p in tests.rglob("test_*.py")}
+                     - {"tests", "tests/book"})
+    assert len(library) >= len(sections) and len(book) >= 10
+    problems = _layout_problems(library, book, folders, sections)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_layout_check_sees_what_it_must():
+    ok = ["test_s01_validation.py", "test_s02_kernels.py", "test_s02_kernel_cache.py"]
+    assert _layout_problems(ok, ["test_notebooks.py"], [], [1, 2]) == []
+    assert _layout_problems(ok + ["test_router.py", "test_s3_oracle.py", "test_s15_x.py",
+                                  "test_s01.py", "test_s01_Bad.py"],
+                            ["test_s01_validation.py"], ["tests/old"], [1, 2, 3]) == [
+        "tests/test_router.py: not test_sNN_<topic>.py with NN a section of capassign.py",
+        "tests/test_s3_oracle.py: not test_sNN_<topic>.py with NN a section of capassign.py",
+        "tests/test_s15_x.py: not test_sNN_<topic>.py with NN a section of capassign.py",
+        "tests/test_s01.py: not test_sNN_<topic>.py with NN a section of capassign.py",
+        "tests/test_s01_Bad.py: not test_sNN_<topic>.py with NN a section of capassign.py",
+        "section 3 has no test file tests/test_s03_<topic>.py",
+        "tests/book/test_s01_validation.py: the name of a file in tests/",
+        "tests/old: test files outside tests/ and tests/book/"]

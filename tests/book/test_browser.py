@@ -59,7 +59,7 @@ from urllib.request import url2pathname
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CHROMIUM = os.environ.get("CAPASSIGN_CHROMIUM") or shutil.which("chromium")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Quick chapters whose printed numbers go through BLAS/LAPACK (matrix
 #: products, the assignment LP, the principal component of the embeddings
 #: and the agents' logistic fits): about 10 s and 25 s of re-execution.

@@ -108,7 +108,7 @@ def test_briefs_hold_no_typed_numbers(name):
     assert not typed, f"{name}: numbers typed into 'In brief' (glue them): {typed}"
 
 
-# The chapters that report an experiment (as in tests/test_browser.py).
+# The chapters that report an experiment (as in tests/book/test_browser.py).
 EXPERIMENT = re.compile(r"^(exp_|ext_|beyond_)|^(data_agents|data_contexts|fast_engine|router_live|router_ope)$")
 
 

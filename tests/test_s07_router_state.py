@@ -55,7 +55,7 @@ def test_the_states_used_below_restore():
 
 def test_declared_sizes_are_checked_before_allocation():
     s = copy.deepcopy(STATES["logistic"])
-    s["n_features"] = 20000                    # the 781-byte state of the issue
+    s["n_features"] = 20000                    # a state of 781 bytes
     _refused(s, "n_features")
     s["n_features"] = 4000                     # within the bound, but theta has 4 entries
     _refused(s, "theta")

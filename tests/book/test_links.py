@@ -7,7 +7,7 @@ from urllib.parse import unquote
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "book" / "chapters"
 ARXIV = "https://arxiv.org/abs/2605.27999"
 DOI = re.compile(r"^10\.\d{4,9}/\S+$")

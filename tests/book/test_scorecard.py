@@ -6,7 +6,7 @@ committed next to the item (``expect:``): the test fails when a verdict
 changes, e.g. because a chapter was re-run and now stores another value.
 
 After an intended change (a chapter re-run, or a chapter that now stores a
-value listed under ``needs:``), run ``python tests/test_scorecard.py --update``
+value listed under ``needs:``), run ``python tests/book/test_scorecard.py --update``
 (it switches stored ``needs:`` names to ``ours:`` and rewrites the ``expect:``
 lines), give every new "differs" a ``why:``, re-execute the scorecard chapter
 and review the diff.
@@ -141,7 +141,7 @@ def test_headline_counts_only_results():
 
 
 #: Items a skeptical reading found true by construction, a reading of labels, or unable
-#: to fail with these agents: never counted as results (issue of the scorecard's rules).
+#: to fail with these agents: never counted as results (the scorecard's rules).
 NOT_RESULTS = ("F4b-small", "F7b-small", "F4b-large", "F7b-large", "T3-order", "S4-not-both",
                "S4-offline-bound", "F8-eta0")
 
@@ -409,4 +409,4 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--update"]:
         update()
     else:
-        sys.exit("usage: python tests/test_scorecard.py --update")
+        sys.exit("usage: python tests/book/test_scorecard.py --update")

@@ -1,7 +1,7 @@
 """Tests of the mini-batch engine (Sec. 4.2, App. H.5) and of the exact early exit.
 
 The Python allocation functions ``batch_counts`` / ``batch_assign`` are tested in
-tests/test_oracle.py; here the compiled versions used by the fast engine are
+tests/test_s04_batch_allocation.py; here the compiled versions used by the fast engine are
 held to them (counts identical, assignments optimal against enumeration),
 ``simulate(..., batch_size=B)`` is checked for the batch rule itself (counts per
 batch, queue carry-over, long-run fractions), for agreement of the two engines,

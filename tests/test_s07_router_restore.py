@@ -1,4 +1,4 @@
-"""A router always restores what it saved (issue 24, items 1-7): each test
+"""A router always restores what it saved: each test
 builds a state the way a user could and requires it to restore, or an
 impossible state and requires it refused with a ValueError naming the field."""
 
@@ -201,7 +201,7 @@ def test_a_stream_state_without_its_contexts_is_refused():
         ca.Router.from_state(st)
 
 
-# --- threads (item 8) -------------------------------------------------------------
+# --- threads ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("policy, kw, n", [
