@@ -21,7 +21,7 @@ import numpy as np
 
 import capassign as ca
 
-from .present import book_figure, glue, legend_outside, policy_style, show_table
+from .present import book_figure, glue, legend_outside, policy_style, say, show_table
 
 #: The six tasks of the paper, by their registry name, with the names the book prints.
 TASK_NAMES = {"imagenet16h": "ImageNet-16H", "mmlu": "MMLU", "bank": "Bank",
@@ -518,7 +518,6 @@ def plot_free_agent(table):
 
 def describe_free_agent(task, R3):
     """Print the task and every agent's error, the free agent's last."""
-    from .present import say
 
     say(f"Bank (construction seed {task.meta['seed']}, the agents matched to Table 3): "
         f"T = {task.T} tasks, d = {task.X.shape[1]} context features")
@@ -579,7 +578,6 @@ def print_free_agent_claims(fa):
     """Print the paper's claims checked on the results: the contextual policies
     against the free agent alone and against random assignment, and the end
     points against the lone constrained agent."""
-    from .present import say
 
     err, ctx, beats_free, beats_rnd = fa["err"], fa["ctx"], fa["beats_free"], fa["beats_rnd"]
     print(f"contextual < always the free agent: "
@@ -599,7 +597,6 @@ def print_free_agent_claims(fa):
 def print_free_agent_best(fa):
     """Print the best policy's error over the capacities, random's range, the free
     agent's largest share and the margin of the worst policy over random."""
-    from .present import say
 
     best, err = fa["best"], fa["err"]
     say(f"best contextual error over alpha_1: min {best.min():.4f} at alpha_1 = "
@@ -678,7 +675,6 @@ def glue_free_agent(fa, *, task, free, runs, free_error):
 
 def describe_bank(task):
     """Print Bank's construction seed, length, agents and their errors."""
-    from .present import say
 
     say(f"Bank (construction seed {task.meta['seed']}, the agents matched to Table 3): "
         f"T = {task.T} tasks, agents {task.agent_names}, "
@@ -774,7 +770,6 @@ def _online_minus_batch(cmp_df, policy, batch):
 def print_minibatch_patterns(cmp_df, tab, *, batch):
     """Print the paper's two patterns on the results: batches below online at the
     interior capacities, and an interior batch size below both ends."""
-    from .present import say
 
     for policy in tab.columns:
         gap = _online_minus_batch(cmp_df, policy, batch)
@@ -926,7 +921,6 @@ def _multi_agent_numbers(df, alphas):
 def check_multi_agent(results, claims, alphas):
     """Check the multi-agent chapter's findings (an AssertionError if one fails) and
     print each task's margins, greedy-TS gaps and the errors at the middle capacity."""
-    from .present import say
 
     for name, df in results.items():
         ctx, err, margin, gaps, mid = _multi_agent_numbers(df, alphas)
@@ -1015,7 +1009,6 @@ def eta_findings(err, share, base, alphas, *, mono_tol=0.002):
     ``off`` (the offline tree's error), ``dev`` (per eta, the largest
     ``|share - alpha_1|``) and ``mono_tol``.
     """
-    from .present import say
 
     inner = [a for a in alphas if 0 < a < 1]
     rnd = base[base.policy == "random"].set_index("alpha1")["error"]
@@ -1046,7 +1039,6 @@ def _eta_middle(et):
 def check_eta(et, err):
     """Check the eta chapter's findings (an AssertionError if one fails) and print
     the error at the middle capacity for each positive eta."""
-    from .present import say
 
     assert all(et["mono"]), et["mono"]                    # error rises with eta everywhere
     pos = [e for e in err.index if e > 0]
@@ -1080,3 +1072,569 @@ def glue_eta(et, err, share, task, *, runs):
     glue("et_gap5_max", float(-gap5.min()))
     glue("et_err_a1", float(1 - task.R[:, 0].mean()))     # agent 1 alone (alpha_1 = 1)
     glue("et_err_a2", float(1 - task.R[:, 1].mean()))     # agent 2 alone (alpha_1 = 0)
+
+
+# --- beyond_uncertainty: intervals, paired tests and how many runs ---------------
+
+
+def plot_paired_all(tests, names):
+    """Figure: every paired difference (policy minus random) with its 95% interval,
+    one panel per task of ``names``."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = book_figure(2)
+    for ax, name in zip(axes, names):
+        ca.plot_paired_differences(tests[tests.task == name], ax=ax, title=name,
+                                   legend=False)
+        ax.set_ylabel("error − random" if ax is axes[0] else "")
+    legend_outside(fig)
+    plt.show()
+
+
+def run_spread(df, tasks):
+    """Per point: the error, its sd across runs, the half-width of its 95% interval and
+    the binomial standard error of a fresh stream; prints the largest sd per task."""
+    import pandas as pd
+
+    rows = []
+    for r in df.itertuples():
+        T = tasks[r.task].T
+        rows.append({"task": r.task, "policy": r.policy, "alpha1": r.alpha1,
+                     "error": r.error, "sd across runs": r.std,
+                     "95% CI half-width": (r.ci_high - r.ci_low) / 2,
+                     "binomial se over T": np.sqrt(r.error * (1 - r.error) / T)})
+    sd = df.groupby("task")["std"].max()
+    say("largest sd across runs: " + ", ".join(f"{k} {v:.4f}" for k, v in sd.items())
+        + "   (the paper: about 0.02 on MMLU, of order 0.001 elsewhere)")
+    return pd.DataFrame(rows)
+
+
+def spread_tables(spread, tasks, *, runs):
+    """Show the spread per task in brief, then every point per task (folded)."""
+    brief = spread.groupby("task", sort=False).agg(**{
+        "largest sd": ("sd across runs", "max"),
+        "half-width, min": ("95% CI half-width", "min"),
+        "half-width, max": ("95% CI half-width", "max"),
+        "binomial se, max": ("binomial se over T", "max")})
+    _show(show_table(brief, digits=4, caption=f"Spread of the error rate across {runs} runs "
+                                              "and of a fresh stream, in brief"))
+    for name in tasks:
+        _show(show_table(spread[spread.task == name].drop(columns="task"), digits=4,
+                         index=False, formats={"alpha1": 1}, fold=True,
+                         caption=f"{name}: mean error, its spread across {runs} runs "
+                                 "and the binomial standard error of a fresh stream"))
+
+
+def compare_tables(compare, tasks):
+    """Show the paired and unpaired comparisons per task in brief, then every one (folded)."""
+    brief = compare.groupby("task", sort=False).agg(**{
+        "largest |corr|": ("corr", lambda c: c.abs().max()),
+        "half-width paired, max": ("half-width paired", "max"),
+        "half-width Welch, max": ("half-width Welch", "max"),
+        "runs paired, max": ("runs paired", "max"),
+        "runs Welch, max": ("runs Welch", "max")})
+    _show(show_table(brief, digits=4, formats={"largest |corr|": 2},
+                     caption="Each policy minus random assignment, paired and unpaired, "
+                             "in brief"))
+    signed = {c: (lambda v, d=d: f"{v + 0.0:+.{d}f}") for c, d in (("diff", 4), ("corr", 2))}
+    for name in tasks:
+        _show(show_table(compare[compare.task == name].drop(columns="task"), digits=4,
+                         index=False, formats={"alpha1": 1, **signed}, fold=True,
+                         caption=f"{name}: each policy minus random assignment, paired "
+                                 "and unpaired (Welch), and the runs each needs"))
+
+
+def pairing_summary(compare):
+    """Print how far the paired and Welch half-widths differ and the runs needed."""
+
+    agree = (compare["half-width paired"] / compare["half-width Welch"] - 1).abs().max()
+    need = compare.groupby("task")["runs paired"].agg(["min", "max"])
+    say(f"paired and Welch half-widths differ by at most {agree:.0%}; "
+        "runs needed (paired) "
+        + ", ".join(f"{k} {v['min']}-{v['max']}" for k, v in need.iterrows()))
+
+
+def plot_closing(closing, grid):
+    """Figure: the paired (shaded) and Welch (dashed) 95% intervals of the first n
+    runs against n, one panel per case of ``closing``."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = book_figure(2, height=3.3)
+    for ((name, pol, a1), (ci, ciu)), ax in zip(closing.items(), axes):
+        ax.fill_between(grid, ci[:, 1], ci[:, 2], alpha=0.3, color="C1",
+                        label="paired 95% CI")
+        ax.plot(grid, ciu[:, 1], color="0.3", ls="--", lw=1, label="Welch 95% CI")
+        ax.plot(grid, ciu[:, 2], color="0.3", ls="--", lw=1)
+        ax.plot(grid, ci[:, 0], color="C1", lw=1.4, label="mean difference")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("runs $n$")
+        ax.set_ylabel(f"{pol} - random")
+        ax.set_title(rf"{name}, $\alpha_1 = {a1}$")
+        ax.grid(alpha=0.3, which="both")
+    legend_outside(fig, ncol=3)
+    plt.show()
+
+
+def glue_uncertainty(*, tasks, spread, df, compare, tests, n_all, runs):
+    """Check that every comparison is resolved and glue the uncertainty chapter's
+    numbers (``ub_*``) for its prose."""
+    assert bool((tests.ci_high < 0).all())                 # every comparison resolved
+    sd = df.groupby("task")["std"].max()
+    hw = spread.groupby("task")["95% CI half-width"].agg(["min", "max"])
+    ratio = spread["binomial se over T"] / spread["95% CI half-width"]
+    for name in tasks:
+        glue(f"ub_hw_min_{name}", float(hw.loc[name, "min"]))
+        glue(f"ub_hw_max_{name}", float(hw.loc[name, "max"]))
+        glue(f"ub_sd_max_{name}", float(sd[name]))
+        glue(f"ub_T_{name}", int(tasks[name].T))
+    glue("ub_ratio_min", float(ratio.min()))
+    glue("ub_ratio_max", float(ratio.max()))
+    glue("ub_ratio_max_mmlu", float(ratio[spread.task == "mmlu"].max()))
+    agree = (compare["half-width paired"] / compare["half-width Welch"] - 1).abs().max()
+    need = compare.groupby("task")["runs paired"].agg(["min", "max"])
+    slow = compare[compare["runs paired"] > 2 * need["min"].max()]
+    glue("ub_agree_pct", 100 * float(agree))
+    glue("ub_corr_max", float(compare["corr"].abs().max()))
+    for name in tasks:
+        lo, hi = int(need.loc[name, "min"]), int(need.loc[name, "max"])
+        glue(f"ub_need_min_{name}", lo)
+        glue(f"ub_need_max_{name}", hi)
+        glue(f"ub_need_{name}", f"{lo}" if lo == hi else f"{lo} to {hi}")
+    slow_text = "; ".join(f"{r['policy']} on {r['task']} at alpha_1 = {r['alpha1']:.1f}: "
+                          f"{r['runs paired']} runs" for _, r in slow.iterrows())
+    glue("ub_need_slow", slow_text or "none")
+    glue("ub_n_tests", len(tests))
+    glue("ub_runs", int(runs))
+    glue("ub_n_all_imagenet16h", int(n_all["imagenet16h"]))
+    glue("ub_n_all_mmlu", int(n_all["mmlu"]))
+
+
+# --- beyond_regret: regret against the optimal constrained policy ----------------
+
+#: Column names of the regret chapter's summary: the Lagrangian regret per task and
+#: the paper's modified regret (App. G) at the end of the stream.
+REGRET_COLUMNS = (r"$\mathrm{Reg}^\lambda_T / T$", r"$\widetilde{\mathrm{Reg}}_T$")
+
+
+def synthetic_oracle(task, capacities, grid):
+    """The optimal constrained assignment (``capassign.optimal_assignment``) of a
+    ``capassign.synthetic_task`` on its context distribution: x uniform on
+    [-1, 1], discretised at the midpoints of ``grid`` equal cells."""
+    x = (np.arange(grid) + 0.5) / grid * 2 - 1
+    z = task.meta["intercepts"] + np.outer(x, task.meta["slopes"])
+    mu_grid = 1 / (1 + np.exp(-z))
+    return ca.optimal_assignment(mu_grid, capacities)
+
+
+def print_oracle(oracle):
+    """Print the oracle's shadow prices, their difference and its value."""
+    lam = oracle.shadow_prices
+    print(f"shadow prices lambda = {np.round(lam, 4)}, "
+          f"lambda_1 - lambda_2 = {lam[0] - lam[1]:.4f}")
+    print(f"optimal constrained accuracy v* = {oracle.value:.4f}, "
+          f"random assignment {oracle.random_value:.4f}")
+
+
+def plot_regret_curves(curves):
+    """Figure: mean cumulative Lagrangian regret of the policies that do not learn
+    mu (left) and of the contextual ones (middle), each with the known-mu rule, and
+    the modified regret of App. G (right), on log-log axes."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = book_figure(3, height=3.2)
+    blind = [curves[p] for p in ("known-mu", "random", "marginal")]
+    learn = [curves[p] for p in ("known-mu", *ca.CONTEXTUAL_POLICIES)]
+    ca.plot_regret(blind, ax=axes[0], kind="lagrangian", legend=False,
+                   title=r"$\mathrm{Reg}^\lambda_t$, no context")
+    ca.plot_regret(learn, ax=axes[1], kind="lagrangian", legend=False,
+                   title=r"$\mathrm{Reg}^\lambda_t$, contextual")
+    ca.plot_regret([c for p, c in curves.items() if p != "known-mu"], ax=axes[2],
+                   kind="modified", legend=False,
+                   title=r"$\widetilde{\mathrm{Reg}}_t$ (App. G)")
+    for ax in axes[1:]:
+        ax.set_ylabel("")
+    axes[0].set_ylabel("cumulative regret")
+    for ax in axes[::2]:            # one x-axis title, under the middle panel
+        ax.set_xlabel("")
+    legend_outside(fig, "all", ncol=4)
+    plt.show()
+
+
+def regret_summary(curves, sims, *, T, runs, capacities, eta):
+    """Per policy: error, Lagrangian regret per task, its log-log slope, the excess
+    over the known-mu rule and its slope, the modified regret and its slope; shows
+    the table and returns it (indexed by policy; slopes as text, ``n/a`` where a
+    curve is not positive, ``-`` for the known-mu rule)."""
+    import pandas as pd
+
+    def slope(y):
+        t = np.unique(np.rint(np.geomspace(T // 100, T, 50)).astype(int))
+        return f"{ca.loglog_slope(y):.2f}" if np.all(y[t - 1] > 0) else "n/a"
+
+    REG, MOD = REGRET_COLUMNS
+    known = curves["known-mu"].lagrangian
+    rows = []
+    for p, c in curves.items():
+        lag, mod = c.mean("lagrangian"), c.mean("modified")
+        excess = (c.lagrangian - known).mean(axis=0)
+        learns = p != "known-mu"
+        rows.append({"policy": p, "error": sims[p].error, REG: lag[-1] / T,
+                     "slope": slope(lag), "excess": excess[-1],
+                     "slope (excess)": slope(excess) if learns else "-",
+                     MOD: mod[-1], "slope (modified)": slope(mod) if learns else "-"})
+    summary = pd.DataFrame(rows).set_index("policy")
+    caption = (f"$T = {T}$, {runs} runs, $\\alpha = {capacities}$, $\\eta = {eta}$; "
+               r"excess: $\mathrm{Reg}^\lambda_T$ minus the known-$\mu$ rule's; slopes of "
+               rf"$\log$ regret against $\log t$, fitted over $t \in [{T // 100}, {T}]$")
+    _show(show_table(summary, digits=4, formats={"excess": 1, MOD: 1}, caption=caption))
+    return summary
+
+
+def _regret_slopes(summary):
+    learners = list(ca.CONTEXTUAL_POLICIES)
+    lag_slopes = [float(v) for v in summary["slope"] if v != "n/a"]
+    ex_slopes = [float(summary.loc[p, "slope (excess)"]) for p in learners
+                 if summary.loc[p, "slope (excess)"] not in ("n/a", "-")]
+    return learners, lag_slopes, ex_slopes
+
+
+def check_regret_slopes(summary):
+    """Print the range of the regret slopes and the contextual policies' excess;
+    check that every regret is essentially linear and learning's cost sublinear."""
+    learners, lag_slopes, ex_slopes = _regret_slopes(summary)
+    say(f"slopes of Reg^lambda: {min(lag_slopes):.2f} to {max(lag_slopes):.2f}; "
+        f"excess of the contextual policies at T: "
+        f"{summary.loc[learners, 'excess'].min():.1f} to "
+        f"{summary.loc[learners, 'excess'].max():.1f}, slopes {ex_slopes}")
+    assert min(lag_slopes) > 0.8                      # essentially linear for every policy
+    assert all(v < 0.9 for v in ex_slopes)            # learning's cost grows sublinearly
+
+
+def known_mu_table(rows, lam):
+    """Show the known-mu rule's regret, adherence and price tracking per eta."""
+    import pandas as pd
+
+    fmt = {"eta": lambda v: f"{v:g}", "max tasks off (worst run)": 1, r"max $Q_1$": 1}
+    return show_table(pd.DataFrame(rows), digits=4, index=False, formats=fmt,
+                      caption=r"Known-$\mu$ queue rule, $\lambda_1 - \lambda_2 = "
+                              f"{lam[0] - lam[1]:.4f}$")
+
+
+def plot_price_groups(trackings):
+    """Figure: eta (Q_1 - Q_2) over the stream against the shadow-price difference,
+    one panel per group of policies, each with the known-mu rule."""
+    import matplotlib.pyplot as plt
+
+    by_policy = {pt.policy: pt for pt in trackings}
+    groups = [("greedy policies", ["logistic-greedy", "tree-greedy"]),
+              ("Thompson sampling", ["logistic-ts", "tree-ts"]),
+              ("learned marginal", ["marginal"])]
+    fig, axes = book_figure(3, sharey=True, height=3.2)
+    for ax, (title, group) in zip(axes, groups):
+        shown = [by_policy["known-mu"], *(by_policy[p] for p in group)]
+        ca.plot_price_tracking(shown, ax=ax, title=title, legend=False)
+    for ax in axes[::2]:            # one x-axis title, under the middle panel
+        ax.set_xlabel("")
+    for ax in axes[1:]:
+        ax.set_ylabel("")
+    legend_outside(fig, "all", ncol=3)
+    plt.show()
+
+
+def plot_known_tracking(trackings_known, etas_known, lam, T):
+    """Figure: the known-mu rule's eta (Q_1 - Q_2) at several penalties against the
+    shadow-price difference."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = book_figure()
+    t = np.unique(np.rint(np.geomspace(1, T, 200)).astype(int))
+    for (pt, e), ls in zip(zip(trackings_known, etas_known), ["-", "--", "-.", ":"] * 3):
+        ax.plot(t, pt.tracked[t - 1, 0], ls=ls, label=rf"known $\mu$, $\eta = {e}$")
+    ax.axhline(lam[0] - lam[1], color="k", ls="--", lw=2,
+               label=r"$\lambda_1 - \lambda_2$")
+    ax.set_xscale("log")
+    ax.set_xlabel("tasks assigned, $t$")
+    ax.set_ylabel(r"$\eta\,(Q_{t,1} - Q_{t,2})$")
+    ax.grid(alpha=0.3, which="both")
+    legend_outside(fig, ncol=4)
+    plt.show()
+
+
+def check_price_tracking(trackings, trackings_known, lam):
+    """Check that the queues settle a little below the shadow-price difference, and
+    closest at the smallest penalty; say so."""
+    tail = {pt.policy: pt.tail_mean[0] for pt in trackings}
+    gap = lam[0] - lam[1]
+    assert all(tail[p] < gap for p in ["known-mu", *ca.CONTEXTUAL_POLICIES])   # a bit below
+    below = [gap - pt.tail_mean[0] for pt in trackings_known]
+    assert below[-1] < below[0]       # the smallest penalty sits closest to the price
+    print("checked: the known-mu rule and every contextual policy settle a little below "
+          "the\n  shadow-price difference, and the smallest penalty sits closest to it")
+
+
+def glue_regret(*, summary, oracle, trackings, T, eta, capacities):
+    """Glue the regret chapter's numbers (``rg_*``) for its prose."""
+    REG = REGRET_COLUMNS[0]
+    learners, lag_slopes, ex_slopes = _regret_slopes(summary)
+    glue("rg_slope_min", min(lag_slopes))
+    glue("rg_slope_max", max(lag_slopes))
+    glue("rg_known_loss", float(summary.loc["known-mu", REG]))
+    glue("rg_excess_max", float(summary.loc[learners, "excess"].max()))
+    glue("rg_excess_slope_max", max(ex_slopes))
+    glue("rg_T", int(T))
+    glue("rg_random_loss", float(summary.loc["random", REG]))
+    glue("rg_marginal_loss", float(summary.loc["marginal", REG]))
+    glue("rg_vgap", float(oracle.value - oracle.random_value))
+    glue("rg_eta", float(eta))
+    glue("rg_up", round(1 - capacities[0], 12))
+    glue("rg_down", float(capacities[0]))
+    glue("rg_jump", float(eta * (1 - capacities[0])))
+    lam = oracle.shadow_prices
+    tail = {pt.policy: pt.tail_mean[0] for pt in trackings}
+    glue("rg_gap", float(lam[0] - lam[1]))
+    glue("rg_tail_known", float(tail["known-mu"]))
+    glue("rg_tail_marginal", float(tail["marginal"]))
+
+
+# --- beyond_changes: graded rewards, drifting expertise, changing teams ----------
+
+
+def drift_stream(task, n_items, seed, s):
+    """A stream of ImageNet-16H's items (20 random passes, seeded by ``[seed, s]``)
+    in which VGG-19 (agent 2) keeps each correct answer on the two cleanest noise
+    levels with probability 0.5 from the middle of the stream on.
+
+    Returns
+    -------
+    X, R : numpy.ndarray
+        Contexts and rewards of the stream.
+    clean : numpy.ndarray of bool
+        The tasks of the two cleanest levels.
+    """
+    rng = np.random.default_rng([seed, s])
+    idx = np.concatenate([rng.permutation(n_items) for _ in range(20)])
+    R = task.R[idx].copy()
+    clean = task.meta["noise_level"][idx] <= 95
+    late = np.arange(len(idx)) >= len(idx) // 2
+    R[late & clean, 1] *= rng.random((late & clean).sum()) < 0.5
+    return task.X[idx], R, clean
+
+
+def route_stream(task, X, R, *, discount, seed):
+    """Route the stream ``X``, ``R`` with a tree-greedy ``capassign.Router`` of the
+    human and VGG-19 at capacities 0.5 each, the paper's eta and the forgetting
+    factor ``discount``; return the agent index of every task."""
+    r = ca.Router(["human", "VGG-19"], [0.5, 0.5], "tree-greedy", X_reference=task.X,
+                  eta=ca.PAPER_ETA, seed=seed, settings=ca.ModelSettings(discount=discount))
+    agents = []
+    for t, x in enumerate(X):
+        a = r.agents.index(r.assign(x))
+        r.update(t, None, R[t, a])
+        agents.append(a)
+    return np.array(agents)
+
+
+def _rolling(v, w=200):
+    return np.convolve(v, np.ones(w) / w, mode="valid")
+
+
+def _at_end(v, w=200):                  # each window plotted at its last task
+    return np.arange(w - 1, w - 1 + len(v)), v
+
+
+def plot_drift(drift, discount, seeds):
+    """Figure: running error and the share of the cleanest images sent to VGG-19
+    over the drifting stream, without and with forgetting."""
+    import matplotlib.pyplot as plt
+
+    T2 = len(drift[1.0, 0][1]) // 2
+    fig, (ax1, ax2) = book_figure(2, height=3.2)
+    for g, style in ((1.0, "-"), (discount, "--")):
+        err = np.mean([_rolling(drift[g, s][0]) for s in range(seeds)], axis=0)
+        clean_vgg = np.mean([_rolling(drift[g, s][1] * drift[g, s][2])
+                             / _rolling(drift[g, s][2]) for s in range(seeds)], axis=0)
+        ax1.plot(*_at_end(err), style, label=f"discount {g}")
+        ax2.plot(*_at_end(clean_vgg), style, label=f"discount {g}")
+    for ax, label in ((ax1, "running error"), (ax2, "VGG-19 share, clean images")):
+        ax.axvline(T2, color="grey", ls=":", lw=1)
+        ax.set_xlabel("task")
+        ax.set_ylabel(label)
+    legend_outside(fig, ax1, ncol=2)
+    plt.show()
+
+
+def drift_summary(drift, discount, seeds):
+    """Show and return, per discount, the mean error before the drift, over the
+    1,000 tasks after it, and VGG-19's share after it."""
+    import pandas as pd
+
+    T2 = len(drift[1.0, 0][1]) // 2
+
+    def mean_over_seeds(g, k, part):
+        return np.mean([drift[g, s][k][part].mean() for s in range(seeds)])
+
+    summary = pd.DataFrame([
+        {"discount": g, "error before": mean_over_seeds(g, 0, slice(None, T2)),
+         "error, 1,000 after": mean_over_seeds(g, 0, slice(T2, T2 + 1000)),
+         "VGG-19 share after": mean_over_seeds(g, 1, slice(T2, None))}
+        for g in (1.0, discount)])
+    _show(show_table(summary, index=False, caption=f"Tree router, mean of {seeds} streams"))
+    return summary
+
+
+def plot_join(joins):
+    """Figure: each agent's share of the last 100 tasks and the virtual queues when a
+    third agent joins half-way."""
+    import matplotlib.pyplot as plt
+
+    half = len(joins[0][0]) // 2
+    fig, (ax1, ax2) = book_figure(2, height=3.2)
+    for a, name in enumerate("ABC"):
+        share = np.mean([_rolling(ag == a, 100) for ag, _ in joins], axis=0)
+        ax1.plot(*_at_end(share, 100), label=f"agent {name}")
+        ax2.plot(np.mean([q[:, a] for _, q in joins], axis=0), label=f"agent {name}")
+    for cap, (t0, t1) in ((0.5, (0, half)), (0.4, (half, 2 * half)),
+                          (0.2, (half, 2 * half))):
+        ax1.plot([t0, t1], [cap, cap], color="grey", lw=0.8)
+    for ax, label in ((ax1, "share (last 100 tasks)"), (ax2, "queue Q")):
+        ax.axvline(half, color="grey", ls=":", lw=1)
+        ax.set_xlabel("task")
+        ax.set_ylabel(label)
+    legend_outside(fig, ax1, ncol=3)
+    plt.show()
+
+
+def _changes_numbers(drift, joins, discount, seeds, tail=400):
+    half = len(joins[0][0]) // 2
+    T2 = len(drift[1.0, 0][1]) // 2
+    assert tail <= half
+    join_share = np.mean([(ag[-tail:] == 2).mean() for ag, _ in joins])
+    share_gap = max(abs(drift[g, s][1][T2:].mean() - 0.5) for g in (1.0, discount)
+                    for s in range(seeds))
+    return join_share, share_gap
+
+
+def check_changes(drift, joins, summary, *, discount, seeds):
+    """Check the chapter's findings: the joining agent reaches its share, the
+    capacities hold under drift and forgetting lowers the error after the drift."""
+    join_share, share_gap = _changes_numbers(drift, joins, discount, seeds)
+    assert abs(join_share - 0.2) < 0.02 and share_gap < 0.01
+    assert summary["error, 1,000 after"].iloc[1] < summary["error, 1,000 after"].iloc[0]
+    print("checked: the joining agent takes its share, both drift routers keep the "
+          "capacities,\n  and forgetting errs less after the drift")
+
+
+def glue_changes(graded, drift, joins, summary, *, discount, seeds):
+    """Glue the chapter's numbers (``bg_*``) for its prose."""
+    tail = 400                    # tasks after the join, at the end of the streams
+    join_share, share_gap = _changes_numbers(drift, joins, discount, seeds, tail)
+    window = 1000                 # the tasks after the change of the drift table
+    glue("bg_graded_gain", float(graded["change"].mean()))
+    glue("bg_drift_err_keep", float(summary["error, 1,000 after"].iloc[0]))
+    glue("bg_drift_err_forget", float(summary["error, 1,000 after"].iloc[1]))
+    glue("bg_drift_share_gap", float(share_gap))
+    glue("bg_join_share", float(join_share))
+    glue("bg_join_tail", int(tail))
+    glue("bg_discount", float(discount))
+    glue("bg_window", int(window))
+    glue("bg_join_cap", 0.2)
+    glue("bg_graded_worst", float(graded["change"].max()))
+
+
+# --- beyond_capacity: how well are the capacities kept? --------------------------
+
+#: The tasks of the capacity chapter.
+CAPACITY_TASKS = ("imagenet16h", "mmlu")
+
+
+def plot_adherence(adherence, alpha1=0.2):
+    """Figure: the running deviation from the capacities at ``alpha1``, per task
+    (rows), queue-based policies (left) and policies without queues (right), on
+    log-log axes with guides falling like 1/t and 1/sqrt(t)."""
+    import matplotlib.pyplot as plt
+
+    groups = [("queue-based", ["marginal", *ca.CONTEXTUAL_POLICIES]),
+              ("no queues", ["random", *ca.OFFLINE_POLICIES])]
+    fig, axes = book_figure(2, 2, height=6.0, sharey=True)
+    for row, name in zip(axes, CAPACITY_TASKS):
+        for ax, (what, group) in zip(row, groups):
+            items = [adherence[name, alpha1, p] for p in group]
+            ca.plot_capacity_adherence(items, ax=ax, title=f"{name}, {what}", legend=False)
+            T = items[0].deviation_curve.shape[0]
+            t = np.array([10, T])
+            ax.plot(t, 3 / t, color="0.45", ls="-", lw=0.8, alpha=0.5)
+            ax.plot(t, 0.5 / np.sqrt(t), color="0.45", ls="-", lw=0.8, alpha=0.5)
+            ax.text(T, 3 / T, r" $1/t$", va="center", color="0.45")
+            ax.text(T, 0.5 / np.sqrt(T), r" $1/\sqrt{t}$", va="center", color="0.45")
+        row[1].set_ylabel("")
+    for ax in axes[0]:              # the x-axis titles once, under the bottom row
+        ax.set_xlabel("")
+    legend_outside(fig, "all", ncol=2)
+    plt.show()
+
+
+def adherence_tables(adherence, alphas, policies, *, eta, runs, burn_in):
+    """Show the most tasks any policy is off the capacities (worst run and
+    capacity), then (folded) every task, capacity and policy."""
+    import pandas as pd
+    from .present import adherence_table
+
+    worst = pd.DataFrame({name: {p: max(adherence[name, a1, p].max_count_deviation.max()
+                                        for a1 in alphas) for p in policies}
+                          for name in CAPACITY_TASKS})
+    worst.index.name = "policy"
+    _show(show_table(worst, digits=1,
+                     caption="Most tasks off the capacities at any point "
+                             f"(worst of {runs} runs and {len(alphas)} capacities)"))
+    tab = adherence_table(adherence.values())
+    for name in CAPACITY_TASKS:
+        _show(show_table(tab[tab.task == name].drop(columns="task"), index=False,
+                         fold=True, caption=f"{name}: $\\eta = {eta}$, {runs} runs, "
+                                            f"burn-in {burn_in} decisions"))
+
+
+def worst_deviations(adherence, alphas):
+    """Per task, the most tasks off at any point of any run for the queue-based
+    policies and for random assignment; printed, and returned as two dicts."""
+    online = ["marginal", *ca.CONTEXTUAL_POLICIES]
+    worst_online = {name: max(adherence[name, a1, p].max_count_deviation.max()
+                              for a1 in alphas for p in online)
+                    for name in CAPACITY_TASKS}
+    worst_random = {name: max(adherence[name, a1, "random"].max_count_deviation.max()
+                              for a1 in alphas) for name in CAPACITY_TASKS}
+    for name in worst_online:
+        say(f"{name}: queue-based policies are never more than {worst_online[name]:.1f} "
+            f"tasks off their share; random assignment up to {worst_random[name]:.1f}")
+    return worst_online, worst_random
+
+
+def print_end_deviation(adherence, policies, alpha1=0.2):
+    """Print each policy's running deviation at the end of the stream at ``alpha1``."""
+    for name in CAPACITY_TASKS:
+        end = {p: adherence[name, alpha1, p].deviation_curve[-1] for p in policies}
+        say(f"{name}, alpha_1 = {alpha1}, deviation at t = T: "
+            + ", ".join(f"{p} {v:.4f}" for p, v in end.items()))
+
+
+def check_capacity(worst_online, worst_random):
+    """Check that the queue-based policies are at most a few tasks off and random
+    assignment more than twice as far; say so."""
+    for name in CAPACITY_TASKS:
+        assert worst_online[name] < 10                   # "a few tasks" at most
+        assert worst_random[name] > 2 * worst_online[name]
+    print("checked: the queue-based policies are never ten tasks off their share, "
+          "and random\n  assignment's worst run is more than twice as far off")
+
+
+def glue_capacity(worst_online, worst_random, alphas, *, runs):
+    """Glue the capacity chapter's numbers (``bc_*``) for its prose."""
+    T_of = {name: ca.load_task(name).T for name in CAPACITY_TASKS}
+    glue("bc_worst_online_imagenet", float(worst_online["imagenet16h"]))
+    glue("bc_worst_online_mmlu", float(worst_online["mmlu"]))
+    glue("bc_worst_random_imagenet", float(worst_random["imagenet16h"]))
+    glue("bc_worst_random_mmlu", float(worst_random["mmlu"]))
+    glue("bc_T_imagenet", int(T_of["imagenet16h"]))
+    glue("bc_T_mmlu", int(T_of["mmlu"]))
+    glue("bc_runs", int(runs))
+    glue("bc_n_alphas", len(alphas))
