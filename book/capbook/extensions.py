@@ -6,13 +6,31 @@ into the prose and the checks of the chapter's claims) lives here, one group
 of functions per chapter, in the order of the chapters:
 
 ``beyond_step``
-    :func:`step_gains` (the paired gains of the two steps), :func:`plot_step_gains`,
-    :func:`show_step_gains`, :func:`step_target`, :func:`step_causes`,
-    :func:`step_shares`, :func:`plot_share_trace`, :func:`step_beside_paper`,
-    :func:`glue_step`.
+    the paired gains of the two steps (:func:`step_gains`), their figure and
+    tables, the middle capacities' target, its causes, the shares, the glue;
+``ext_free_agent``
+    the free agent's baselines (:func:`with_free_baselines`), figure, findings,
+    checks and glue;
+``ext_minibatch``
+    online against batches: tables, figures, the paper's patterns, checks, glue;
+``ext_multi_agent``
+    :func:`varied_capacities`, :func:`with_hindsight`, the figure, claims, checks;
+``ext_eta``
+    the figure, tables and findings of the queue penalty;
+``beyond_uncertainty``
+    the spread of the runs, paired against unpaired, the figures, the glue;
+``beyond_regret``
+    the oracle of a synthetic task, the regret summary, figures, checks, glue;
+``beyond_changes``
+    the drifting stream and its router (:func:`drift_stream`,
+    :func:`route_stream`), the figures, checks and glue;
+``beyond_capacity``
+    the adherence figure and tables, the worst deviations, checks and glue.
 
-Nothing here computes a policy's result: the simulations are the chapter's
-(``capassign.simulate`` and its sweeps); these functions summarise them.
+The simulations stay in the chapters' visible cells (``capassign.simulate``
+and its sweeps); these functions summarise them.  A few build an input the
+chapter names (the drifting stream, the oracle of a synthetic task, the
+hindsight optimum of a grid) or run the router loop of :func:`route_stream`.
 """
 
 from __future__ import annotations
@@ -1443,11 +1461,22 @@ def _at_end(v, w=200):                  # each window plotted at its last task
     return np.arange(w - 1, w - 1 + len(v)), v
 
 
+def _finish_over_tasks(fig, axes, labels, t_change, *, ncol):
+    """Label two panels drawn against the task index, mark the task where the stream
+    changes, put the first panel's legend outside and show the figure."""
+    import matplotlib.pyplot as plt
+
+    for ax, label in zip(axes, labels):
+        ax.axvline(t_change, color="grey", ls=":", lw=1)
+        ax.set_xlabel("task")
+        ax.set_ylabel(label)
+    legend_outside(fig, axes[0], ncol=ncol)
+    plt.show()
+
+
 def plot_drift(drift, discount, seeds):
     """Figure: running error and the share of the cleanest images sent to VGG-19
     over the drifting stream, without and with forgetting."""
-    import matplotlib.pyplot as plt
-
     T2 = len(drift[1.0, 0][1]) // 2
     fig, (ax1, ax2) = book_figure(2, height=3.2)
     for g, style in ((1.0, "-"), (discount, "--")):
@@ -1456,12 +1485,8 @@ def plot_drift(drift, discount, seeds):
                              / _rolling(drift[g, s][2]) for s in range(seeds)], axis=0)
         ax1.plot(*_at_end(err), style, label=f"discount {g}")
         ax2.plot(*_at_end(clean_vgg), style, label=f"discount {g}")
-    for ax, label in ((ax1, "running error"), (ax2, "VGG-19 share, clean images")):
-        ax.axvline(T2, color="grey", ls=":", lw=1)
-        ax.set_xlabel("task")
-        ax.set_ylabel(label)
-    legend_outside(fig, ax1, ncol=2)
-    plt.show()
+    _finish_over_tasks(fig, (ax1, ax2), ("running error", "VGG-19 share, clean images"), T2,
+                       ncol=2)
 
 
 def drift_summary(drift, discount, seeds):
@@ -1486,8 +1511,6 @@ def drift_summary(drift, discount, seeds):
 def plot_join(joins):
     """Figure: each agent's share of the last 100 tasks and the virtual queues when a
     third agent joins half-way."""
-    import matplotlib.pyplot as plt
-
     half = len(joins[0][0]) // 2
     fig, (ax1, ax2) = book_figure(2, height=3.2)
     for a, name in enumerate("ABC"):
@@ -1497,12 +1520,7 @@ def plot_join(joins):
     for cap, (t0, t1) in ((0.5, (0, half)), (0.4, (half, 2 * half)),
                           (0.2, (half, 2 * half))):
         ax1.plot([t0, t1], [cap, cap], color="grey", lw=0.8)
-    for ax, label in ((ax1, "share (last 100 tasks)"), (ax2, "queue Q")):
-        ax.axvline(half, color="grey", ls=":", lw=1)
-        ax.set_xlabel("task")
-        ax.set_ylabel(label)
-    legend_outside(fig, ax1, ncol=3)
-    plt.show()
+    _finish_over_tasks(fig, (ax1, ax2), ("share (last 100 tasks)", "queue Q"), half, ncol=3)
 
 
 def _changes_numbers(drift, joins, discount, seeds, tail=400):
