@@ -15,6 +15,7 @@ installed from a wheel there are no chapters, and the tools say so.
 from __future__ import annotations
 
 import ast
+import copy
 import errno
 import json
 import math
@@ -446,9 +447,11 @@ def sync_text(chapters=()):
             if c.cell_type != "code":
                 cells.append(c)
                 continue
-            cells.append(next(executed))
+            # copies: renumbering the new notebook's ids must not touch ``exe``,
+            # which the comparison below writes out as it was read
+            cells.append(copy.deepcopy(next(executed)))
             if "parameters" in c.metadata.get("tags", []):
-                cells.extend(injected)
+                cells.extend(copy.deepcopy(injected))
         meta = dict(exe.metadata)
         meta.pop("capassign", None)
         if "capassign" in src_nb.metadata:

@@ -7,6 +7,9 @@ builds strictly.
 """
 
 
+import json
+import warnings
+
 import nbformat
 import pytest
 
@@ -237,3 +240,16 @@ def test_a_notebook_is_written_as_nbformat_writes_it(tmp_path):
     pipeline._write_notebook(nb, tmp_path / "atomic.ipynb")
     assert (tmp_path / "atomic.ipynb").read_bytes() == (tmp_path / "plain.ipynb").read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["atomic.ipynb", "plain.ipynb"]
+
+
+def test_sync_text_adds_a_markdown_cell_without_repeating_an_id(tmp_path, monkeypatch):
+    chapters, executed = _chapter_tree(tmp_path, monkeypatch)
+    pipeline.reproduce(["tiny"], kernel_name="python3")
+    (chapters / "tiny.md").write_text(TINY.replace("# Tiny\n", "# Tiny\n\nA word.\n\n+++\n\nMore.\n"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")     # nbformat warns (and renumbers) on a repeated id
+        assert pipeline.sync_text(["tiny"]) == ["tiny"]
+    # read as JSON: nbformat's reader would quietly renumber a repeated id
+    ids = [c["id"] for c in json.loads((executed / "tiny.ipynb").read_text())["cells"]]
+    assert len(ids) == len(set(ids)) == 5, ids
+    assert pipeline.chapter_drift("tiny") == []
