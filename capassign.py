@@ -119,7 +119,7 @@ __all__ = [
     "ROUTER_STREAM_CUTS",
     # simulation engine (section 6)
     "POLICIES", "ONLINE_POLICIES", "CONTEXTUAL_POLICIES", "OFFLINE_POLICIES",
-    "synthetic_stream", "simulate",
+    "EXPLORATION_POLICIES", "synthetic_stream", "simulate",
     # streaming router (section 7)
     "Router", "Decision", "UnknownTaskError", "PROPENSITY_DRAWS", "LOG_FORMAT",
     # off-policy evaluation (section 8)
@@ -3208,6 +3208,22 @@ class ModelSettings:
         agent's reward seen k rewards ago (of that agent) weighs discount^k,
         in (0, 1]; 1 (the default) forgets nothing and gives the paper's
         numbers bit for bit.  Not a parameter of the paper; see Forgetting.
+    ucb_c : float
+        Width of the ``logistic-ucb`` estimate, in posterior standard
+        deviations on the logit scale: sigma(theta_hat^T z + c sqrt(z^T Sigma z)),
+        c >= 0.  The default 1 is the plainest choice, one standard deviation
+        (the 84% one-sided normal quantile), set before any experiment and
+        not tuned on the paper's tasks; it also matches the spread of a
+        Thompson draw of scale 1 (``kappa`` is 0.5).  Not a parameter of the paper.
+    epsilon : float
+        Exploration probability of the epsilon-greedy policies
+        (``marginal-egreedy``, ``logistic-egreedy``, ``tree-egreedy``), in
+        [0, 1]: for each task, with probability epsilon every agent's estimate
+        mu_a(x) is replaced by an independent U[0, 1) draw before Eq. 2, which
+        still subtracts eta_t Q_a, so exploring decisions obey the capacity
+        control too (a uniform agent when the queues are equal).  The default
+        0.1 is the customary textbook value (Sutton and Barto, 2018, Ch. 2),
+        not tuned on the paper's tasks.  Not a parameter of the paper.
 
     Notes
     -----
@@ -3221,7 +3237,7 @@ class ModelSettings:
     nearly the same variance as multinomial multiplicities; what differs is
     that successive refits of a tree share their weights instead of being
     resampled independently.  The two engines agree in distribution within
-    the tolerance of the equivalence tests (tests/test_engine.py).
+    the tolerance of the equivalence tests (tests/test_s06_engine.py).
 
     Forgetting: a discount factor rather than a sliding window, because one
     number works the same way in every model and keeps their memory O(1) per
@@ -3262,6 +3278,8 @@ class ModelSettings:
     refit_every: int = 20
     max_bins: int = 32
     discount: float = 1.0
+    ucb_c: float = 1.0
+    epsilon: float = 0.1
 
     def __post_init__(self):
         _validate_real(self.gamma, "settings.gamma", *_GAMMA_RANGE)
@@ -3274,6 +3292,8 @@ class ModelSettings:
                              ("max_bins", 2, 255)):
             _validate_int(getattr(self, name), f"settings.{name}", lo, hi)
         _validate_real(self.discount, "settings.discount", 0.0, 1.0, lo_open=True)
+        _validate_real(self.ucb_c, "settings.ucb_c", lo=0.0)
+        _validate_real(self.epsilon, "settings.epsilon", 0.0, 1.0)
         for name in self.__dataclass_fields__:   # NumPy numbers as Python's (JSON, sizes)
             v = getattr(self, name)
             if isinstance(v, np.generic):
@@ -3281,9 +3301,15 @@ class ModelSettings:
 
     def fields(self):
         """The settings as a plain dict, as saved states and sweeps store them;
-        ``discount`` only when it forgets (so that earlier records still match)."""
+        the fields of :data:`_OPTIONAL_SETTINGS` only when they differ from
+        their defaults (so that earlier records still match)."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__
-                if k != "discount" or self.discount != 1.0}
+                if k not in _OPTIONAL_SETTINGS or getattr(self, k) != _OPTIONAL_SETTINGS[k]}
+
+
+#: The settings added after the paper's, with their defaults: records omit them
+#: at those values (:meth:`ModelSettings.fields`).
+_OPTIONAL_SETTINGS = {"discount": 1.0, "ucb_c": 1.0, "epsilon": 0.1}
 
 
 #: The paper's hyper-parameters (App. E).
@@ -3295,6 +3321,61 @@ def _validate_settings(settings, name="settings"):
     if not isinstance(settings, ModelSettings):
         raise TypeError(f"{name} must be a ModelSettings, got {type(settings).__name__}")
     return settings
+
+
+# --- policy names, parsed once -------------------------------------------------
+#
+# A policy's name is its model family and its decision mode: "tree-ts" is the
+# tree family in Thompson mode, "marginal" the marginal family (greedy), and
+# "offline-tree" the offline benchmark of the tree family (and "hindsight",
+# the oracle of the experiments, a benchmark without a family).  _parse_policy
+# turns a name into a _Policy once; every other part of the module asks the
+# parsed policy (its family's registry entry, _FAMILIES, its integer mode)
+# and never the name itself.
+
+#: Decision modes of a family, as integers the kernels compare: the estimate
+#: itself (greedy), a posterior draw (Thompson), an upper bound (UCB) or the
+#: estimate with uniform exploration (epsilon-greedy, :class:`ModelSettings`).
+_GREEDY, _THOMPSON, _UCB, _EGREEDY = 0, 1, 2, 3
+#: The suffix of each mode in a policy name (none: greedy).
+_MODE_SUFFIXES = {"greedy": _GREEDY, "ts": _THOMPSON, "ucb": _UCB, "egreedy": _EGREEDY}
+
+
+class _Policy(namedtuple("_Policy", "name family mode offline")):
+    """A policy name parsed (:func:`_parse_policy`): its ``family`` (a key of
+    :data:`_FAMILIES`), its integer ``mode`` (:data:`_GREEDY`, ...) and
+    whether it is an ``offline`` benchmark (Sec. 4; the hindsight oracle of
+    the experiments too)."""
+
+    __slots__ = ()
+
+    @property
+    def model(self):
+        """The family's registry entry (a :class:`_RewardModel` subclass)."""
+        return _FAMILIES[self.family]
+
+    @property
+    def stochastic(self):
+        """Whether the decision draws random numbers beyond the queues' rule:
+        a random family, Thompson draws or epsilon-greedy exploration."""
+        return not self.model.learns or self.mode in (_THOMPSON, _EGREEDY)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_policy(name):
+    """The :class:`_Policy` of a policy name (checked against the lists of
+    names by the callers): ``[offline-]family[-mode]``.
+
+    Examples
+    --------
+    >>> _parse_policy("tree-ts")
+    _Policy(name='tree-ts', family='tree', mode=1, offline=False)
+    >>> _parse_policy("offline-logistic").offline, _parse_policy("marginal").mode
+    (True, 0)
+    """
+    offline = name.startswith("offline-") or name == "hindsight"
+    family, _, mode = name[len("offline-"):].partition("-") if offline else name.partition("-")
+    return _Policy(name, family, _MODE_SUFFIXES.get(mode, _GREEDY), offline)
 
 
 def _sigmoid(z):
@@ -3374,13 +3455,21 @@ class LaplaceLogistic:
         theta = self.theta + self.settings.kappa * (L @ rng.standard_normal(self.theta.size))
         return _sigmoid(float(theta @ self._design(x)))
 
-    def update(self, x, r):
+    def upper(self, x, c):
+        """Upper confidence estimate sigma(theta_hat^T z + c sqrt(z^T Sigma z)),
+        z = [1, x]: c posterior standard deviations of theta^T z above its mean,
+        on the logit scale (``logistic-ucb``, :class:`ModelSettings` ``ucb_c``)."""
+        z = self._design(x)
+        return _sigmoid(float(self.theta @ z) + c * math.sqrt(max(float(z @ self.Sigma @ z), 0.0)))
+
+    def update(self, x, r, rng=None):
         """Absorb one reward ``r`` in [0, 1] observed for context ``x`` (App. E.1).
 
         A graded reward is a fractional target of the same step: ``r - p`` is
         the gradient of the Bernoulli log-likelihood r log p + (1 - r) log(1 - p)
         (the cross-entropy), whatever r in [0, 1], and the weight p (1 - p) its
-        curvature, which does not involve r."""
+        curvature, which does not involve r.  The step draws nothing (``rng``,
+        unused, makes the signature that of every reward model)."""
         s = self.settings
         if s.discount < 1.0:                  # forgetting (ModelSettings, Forgetting)
             P = s.discount * np.linalg.inv(self.Sigma) + (1.0 - s.discount) * s.gamma * np.eye(
@@ -3507,8 +3596,9 @@ class BootstrapTrees:
         self.n_fits += 1
         return self
 
-    def update(self, x, r, rng):
-        """Store one observation; refit after every ``refit_every`` of them."""
+    def update(self, x, r, rng=None):
+        """Store one observation; refit after every ``refit_every`` of them
+        (the refit draws its bootstrap from ``rng``, required then)."""
         self._X.append(np.asarray(x, dtype=float))
         self._r.append(float(r))
         if len(self._r) % self.settings.refit_every == 0:
@@ -3565,8 +3655,9 @@ class MarginalAccuracy:
     def sample(self, x, rng):
         return self.predict(x)
 
-    def update(self, x, r):
-        """Absorb reward r; the earlier ones are discounted (:class:`ModelSettings`)."""
+    def update(self, x, r, rng=None):
+        """Absorb reward r; the earlier ones are discounted (:class:`ModelSettings`).
+        ``x`` and ``rng`` are unused (the signature of every reward model)."""
         self.n = self.discount * self.n + 1
         self.successes = self.discount * self.successes + float(r)
         return self
@@ -4477,13 +4568,15 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf, sums):
 
 
 @_njit(cache=True, inline="always")
-def _tree_mu_nb(feat, thr, val, fitted, xb, thompson, rng):
+def _tree_mu_nb(feat, thr, val, fitted, xb, mode, rng):
     """One agent's estimate for the binned context ``xb`` (App. E.2) from its
     B trees ``feat, thr, val`` (first axis: the tree), as both the simulation
     and the router score: before the first refit (``fitted`` False) 0.5
     (greedy) or a U[0, 1] draw (Thompson); then the mean of the B trees
-    (greedy) or one tree drawn uniformly (Thompson)."""
+    (greedy) or one tree drawn uniformly (Thompson).  ``mode``: the policy's
+    integer mode (:data:`_THOMPSON` or another, which scores greedily)."""
     n_trees = feat.shape[0]
+    thompson = mode == _THOMPSON
     if not fitted:
         return _uniform_nb(rng) if thompson else 0.5
     if thompson:
@@ -4564,21 +4657,38 @@ def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
 
 
 @_njit(cache=True, inline="always")
-def _logistic_mu_nb(theta, Sigma, z, thompson, kappa, rng, has_spare, spare):
+def _logistic_mu_nb(theta, Sigma, z, mode, kappa, rng, has_spare, spare):
     """One agent's estimate for the design vector ``z`` (App. E.1), as both the
-    simulation and the router score: sigma(theta_hat^T z) (greedy) or sigma
-    of a draw of theta~^T z (Thompson).  The normal draws are taken in pairs:
-    ``spare`` is the unused second draw of the last pair when ``has_spare``.
-    Returns ``(estimate, has_spare, spare)``."""
+    simulation and the router score, by the policy's integer ``mode``:
+    sigma(theta_hat^T z) (greedy, epsilon-greedy), sigma of a draw of
+    theta~^T z (:data:`_THOMPSON`, ``kappa`` the scale of the draw) or the
+    upper bound sigma(theta_hat^T z + kappa sqrt(z^T Sigma z)) (:data:`_UCB`,
+    ``kappa`` then the c of :class:`ModelSettings`, ``ucb_c``).  The normal
+    draws are taken in pairs: ``spare`` is the unused second draw of the last
+    pair when ``has_spare``.  Returns ``(estimate, has_spare, spare)``."""
     g = 0.0
-    if thompson:
+    if mode == _THOMPSON:
         if has_spare:
             g = spare
             has_spare = False
         else:
             g, spare = _normal_pair_nb(rng)
             has_spare = True
-    return _logistic_score_nb(theta, Sigma, z, thompson, kappa, g), has_spare, spare
+    elif mode == _UCB:
+        g = 1.0                                  # c standard deviations, drawn nothing
+    return (_logistic_score_nb(theta, Sigma, z, mode == _THOMPSON or mode == _UCB, kappa, g),
+            has_spare, spare)
+
+
+@_njit(cache=True, inline="always")
+def _explore_nb(mu, epsilon, rng):
+    """The epsilon-greedy mode (:data:`_EGREEDY`, :class:`ModelSettings`): with
+    probability ``epsilon`` replace the estimates ``mu`` of every agent for one
+    task by independent U[0, 1) draws, before Eq. 2 subtracts the queues'
+    penalty (one uniform, and A more when it explores)."""
+    if _uniform_nb(rng) < epsilon:
+        for a in range(mu.shape[0]):
+            mu[a] = _uniform_nb(rng)
 
 
 @_njit(cache=True, inline="always")
@@ -4606,15 +4716,20 @@ def _random_agent_nb(rng, share, cum):
 
 #: What a run of each reward model reads besides the stream (App. E): the
 #: optional arguments of :func:`_run_nb`, ``None`` for the models not run.
-#: ``thompson``: Thompson sampling instead of the greedy estimate; ``Xd`` the
+#: ``mode``: the policy's integer mode (:data:`_THOMPSON`, ...); ``Xd`` the
 #: contexts with an intercept and ``gamma``, ``kappa``, ``w_min``, ``w_max``
 #: the Laplace-logistic settings (App. E.1); ``Xb`` the binned contexts and
 #: the fields of the forests' :data:`_TreeConfig` (App. E.2) and the
 #: :data:`_Sums` of the rewards; ``discount`` is ``None`` without forgetting
 #: (:func:`_forgetting`).  The ``random`` policy reads nothing (its argument
 #: is ``True``), the ``marginal`` model its discount alone.
-_LogisticRun = namedtuple("_LogisticRun", "Xd thompson gamma kappa w_min w_max discount")
-_TreeRun = namedtuple("_TreeRun", ("Xb", "thompson") + _TreeConfig._fields + ("sums",))
+_LogisticRun = namedtuple("_LogisticRun", "Xd mode gamma kappa w_min w_max discount")
+_TreeRun = namedtuple("_TreeRun", ("Xb", "mode") + _TreeConfig._fields + ("sums",))
+#: The model arguments of :func:`_run_nb`, by name: a family's
+#: :meth:`_RewardModel.run_args` fills its own, the others stay ``None``.
+#: ``explore``: the epsilon of the epsilon-greedy mode (``None``: greedy).
+_RunModels = namedtuple("_RunModels", "random marginal logistic trees explore",
+                        defaults=(None, None, None, None, None))
 
 
 def _forgetting(settings):
@@ -4638,7 +4753,16 @@ def _forgetting(settings):
 # - ``check_state(...)``, before anything is allocated, and ``restore(...)``:
 #   the checks of that part of an untrusted saved state, and its installation;
 # - ``run_args(policy, X, settings)``: its arguments of the engine's run
-#   kernel (:func:`_run_nb`), so that simulate runs the same kernels.
+#   kernel (:func:`_run_nb`), so that simulate runs the same kernels;
+#   ``run_bytes(...)`` their memory, ``reference_models(X, A, settings)`` and
+#   ``reference_mu(...)`` its models and estimates in the reference engine.
+#
+# Each class is the one home of a model family: _FAMILIES maps the family of
+# a parsed policy name (_parse_policy) to it, and the family's modes (greedy,
+# Thompson, UCB, epsilon-greedy) reach its kernels as one integer.  A new
+# mode of a family is a branch in its score kernel and its reference_mu; a
+# new family is one more class and one more registry entry (plus its field of
+# _RunModels and its branch of _run_nb, the one compiled loop of all families).
 #
 # A :class:`Router` (section 7) owns everything else: task ids, pending tasks,
 # their expiry, the virtual queues and the orchestration of the saved state.
@@ -4692,13 +4816,14 @@ def _router_step_nb(eta):
 
 @_njit(cache=True)
 def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
-                                constrained, eta):
+                                constrained, eta, mode, epsilon):
     """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
     probability alpha_a) as in :func:`_run_nb`.
 
     For ``random`` the draw picks the agent directly; ``mu`` is then its
     indicator (1 for the drawn agent).  ``X`` is only checked (-2 when it
-    holds NaN or infinite values).
+    holds NaN or infinite values).  ``mode`` :data:`_EGREEDY` explores with
+    probability ``epsilon`` (:func:`_explore_nb`).
     """
     if not _all_finite_nb(X):
         return -2
@@ -4710,6 +4835,8 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
             chosen = _random_agent_nb(rng, share, cum)
         for a in range(A):
             mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
+        if mode == _EGREEDY:
+            _explore_nb(mu[i], epsilon, rng)
     if not step:
         return -1
     eta_t = _router_step_nb(eta)
@@ -4720,13 +4847,14 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
 
 
 @_njit(cache=True)
-def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, constrained,
-                           eta):
+def _router_logistic_mu_nb(X, xd, L, mode, kappa, rng, mu, step, Q, alpha, constrained,
+                           eta, epsilon):
     """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
 
     Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
     with the normal pairs of :func:`_run_nb` (the unused second draw is
-    kept in ``gauss = [has_spare, spare]``).  ``step`` as in
+    kept in ``gauss = [has_spare, spare]``); UCB and epsilon-greedy as in
+    :func:`_logistic_mu_nb` and :func:`_explore_nb`.  ``step`` as in
     :func:`_router_tree_mu_nb`.
     """
     if not _all_finite_nb(X):
@@ -4738,11 +4866,13 @@ def _router_logistic_mu_nb(X, xd, L, thompson, kappa, rng, mu, step, Q, alpha, c
         for j in range(p - 1):
             xd[j + 1] = X[i, j]
         for a in range(A):
-            mu[i, a], has_spare, spare = _logistic_mu_nb(L.theta[a], L.Sigma[a], xd, thompson,
+            mu[i, a], has_spare, spare = _logistic_mu_nb(L.theta[a], L.Sigma[a], xd, mode,
                                                          kappa, rng, L.gauss[0] != 0.0,
                                                          L.gauss[1])
             L.gauss[0] = 1.0 if has_spare else 0.0
             L.gauss[1] = spare
+        if mode == _EGREEDY:
+            _explore_nb(mu[i], epsilon, rng)
     if not step:
         return -1
     return _online_step_nb(mu[0], Q, _router_step_nb(eta), alpha, constrained)
@@ -4760,11 +4890,12 @@ def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx, discount, gamma
 
 
 @_njit(cache=True)
-def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, constrained,
-                       eta):
+def _router_tree_mu_nb(X, edges, n_edges, F, mode, rng, mu, step, Q, alpha, constrained,
+                       eta, epsilon):
     """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
 
-    The draws are those of :func:`_run_nb` at one decision.  With ``step``
+    The draws are those of :func:`_run_nb` at one decision (``mode`` and
+    ``epsilon``: :func:`_tree_mu_nb`, :func:`_explore_nb`).  With ``step``
     (a single task), also picks the agent by Eq. 2, advances the queues
     (Eq. 1) and returns it; otherwise returns -1.  Returns -2, changing
     nothing, when ``X`` holds NaN or infinite values.
@@ -4776,8 +4907,10 @@ def _router_tree_mu_nb(X, edges, n_edges, F, thompson, rng, mu, step, Q, alpha, 
     for i in range(X.shape[0]):
         _bin_row_nb(X[i], edges, n_edges, xb)
         for a in range(F.feat.shape[0]):
-            mu[i, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a], xb, thompson,
+            mu[i, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a], xb, mode,
                                    rng)
+        if mode == _EGREEDY:
+            _explore_nb(mu[i], epsilon, rng)
     if not step:
         return -1
     return _online_step_nb(mu[0], Q, _router_step_nb(eta), alpha, constrained)
@@ -4852,6 +4985,15 @@ class _RewardModel:
     #: The first-use notice of the model's router kernels (:func:`_first_use`).
     group = ""
     kernels = ()
+    #: Whether the family learns from rewards (``random`` does not: it draws
+    #: agents by their shares, and scores nothing).
+    learns = True
+    #: Whether the family reads the contexts (it then needs the context dimension).
+    contextual = True
+    #: Whether the family needs at least one feature column (trees split on them).
+    needs_columns = False
+    #: Whether a router of the family can cut its bins from the stream (no ``X_reference``).
+    stream_bins = False
     #: Saved arrays, state key -> attribute, of a model saved array by array.
     ARRAYS = ()
     #: Whether :meth:`see` keeps contexts (a tree model cutting bins from the stream).
@@ -4866,7 +5008,8 @@ class _RewardModel:
 
     def __init__(self, config, rng, Q):
         self.A, self.d, self.settings = config.A, config.d, config.settings
-        self._thompson = config.policy.endswith("-ts")
+        self._mode = _parse_policy(config.policy).mode     # the kernels' integer mode
+        self._epsilon = float(config.settings.epsilon)        # read in mode _EGREEDY only
         self._rng = rng
         self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
         # the step state [eta0, t0, power, t] that a one-task step reads and advances
@@ -4938,6 +5081,34 @@ class _RewardModel:
         :meth:`Router.pause`, :meth:`Router.resume`); the agents did not."""
         self._alpha, self._constrained = alpha, constrained
 
+    # --- the family in the simulation engines (section 6) ---
+
+    @classmethod
+    def run_args(cls, policy, X, settings):
+        """The family's arguments of the engine's run kernel, a :data:`_RunModels`
+        (``policy``: a :class:`_Policy`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def run_bytes(cls, T, d, A, parallel, settings):
+        """Bytes a fast run of the family holds besides the traces: its
+        contexts in the kernel's layout and per ``parallel`` run its state."""
+        return 0
+
+    @staticmethod
+    def reference_models(X, A, settings):
+        """One reference model per agent (the classes above; ``None``: no model)."""
+        return None
+
+    @staticmethod
+    def reference_mu(models, x, policy, rng, settings):
+        """The estimates of every agent for the context ``x`` in the reference
+        engine: Thompson draws in mode :data:`_THOMPSON`, else the estimates
+        (the engine adds the exploration of :data:`_EGREEDY`)."""
+        if policy.mode == _THOMPSON:
+            return [m.sample(x, rng) for m in models]
+        return [m.predict(x) for m in models]
+
 
 class _MarginalModel(_RewardModel):
     """``random`` and ``marginal`` (App. D.5): each agent's count and sum of rewards.
@@ -4951,24 +5122,28 @@ class _MarginalModel(_RewardModel):
     kernels = ("_router_noncontextual_mu_nb",)
     ARRAYS = (("n", "_n"), ("s", "_s"))
     PER_AGENT = ("_n", "_s")
+    contextual = False
 
     def __init__(self, config, rng, Q):
         super().__init__(config, rng, Q)
-        self._learned = config.policy == "marginal"
         self._n = np.zeros(config.A)
         self._s = np.zeros(config.A)
         self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
 
     @classmethod
     def run_args(cls, policy, X, settings):
-        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_run_nb`."""
-        return ((True, None, None, None) if policy == "random"
-                else (None, float(settings.discount), None, None))
+        """The ``marginal`` argument of :func:`_run_nb`: its discount (1.0: none)."""
+        return _RunModels(marginal=float(settings.discount))
+
+    @staticmethod
+    def reference_models(X, A, settings):
+        return [MarginalAccuracy(settings.discount) for _ in range(A)]
 
     def score(self, X, mu, step):
-        return _router_noncontextual_mu_nb(X, self._learned, self._n, self._s, self._cum,
+        return _router_noncontextual_mu_nb(X, self.learns, self._n, self._s, self._cum,
                                            self._rng, mu, step, self._Q, self._alpha,
-                                           self._constrained, self._eta)
+                                           self._constrained, self._eta, self._mode,
+                                           self._epsilon)
 
     def learn(self, a, x, r):
         g = self.settings.discount
@@ -5015,7 +5190,7 @@ class _LogisticModel(_RewardModel):
         self._gauss = np.zeros(2)
         self._xd = np.empty(p)
         self._Sx = np.empty(p)
-        self._kappa = float(settings.kappa)
+        self._kappa = _LogisticModel.spread(self._mode, settings)
         self._w_min = float(settings.w_min)
         self._w_max = float(settings.w_max)
         self._discount, self._gamma = float(settings.discount), float(settings.gamma)
@@ -5027,17 +5202,37 @@ class _LogisticModel(_RewardModel):
 
     @classmethod
     def run_args(cls, policy, X, settings):
-        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_run_nb`."""
+        """The ``logistic`` argument of :func:`_run_nb`, a :data:`_LogisticRun`."""
         s = settings
         Xd = np.ascontiguousarray(np.column_stack([np.ones(X.shape[0]), X]))
-        return None, None, _LogisticRun(Xd, policy.endswith("-ts"), float(s.gamma),
-                                        float(s.kappa), float(s.w_min), float(s.w_max),
-                                        _forgetting(s)), None
+        return _RunModels(logistic=_LogisticRun(Xd, policy.mode, float(s.gamma),
+                                                cls.spread(policy.mode, s), float(s.w_min),
+                                                float(s.w_max), _forgetting(s)))
+
+    @staticmethod
+    def spread(mode, settings):
+        """The ``kappa`` of the kernels (:func:`_logistic_mu_nb`): the scale of
+        a Thompson draw, or the c of an upper confidence bound."""
+        return float(settings.ucb_c if mode == _UCB else settings.kappa)
+
+    @staticmethod
+    def reference_mu(models, x, policy, rng, settings):
+        if policy.mode == _UCB:
+            return [m.upper(x, settings.ucb_c) for m in models]
+        return _RewardModel.reference_mu(models, x, policy, rng, settings)
+
+    @classmethod
+    def run_bytes(cls, T, d, A, parallel, settings):
+        return 8 * T * (d + 1)                 # the contexts with their intercept
+
+    @staticmethod
+    def reference_models(X, A, settings):
+        return [LaplaceLogistic(X.shape[1], settings) for _ in range(A)]
 
     def score(self, X, mu, step):
-        return _router_logistic_mu_nb(X, self._xd, self._L, self._thompson, self._kappa,
+        return _router_logistic_mu_nb(X, self._xd, self._L, self._mode, self._kappa,
                                       self._rng, mu, step, self._Q, self._alpha,
-                                      self._constrained, self._eta)
+                                      self._constrained, self._eta, self._epsilon)
 
     def learn(self, a, x, r):
         _router_logistic_update_nb(a, x, r, self._xd, self._L, self._w_min, self._w_max,
@@ -5163,6 +5358,7 @@ class _TreeModel(_RewardModel):
 
     group = "router tree"
     kernels = ("_router_tree_mu_nb", "_router_tree_update_nb")
+    needs_columns = stream_bins = True
     #: The stored rows: state key -> (attribute, row axis of an agent's array).
     ROWS = (("bins", "_Xa", 0), ("rewards", "_ya", 0), ("weights", "_W", 1))
     PER_AGENT = ("_feat", "_thr", "_val", "_fitted", "_nobs", "_node_c", "_node_s", "_HC",
@@ -5202,13 +5398,22 @@ class _TreeModel(_RewardModel):
 
     @classmethod
     def run_args(cls, policy, X, settings):
-        """The ``(random, marginal, logistic, trees)`` arguments of :func:`_run_nb`."""
+        """The ``trees`` argument of :func:`_run_nb`, a :data:`_TreeRun`."""
         s = settings
         Xb, n_bins, _ = _bin_contexts(X, s.max_bins)
-        return None, None, None, _TreeRun(Xb, policy.endswith("-ts"), n_bins,
-                                    int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
-                                    s.max_depth, s.min_samples_leaf, s.refit_every,
-                                    _forgetting(s), _reward_sums(False))
+        return _RunModels(trees=_TreeRun(Xb, policy.mode, n_bins,
+                                         int(n_bins.max()) if len(n_bins) else 1, s.n_trees,
+                                         s.max_depth, s.min_samples_leaf, s.refit_every,
+                                         _forgetting(s), _reward_sums(False)))
+
+    @classmethod
+    def run_bytes(cls, T, d, A, parallel, settings):
+        # the binned contexts, and per parallel run the online forests' rows
+        return T * d + parallel * A * T * (settings.n_trees + 5 * d + 1)
+
+    @staticmethod
+    def reference_models(X, A, settings):
+        return [BootstrapTrees(settings) for _ in range(A)]
 
     @staticmethod
     def nbytes(A, B, depth, d, max_bins, rows):
@@ -5287,8 +5492,8 @@ class _TreeModel(_RewardModel):
 
     def score(self, X, mu, step):
         return _router_tree_mu_nb(X, self._edges, self._n_edges, self._tree_state()[3],
-                                  self._thompson, self._rng, mu, step, self._Q, self._alpha,
-                                  self._constrained, self._eta)
+                                  self._mode, self._rng, mu, step, self._Q, self._alpha,
+                                  self._constrained, self._eta, self._epsilon)
 
     def learn(self, a, x, r):
         if self.row_budget is not None and self._nobs[a] >= self.row_budget:
@@ -5572,14 +5777,32 @@ class _TreeModel(_RewardModel):
         self._next_cut = min([c for c in ROUTER_STREAM_CUTS if c > n_seen], default=2 ** 63)
 
 
-#: The reward model of each family of policies (the policy's name up to "-").
-_REWARD_MODELS = {"random": _MarginalModel, "marginal": _MarginalModel,
-                  "logistic": _LogisticModel, "tree": _TreeModel}
+class _RandomModel(_MarginalModel):
+    """``random`` (Sec. 4): agent a with probability alpha_a, ignoring x; it
+    keeps the sums of :class:`_MarginalModel`, unused."""
+
+    learns = False
+
+    @classmethod
+    def run_args(cls, policy, X, settings):
+        """The ``random`` argument of :func:`_run_nb` (``True``)."""
+        return _RunModels(random=True)
+
+    @staticmethod
+    def reference_models(X, A, settings):
+        return None
+
+
+#: The registry of model families: the family of a parsed policy
+#: (:func:`_parse_policy`) -> its reward model, which owns its reference
+#: models, its run arguments of the fast engine and its router model.
+_FAMILIES = {"random": _RandomModel, "marginal": _MarginalModel,
+             "logistic": _LogisticModel, "tree": _TreeModel}
 
 
 def _reward_model(policy):
-    """The reward-model class of an online policy (:data:`_REWARD_MODELS`)."""
-    return _REWARD_MODELS[policy.split("-")[0]]
+    """The reward-model class of an online policy (:data:`_FAMILIES`)."""
+    return _parse_policy(policy).model
 
 
 # =============================================================================
@@ -5628,6 +5851,18 @@ ONLINE_POLICIES = ("random", "marginal") + CONTEXTUAL_POLICIES
 OFFLINE_POLICIES = ("offline-logistic", "offline-tree")
 #: Every policy name of :func:`simulate`.
 POLICIES = ONLINE_POLICIES + OFFLINE_POLICIES
+#: Exploration policies beyond the paper's, run by :func:`simulate` and a
+#: :class:`Router` like the online policies (and kept out of the lists above,
+#: which the paper's experiments iterate): upper confidence bounds of the
+#: logistic family and the epsilon-greedy mode of every learning family
+#: (:class:`ModelSettings` ``ucb_c`` and ``epsilon``).
+EXPLORATION_POLICIES = ("logistic-ucb", "marginal-egreedy", "logistic-egreedy", "tree-egreedy")
+
+
+def _validate_policy(policy, allowed, name="policy"):
+    """A policy name among ``allowed`` or :data:`EXPLORATION_POLICIES`; return it
+    (the error lists ``allowed``, the paper's)."""
+    return policy if policy in EXPLORATION_POLICIES else _validate_choice(policy, allowed, name)
 #: ``"fast"``: compiled kernels; ``"reference"``: the literal Python loop.
 ENGINES = ("fast", "reference")
 
@@ -5794,16 +6029,15 @@ def _simulation_memory(runs, T, d, A, policy, engine, traces, settings):
     parallel run a fast tree run's online forests (A (n_trees + 5 d + 1)
     bytes a task).  For :func:`_check_memory`.
     """
-    per_task = 8 + (24 if policy.startswith("offline") else 0)
+    policy = _parse_policy(policy)
+    per_task = 8 + (24 if policy.offline else 0)
     if engine == "reference":
         per_task += 2 * (4 + 8 * A)
     elif traces:
         per_task += 4 + 8 * A
     total = runs * (_RUN_BYTES + T * per_task)
-    if engine == "fast" and policy.startswith("logistic"):
-        total += 8 * T * (d + 1)
-    elif engine == "fast" and policy.startswith("tree"):
-        total += T * d + min(runs, os.cpu_count() or 1) * A * T * (settings.n_trees + 5 * d + 1)
+    if engine == "fast" and not policy.offline:     # :meth:`_RewardModel.run_bytes`
+        total += policy.model.run_bytes(T, d, A, min(runs, os.cpu_count() or 1), settings)
     return total
 
 
@@ -5841,11 +6075,12 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
                          batch_size=None, bounds="exact"):
     """Check every argument of :func:`simulate`, the capacities once; return
     ``(X, R, runs, seed, sim)`` with ``sim`` a :data:`_Simulation`."""
-    _validate_choice(policy, POLICIES, "policy")
+    _validate_policy(policy, POLICIES)
     _validate_choice(engine, ENGINES, "engine")
     R = _validate_rewards(R, "R", min_rows=1)
     X = _validate_matrix(X, "X", shape=(R.shape[0], None))
-    if "tree" in policy and X.shape[1] < 1:
+    parsed = _parse_policy(policy)
+    if parsed.model.needs_columns and X.shape[1] < 1:
         raise ValueError(f"X has no feature columns; policy {policy!r} needs at least one")
     alpha, constrained = _validate_capacities(capacities, R.shape[1], bounds=bounds)
     eta = _validate_step(eta)
@@ -5853,7 +6088,7 @@ def _validate_simulation(X, R, capacities, policy, eta, runs, seed, engine, sett
     seed = _validate_int(seed, "seed", lo=0)
     _validate_settings(settings)
     if batch_size is not None:
-        if policy.startswith("offline-"):
+        if parsed.offline:
             raise ValueError(f"batch_size applies to the online policies only; policy "
                              f"{policy!r} fits its models offline, so pass batch_size=None")
         batch_size = _validate_int(batch_size, "batch_size", lo=1)
@@ -6092,7 +6327,13 @@ def simulate(X, R, capacities, policy, *, eta=DEFAULT_ETA, runs=100, seed=0,
         - ``"tree-greedy"`` / ``"tree-ts"``: :class:`BootstrapTrees`, ensemble
           mean or one random tree (App. E.2);
         - ``"offline-logistic"`` / ``"offline-tree"``: the optimistic offline
-          unconstrained benchmark (Sec. 4), see :func:`_offline_choices`.
+          unconstrained benchmark (Sec. 4), see :func:`_offline_choices`;
+        - beyond the paper (:data:`EXPLORATION_POLICIES`): ``"logistic-ucb"``,
+          the upper bound sigma(theta_hat^T z + c sqrt(z^T Sigma z)) of the
+          Laplace posterior; ``"marginal-egreedy"``, ``"logistic-egreedy"``,
+          ``"tree-egreedy"``: the greedy estimates, replaced for a task with
+          probability epsilon by U[0, 1) draws before Eq. 2 subtracts the
+          queues' penalty (:class:`ModelSettings` ``ucb_c``, ``epsilon``).
     eta : float or DecayingEta
         Queue step: a shrinking step :class:`DecayingEta` (default
         :data:`DEFAULT_ETA`, the frozen schedule): Eq. 2 then charges
@@ -6192,7 +6433,7 @@ def _run_policy(X, R, orders, policy_seeds, sim, traces):
     assignments and queues (or None)."""
     runs, T = orders.shape
     A = R.shape[1]
-    if sim.policy.startswith("offline-"):
+    if _parse_policy(sim.policy).offline:
         rewards, counts, assign = _offline_runs(X, R, orders, sim.policy, policy_seeds,
                                                 sim.engine, sim.settings)
         queues = None
@@ -6250,43 +6491,35 @@ def _reference_run(X, R, order, sim, rng):
     chosen agent at every step and the queues in force at every decision.
     """
     T, A = R.shape
-    policy, eta, settings = sim.policy, sim.step, sim.settings
+    policy, eta, settings = _parse_policy(sim.policy), sim.step, sim.settings
     queues = VirtualQueues(sim.caps, bounds=sim.bounds)
-    models = _make_models(X, A, policy, settings)
-    thompson = policy.endswith("-ts")
+    family = policy.model
+    models = family.reference_models(X, A, settings)
     chosen = np.zeros(T, dtype=np.int32)
     Q = np.zeros((T, A))
     for t, i in enumerate(order):
         x = X[i]
         Q[t] = queues.Q
-        if policy == "random":
+        if models is None:                     # random: the shares, no estimates
             a = int(rng.choice(A, p=_selection_shares(queues.alpha, queues.constrained)))
         else:
-            if thompson:
-                mu = [m.sample(x, rng) for m in models]
-            else:
-                mu = [m.predict(x) for m in models]
-            a = queues.select(mu, _step_at(eta, t))
-        r = R[i, a]
-        if isinstance(models, list):
-            if policy.startswith("tree"):
-                models[a].update(x, r, rng)
-            else:
-                models[a].update(x, r)
+            a = queues.select(_reference_mu(family, models, x, policy, rng, settings),
+                              _step_at(eta, t))
+            models[a].update(x, R[i, a], rng)
         queues.update(a)
         chosen[t] = a
     return chosen, Q
 
 
-def _make_models(X, A, policy, settings):
-    """One reward model per agent for ``policy`` (``None`` for random)."""
-    if policy == "marginal":
-        return [MarginalAccuracy(settings.discount) for _ in range(A)]
-    if policy.startswith("logistic"):
-        return [LaplaceLogistic(X.shape[1], settings) for _ in range(A)]
-    if policy.startswith("tree"):
-        return [BootstrapTrees(settings) for _ in range(A)]
-    return None
+def _reference_mu(family, models, x, policy, rng, settings):
+    """The estimates of a reference run's agents for context ``x``: the
+    family's (:meth:`_RewardModel.reference_mu`), and in the epsilon-greedy
+    mode, with probability epsilon, independent U[0, 1) draws instead
+    (:func:`_explore_nb`, with numpy's draws)."""
+    mu = family.reference_mu(models, x, policy, rng, settings)
+    if policy.mode == _EGREEDY and rng.random() < settings.epsilon:
+        mu = list(rng.random(len(models)))
+    return mu
 
 
 def _reference_batch_run(X, R, order, sim, rng):
@@ -6299,10 +6532,10 @@ def _reference_batch_run(X, R, order, sim, rng):
     :func:`batch_queue_update`.
     """
     T, A = R.shape
-    policy, settings = sim.policy, sim.settings
+    policy, settings = _parse_policy(sim.policy), sim.settings
     alpha, constrained, B = sim.rule.alpha, sim.rule.constrained, sim.rule.batch
-    models = _make_models(X, A, policy, settings)
-    thompson = policy.endswith("-ts")
+    family = policy.model
+    models = family.reference_models(X, A, settings)
     chosen = np.zeros(T, dtype=np.int32)
     Qs = np.zeros((T, A))
     Q = np.zeros(A)
@@ -6310,23 +6543,17 @@ def _reference_batch_run(X, R, order, sim, rng):
         idx = order[t0:t0 + B]
         nb = len(idx)
         Qs[t0:t0 + nb] = Q
-        if policy == "random":     # the shares it draws from (alpha unless upper bounds > 1)
+        if models is None:         # random: the shares it draws from (alpha unless upper
             N = batch_counts(nb, _selection_shares(alpha, constrained), Q, constrained)
-            agents = rng.permutation(np.repeat(np.arange(A), N))
+            agents = rng.permutation(np.repeat(np.arange(A), N))          # bounds > 1)
         else:
-            if thompson:
-                mu = np.array([[m.sample(X[i], rng) for m in models] for i in idx])
-            else:
-                mu = np.array([[m.predict(X[i]) for m in models] for i in idx])
+            mu = np.array([_reference_mu(family, models, X[i], policy, rng, settings)
+                           for i in idx])
             N = batch_counts(nb, alpha, Q, constrained, bounds=sim.bounds)
             agents = batch_assign(mu - _step_at(sim.step, t0) * Q, N, constrained,
                                   bounds=sim.bounds)
-        for i, a in zip(idx, agents):
-            r = R[i, a]
-            if policy.startswith("tree"):
-                models[a].update(X[i], r, rng)
-            elif models is not None:
-                models[a].update(X[i], r)
+            for i, a in zip(idx, agents):
+                models[a].update(X[i], R[i, a], rng)
         Q = batch_queue_update(Q, np.bincount(agents, minlength=A), alpha, nb, constrained,
                                bounds=sim.bounds)
         chosen[t0:t0 + nb] = agents
@@ -6466,12 +6693,12 @@ def _logistic_bound_nb(theta, Xd):
 
 
 @_njit(cache=True)
-def _tree_bound_nb(val, fitted, thompson):
+def _tree_bound_nb(val, fitted, mode):
     """The largest estimate of an agent's forest: the largest value stored
     in its trees once fitted (every estimate is one of them, or a mean of
     them), and before that 1 for a Thompson draw, 0.5 for the greedy prior."""
     if not fitted:
-        return 1.0 if thompson else 0.5
+        return 1.0 if mode == _THOMPSON else 0.5
     bound = 0.0
     for b in range(val.shape[0]):
         for v in val[b]:
@@ -6579,13 +6806,16 @@ def _logistic_prior_nb(A, p, gamma):
 
 
 @_njit(cache=True, nogil=True)
-def _run_nb(R, order, rule, random, marginal, logistic, trees, batched, rng, out, work):
+def _run_nb(R, order, rule, random, marginal, logistic, trees, explore, batched, rng, out,
+            work):
     """One run of a policy over the tasks ``order``: Algorithm 1 with one reward model
     (App. E), online or in mini-batches (Sec. 4.2).
 
     The policy's model is whichever of ``random`` (``True``), ``marginal`` (its discount,
     1.0: none), ``logistic`` (:data:`_LogisticRun`) and ``trees`` (:data:`_TreeRun`) is not
-    ``None``; ``batched`` is ``None`` online (``rule.batch`` 0) and ``True`` in mini-batches.
+    ``None`` (the fields of :data:`_RunModels`, by name at the callers); ``explore`` is the
+    epsilon of the epsilon-greedy mode (:func:`_explore_nb`), ``None`` for the other modes;
+    ``batched`` is ``None`` online (``rule.batch`` 0) and ``True`` in mini-batches.
     numba compiles one kernel per combination of ``None`` arguments and prunes the branches a
     ``None`` rules out (each is guarded by ``model is not None``) before typing the body, so a
     model's first run compiles that model's kernels only, and an online run no batch solver.
@@ -6643,11 +6873,13 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, batched, rng, out
                         S[jj, a] = _marginal_mu_nb(n, s, a)
                     if logistic is not None:
                         S[jj, a], has_spare, spare = _logistic_mu_nb(
-                            theta[a], Sigma[a], logistic.Xd[i], logistic.thompson,
+                            theta[a], Sigma[a], logistic.Xd[i], logistic.mode,
                             logistic.kappa, rng, has_spare, spare)
                     if trees is not None:
                         S[jj, a] = _tree_mu_nb(F.feat[a], F.thr[a], F.val[a], F.fitted[a],
-                                               trees.Xb[i], trees.thompson, rng)
+                                               trees.Xb[i], trees.mode, rng)
+                if explore is not None:
+                    _explore_nb(S[jj], explore, rng)
             _choose_agents_nb(S, nb, rule, t, batched, Q, N, agent, upper)
         for a in range(A):
             Nb[a] = 0
@@ -6668,14 +6900,17 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, batched, rng, out
         a = agent[0]
         if _may_die_nb(a, rule, dead):
             # the largest estimate agent a can give for the rest of the run
-            if marginal is not None:
+            if explore is not None:                # an exploring draw: below 1
+                _check_dead_nb(a, 1.0, True, Q, eta, dead)
+            elif marginal is not None:
                 _check_dead_nb(a, s[a] / n[a], True, Q, eta, dead)
-            if logistic is not None:
-                bound = 1.0 if logistic.thompson else _logistic_bound_nb(theta[a], logistic.Xd)
+            elif logistic is not None:
+                bound = (_logistic_bound_nb(theta[a], logistic.Xd) if logistic.mode == _GREEDY
+                         else 1.0)
                 _check_dead_nb(a, bound, True, Q, eta, dead)
-            if trees is not None:  # a Thompson draw is one stored value; a greedy mean may round up
-                _check_dead_nb(a, _tree_bound_nb(F.val[a], F.fitted[a], trees.thompson),
-                            trees.thompson or not F.fitted[a], Q, eta, dead)
+            elif trees is not None:  # a Thompson draw is one stored value; a greedy mean may round up
+                _check_dead_nb(a, _tree_bound_nb(F.val[a], F.fitted[a], trees.mode),
+                               trees.mode == _THOMPSON or not F.fitted[a], Q, eta, dead)
         t += nb
     return total
 
@@ -6693,7 +6928,7 @@ def _runs(R, orders, rule, models, batched, states, assign, queues, stats):
     every run, ``stats`` the refit counters of each (trees).  A loop in
     Python: a compiled loop would be linked and optimised with the whole run
     kernel once more, seconds of the first call, for microseconds per run."""
-    (runs, T), A, trees = orders.shape, R.shape[1], models[3]
+    (runs, T), A, trees = orders.shape, R.shape[1], models.trees
     rewards = np.zeros(runs)
     counts = np.zeros((runs, A), dtype=np.int64)
     for k in range(runs):
@@ -6704,10 +6939,12 @@ def _runs(R, orders, rule, models, batched, states, assign, queues, stats):
 
 
 def _run_models(X, policy, settings):
-    """The reward-model arguments ``(random, marginal, logistic, trees)`` of
-    :func:`_run_nb` for ``policy`` on the contexts ``X``: those of its
-    reward model's object (:meth:`_RewardModel.run_args`)."""
-    return _reward_model(policy).run_args(policy, X, settings)
+    """The reward-model arguments of :func:`_run_nb` (:data:`_RunModels`) for
+    ``policy`` (a name) on the contexts ``X``: those of its family's entry
+    (:meth:`_RewardModel.run_args`)."""
+    policy = _parse_policy(policy)
+    explore = float(settings.epsilon) if policy.mode == _EGREEDY else None
+    return policy.model.run_args(policy, X, settings)._replace(explore=explore)
 
 
 def _fast_runs(X, R, orders, states, sim, traces):
@@ -6718,14 +6955,14 @@ def _fast_runs(X, R, orders, states, sim, traces):
     assign = np.zeros((runs, T if traces else 0), dtype=np.int32)
     queues = np.zeros((runs, T if traces else 0, A))
     models = _run_models(X, sim.policy, sim.settings)
-    if models[3] is not None and R.dtype != np.uint8:      # graded rewards: float sums
-        models = models[:3] + (models[3]._replace(sums=_reward_sums(True)),)
+    if models.trees is not None and R.dtype != np.uint8:      # graded rewards: float sums
+        models = models._replace(trees=models.trees._replace(sums=_reward_sums(True)))
     stats = np.zeros((runs, 3 * sim.settings.max_depth), dtype=np.int64)
     batched = None if sim.rule.batch == 0 else True
     absent = tuple(m is None for m in models + (batched,))
-    started = _first_use(f"{sim.policy.split('-')[0]} simulation", ("_run_nb",),
+    started = _first_use(f"{_parse_policy(sim.policy).family} simulation", ("_run_nb",),
                          _FIRST_USE_TIME["simulation"],
-                         lambda sig: tuple(str(t) == "none" for t in sig[3:8]) == absent)
+                         lambda sig: tuple(str(t) == "none" for t in sig[3:9]) == absent)
     parts = _over_runs(runs, lambda k0, k1: _runs(
         R, orders[k0:k1], sim.rule, models, batched, states[k0:k1], assign[k0:k1],
         queues[k0:k1], stats[k0:k1]))
@@ -6823,14 +7060,25 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
 
     Returns ``choice`` (runs x T): the agent given each task, indexed by task.
     """
+    return _OFFLINE_CHOICES[_parse_policy(policy).model](X, R, policy_seeds, engine, settings)
+
+
+def _offline_logistic_choices(X, R, policy_seeds, engine, settings):
+    """``offline-logistic`` (:func:`_offline_choices`): the same on every run and engine."""
     runs = len(policy_seeds)
     T, A = R.shape
-    if policy == "offline-logistic":
-        Z = np.column_stack([np.ones(T), X])
-        scores = np.column_stack([Z @ _logistic_map(Z, R[:, a].astype(float), settings.gamma)
-                                  for a in range(A)])
-        # sigma is increasing, so argmax over theta^T z is argmax over mu_hat
-        return np.repeat(np.argmax(scores, axis=1)[None, :].astype(np.int32), runs, axis=0)
+    Z = np.column_stack([np.ones(T), X])
+    scores = np.column_stack([Z @ _logistic_map(Z, R[:, a].astype(float), settings.gamma)
+                              for a in range(A)])
+    # sigma is increasing, so argmax over theta^T z is argmax over mu_hat
+    return np.repeat(np.argmax(scores, axis=1)[None, :].astype(np.int32), runs, axis=0)
+
+
+def _offline_tree_choices(X, R, policy_seeds, engine, settings):
+    """``offline-tree`` (:func:`_offline_choices`): binned trees on the fast
+    engine, scikit-learn's on the reference."""
+    runs = len(policy_seeds)
+    T, A = R.shape
     if engine == "fast":
         # The benchmark is scored on the data it was fitted on, so threshold
         # resolution shows directly in its error: bin as finely as uint8 allows.
@@ -6847,6 +7095,10 @@ def _offline_choices(X, R, policy, policy_seeds, engine, settings):
                               for a in range(A)])
         choice[k] = np.argmax(mu, axis=1)
     return choice
+
+
+#: The offline benchmark of each family that has one (Sec. 4), by its registry entry.
+_OFFLINE_CHOICES = {_LogisticModel: _offline_logistic_choices, _TreeModel: _offline_tree_choices}
 
 
 def _offline_runs(X, R, orders, policy, policy_seeds, engine, settings):
@@ -6944,7 +7196,7 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
             raise ValueError(f"agents must name at most {lim['agents']} agents, got {n_agents}")
     alpha, constrained = _validate_capacities(capacities, n_agents, bounds=bounds)
     if not user:
-        _validate_choice(policy, ONLINE_POLICIES, "policy")
+        _validate_policy(policy, ONLINE_POLICIES)
     elif not isinstance(policy, str) or policy not in USER_MODEL_MODES:
         raise ValueError(f"policy: with a model of your own it names the mode only, one of "
                          f"{', '.join(map(repr, USER_MODEL_MODES))}; got {policy!r}")
@@ -6963,7 +7215,7 @@ def _router_config(agents, capacities, policy, eta, seed, X_reference, n_feature
                              f"{X_reference.shape[1]} columns")
         n_features = _validate_int(X_reference.shape[1], "X_reference's column count", lo=1,
                                    hi=lim["n_features"])
-    if not user and policy != "random" and policy != "marginal" and n_features is None:
+    if not user and _parse_policy(policy).model.contextual and n_features is None:
         raise ValueError(f"policy {policy!r} needs the context dimension: give "
                          f"n_features or X_reference")
     if max_pending is not None:
@@ -7011,7 +7263,8 @@ def _saved_config(st, get, version=1, user=False):
     lim = ROUTER_STATE_LIMITS
     settings_d = st["settings"]
     fields = set(ModelSettings.__dataclass_fields__)
-    if not isinstance(settings_d, dict) or set(settings_d) | {"discount"} != fields:
+    if (not isinstance(settings_d, dict)
+            or not fields - set(_OPTIONAL_SETTINGS) <= set(settings_d) <= fields):
         raise ValueError("state['settings'] must hold every field of ModelSettings")
     try:
         settings = ModelSettings(**settings_d)
@@ -7019,7 +7272,8 @@ def _saved_config(st, get, version=1, user=False):
         raise ValueError(f"state['settings']: {exc}") from None
     policy = st["policy"]
     policies = USER_MODEL_MODES if user else ONLINE_POLICIES
-    if not isinstance(policy, str) or policy not in policies:
+    if not isinstance(policy, str) or policy not in (
+            policies if user else ONLINE_POLICIES + EXPLORATION_POLICIES):
         raise ValueError(f"state['policy'] must be one of {', '.join(policies)}, "
                          f"got {policy!r}")
     agents = st["agents"]
@@ -7518,7 +7772,7 @@ class _UserModel(_RewardModel):
                             f"{self._name(user)} has no sample(X, rng) method; add one "
                             f"returning a draw of the (n, A) estimates, or use policy 'greedy'")
         self.user, self.A, self.d, self.settings = user, config.A, config.d, config.settings
-        self._thompson = config.policy == "ts"
+        self._mode = _THOMPSON if config.policy == "ts" else _GREEDY
         self._rng = rng
         self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
         self._eta = np.array([*_step_parts(config.eta), 0.0])    # as _RewardModel's
@@ -7551,7 +7805,7 @@ class _UserModel(_RewardModel):
         built-in models' kernels do; -2 when X holds NaN or infinite values."""
         if not _all_finite_nb(X):
             return -2
-        if self._thompson:
+        if self._mode == _THOMPSON:
             before = self._rng.copy()
             try:       # a Generator seeded by one draw of the router's stream
                 rng = np.random.default_rng(int(_next_u64_nb(self._rng)))
@@ -7900,9 +8154,10 @@ class Router(_Team):
         ``bounds="upper"``: limits "each agent at most alpha_a", summing to at
         least 1.  Change them live with :meth:`set_capacities`.
     policy : str, optional
-        One of :data:`ONLINE_POLICIES` (default ``"tree-greedy"``); with
-        ``model``, the mode alone, one of :data:`USER_MODEL_MODES`:
-        ``"greedy"`` (default) or ``"ts"`` (Thompson sampling).
+        One of :data:`ONLINE_POLICIES` (default ``"tree-greedy"``) or of
+        :data:`EXPLORATION_POLICIES`; with ``model``, the mode alone, one of
+        :data:`USER_MODEL_MODES`: ``"greedy"`` (default) or ``"ts"`` (Thompson
+        sampling).
     eta : float or DecayingEta
         Queue step: a shrinking step :class:`DecayingEta` whose t is the
         router's task count (:attr:`n_assigned`, saved with its state;
@@ -8136,6 +8391,9 @@ class Router(_Team):
         self._pending = self._tasks.pending   # read and deleted from on the per-task path
         self._model = (_reward_model(c.policy)(c, self._rng, self._Q) if model is None
                        else _UserModel(c, self._rng, self._Q, model))
+        # whether a decision draws numbers beyond the queues' rule (its propensity)
+        self._stochastic = (self._model._mode == _THOMPSON if model is not None
+                            else _parse_policy(c.policy).stochastic)
         if tree_row_budget is not None:
             self._model.limit_rows(tree_row_budget)
         self._score = self._model.score
@@ -8343,7 +8601,7 @@ class Router(_Team):
         m = self._model
         if not _all_finite_nb(X):
             return -2
-        if self._policy == "random":
+        if not m.learns:                               # random: the shares among allowed
             share = self._restricted_shares(allowed)
             a = int(_random_agent_nb(self._rng, share, np.cumsum(share)))
             _router_step_nb(m._eta)                    # t moves on, as in the kernel
@@ -8369,10 +8627,10 @@ class Router(_Team):
         m = self._model
         penalties = tuple(float(eta_t * q) for q in Q0)
         p, se, draws, est = 1.0, 0.0, 0, None
-        if self._policy == "random":
+        if not m.learns:
             p = float((_selection_shares(m._alpha, m._constrained) if allowed is None
                        else self._restricted_shares(allowed))[a])
-        elif not m._thompson:
+        elif not self._stochastic:
             est = self._mu1[0].copy()
         else:                                      # Monte Carlo, on a stream of its own
             counts, means = self._propensity_draws(
@@ -8396,7 +8654,7 @@ class Router(_Team):
         means of the scores (Thompson; None for ``random``).
         """
         m, (n, A) = self._model, (X.shape[0], self._A)
-        rng, thompson, gauss = m._rng, m._thompson, getattr(m, "_gauss", None)
+        rng, mode, gauss = m._rng, m._mode, getattr(m, "_gauss", None)
         spare = None if gauss is None else gauss.copy()
         seq = np.random.SeedSequence([self._seed, first, _PROPENSITY_KEY])
         mu, counts, means = np.empty((n, A)), np.zeros((n, A), dtype=np.int64), None
@@ -8407,12 +8665,12 @@ class Router(_Team):
             for _ in range(n_draws):
                 m.score(X, mu, False)
                 counts[np.arange(n), choose(mu)] += 1
-            if thompson:
-                m._thompson = False
+            if m.learns:
+                m._mode = _GREEDY
                 m.score(X, mu, False)               # the posterior means
                 means = mu.copy()
         finally:
-            m._rng, m._thompson = rng, thompson
+            m._rng, m._mode = rng, mode
             if gauss is not None:
                 gauss[:] = spare
         return counts, means
@@ -8487,7 +8745,7 @@ class Router(_Team):
         eta_t = float(_eta_step_nb(eta0[0], eta0[1], eta0[2], eta0[3]))
         penalties = tuple(float(eta_t * q) for q in Q0)
         n, est, p, draws = len(chosen), mu, np.ones(len(chosen)), 0
-        if self._policy == "random" or self._model._thompson:
+        if self._stochastic:
             counts, est = self._propensity_draws(
                 X, n_draws, first, lambda m: _batch_step_nb(
                     m, self._alpha, self._constrained, eta0.copy(), Q0.copy())[0])
@@ -8964,7 +9222,7 @@ def _mean_estimate(name, terms, level):
 def _target_router(A, capacities, policy, eta, seed, X, settings):
     """A fresh router for the target policy (bins from the logged contexts, as
     :func:`simulate` takes them from the whole stream)."""
-    kw = {} if policy in ("random", "marginal") else {"X_reference": X}
+    kw = {"X_reference": X} if _parse_policy(policy).model.contextual else {}
     return Router(A, capacities, policy, eta=eta, seed=seed, settings=settings, **kw)
 
 
@@ -8973,7 +9231,7 @@ def _target_choice(router, x, mu):
     step left as they are (its random stream moves on for a random draw)."""
     X = x.reshape(1, -1)
     router._model.score(X, mu, False)
-    if router._policy == "random":
+    if not router._model.learns:
         return int(np.argmax(mu[0]))            # the drawn agent's indicator
     e = router._model._eta
     return int(_select_nb(mu[0], router._Q, _eta_step_nb(e[0], e[1], e[2], e[3])))
@@ -9133,7 +9391,7 @@ def evaluate_log(log, policy, capacities, *, eta=DEFAULT_ETA, estimators=OPE_EST
     >>> ev["ips"].low < ev["ips"].value < ev["ips"].high
     True
     """
-    _validate_choice(policy, ONLINE_POLICIES, "policy")
+    _validate_policy(policy, ONLINE_POLICIES)
     estimators = list(_validate_names(estimators, OPE_ESTIMATORS, "estimators", unique=True))
     folds = _validate_int(folds, "folds", lo=2)
     _validate_choice(dm_model, ("logistic", "tree"), "dm_model")
@@ -13252,7 +13510,7 @@ def plot_error_vs_capacity(df, ax=None, *, title=None, bands=True, legend=True):
         g = g.sort_values("alpha1")
         style = dict(POLICY_STYLE.get(policy, dict(label=policy)))
         ax.plot(g["alpha1"], g["error"], lw=1.6, ms=4, **style)
-        if bands and not policy.startswith("offline") and policy != "hindsight":
+        if bands and not _parse_policy(policy).offline:   # benchmarks (hindsight too): none
             ax.fill_between(g["alpha1"], g["ci_low"], g["ci_high"],
                             color=style.get("color"), alpha=0.15, lw=0)
     return _finish_axes(ax, r"capacity of agent 1, $\alpha_1$", "error rate", title, legend)
@@ -13985,7 +14243,7 @@ def benchmark_router(*, policies=ONLINE_POLICIES, T=20000, d=12, seed=0, eta=PAP
     out(f"{'policy':<26}{'us/task':>10}{'(cpu)':>9}{'error':>9}")
     result = {}
     runs = [(p, False) for p in policies] + [(p, True) for p in policies
-                                             if p.startswith("tree")]
+                                             if _parse_policy(p).model.stream_bins]
     for policy, stream in runs:
         ref = None if stream else X
         warm = Router(2, [0.5, 0.5], policy, X_reference=None if stream else Xw,

@@ -346,7 +346,7 @@ def test_early_exit_fires_and_when_it_may():
         trees = ca._TreeRun(Xb, False, n_bins, int(n_bins.max()), s.n_trees, s.max_depth,
                             s.min_samples_leaf, s.refit_every, 1.0, ca._reward_sums(False))
         rewards, counts = ca._runs(
-            R, orders, rule, (None, None, None, trees), None, ca._rng_states(seeds),
+            R, orders, rule, ca._RunModels(trees=trees), None, ca._rng_states(seeds),
             np.zeros((2, 0), dtype=np.int32), np.zeros((2, 0, 2)), stats)
         refits[early] = (stats.sum(), rewards.tolist(), counts.tolist())
     assert refits[True][1:] == refits[False][1:]

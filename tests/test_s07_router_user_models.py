@@ -363,8 +363,8 @@ def test_agents_cannot_change_without_hooks(stream):
 
 def test_the_readme_runs_a_scikit_learn_model():
     """The README's example of a model of your own (SGDClassifier with partial_fit) is
-    one of the README blocks that tests/test_examples.py executes."""
-    from test_examples import readme_python_blocks
+    one of the README blocks that tests/test_s01_examples.py executes."""
+    from test_s01_examples import readme_python_blocks
 
     blocks = [p.values[0] for p in readme_python_blocks()]
     example = [b for b in blocks if "SGDClassifier" in b and "model=" in b]
