@@ -4313,6 +4313,9 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, level, forest, r):
     acc = np.empty(n_cols, dtype=np.int32)
     accs = np.empty(n_cols, dtype=HC.dtype)
     accp = np.zeros(n_cols, dtype=np.int64)
+    ucols = np.empty(d, dtype=np.uint64)     # unsigned column steps: no index wrap-around
+    for j in range(d):
+        ucols[j] = n_bins[j]
     for b in range(B):
         for u in range(first, last, 2):
             if not stale[u, b]:
@@ -4324,49 +4327,60 @@ def _rebuild_level_nb(Xa, ya, n, n_bins, level, forest, r):
             o = 0
             for jj in range(f):
                 o += n_bins[jj]
-            w_left = 0
-            for c in range(o, o + q + 1):
-                w_left += np.int64(HC[0, c, b])
-            lf = 2 * w_left <= node_c[0, b]
             if packed:
+                # integer sums: the rows' order does not matter, so every row
+                # of the agent is tested in storage order (a sequential pass
+                # instead of a chase through the bin lists), and the child
+                # summed is the one with the smaller total weight
+                lf = node_c[u, b] <= node_c[u + 1, b]
+                t = u if lf else u + 1
                 for c in range(n_cols):
                     accp[c] = 0
-            else:
-                for c in range(n_cols):
-                    acc[c] = 0
-                    accs[c] = 0
-            for qq in range(0 if lf else q + 1, q + 1 if lf else n_bins[f]):
-                k = head[f, qq]
-                while k >= 0:
-                    w = np.int32(W[b, k])
-                    if w != 0 and k < n:
-                        x = 0
-                        for _ in range(level - 1):
-                            x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
-                        if x == par:
-                            y = ya[k]
-                            col = 0
-                            if packed:
-                                wy = np.int64(w) + (np.int64(w * y) << 32)
-                                for j in range(d):
-                                    accp[col + Xa[k, j]] += wy
-                                    col += n_bins[j]
-                            elif y:
-                                for j in range(d):
-                                    acc[col + Xa[k, j]] += w
-                                    accs[col + Xa[k, j]] += w * y
-                                    col += n_bins[j]
-                            else:
-                                for j in range(d):
-                                    acc[col + Xa[k, j]] += w
-                                    col += n_bins[j]
-                    k = nxt[f, k]
-            t = u if lf else u + 1
-            o = 2 * u + 1 - t
-            if packed:
+                for k in range(n):
+                    x = 0
+                    for _ in range(level):
+                        x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
+                    w = np.int64(W[b, k])
+                    if x == t and w != 0:
+                        wy = w + (np.int64(w * ya[k]) << 32)
+                        col = np.uint64(0)
+                        for j in range(d):
+                            accp[col + Xa[k, j]] += wy
+                            col += ucols[j]
                 for c in range(n_cols):
                     acc[c] = accp[c] & 0xFFFFFFFF
                     accs[c] = accp[c] >> 32
+            else:
+                w_left = 0
+                for c in range(o, o + q + 1):
+                    w_left += np.int64(HC[0, c, b])
+                lf = 2 * w_left <= node_c[0, b]
+                t = u if lf else u + 1
+                for c in range(n_cols):
+                    acc[c] = 0
+                    accs[c] = 0
+                for qq in range(0 if lf else q + 1, q + 1 if lf else n_bins[f]):
+                    k = head[f, qq]
+                    while k >= 0:
+                        w = np.int32(W[b, k])
+                        if w != 0 and k < n:
+                            x = 0
+                            for _ in range(level - 1):
+                                x = 2 * x + 1 + (Xa[k, feat[b, x]] > thr[b, x])
+                            if x == par:
+                                y = ya[k]
+                                col = 0
+                                if y:
+                                    for j in range(d):
+                                        acc[col + Xa[k, j]] += w
+                                        accs[col + Xa[k, j]] += w * y
+                                        col += n_bins[j]
+                                else:
+                                    for j in range(d):
+                                        acc[col + Xa[k, j]] += w
+                                        col += n_bins[j]
+                        k = nxt[f, k]
+            o = 2 * u + 1 - t
             for c in range(n_cols):
                 HC[t, c, b] = acc[c]
                 HC[t, c, B + b] = accs[c]
