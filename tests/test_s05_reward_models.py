@@ -169,7 +169,7 @@ def test_compiled_forest_matches_sklearn_on_its_bootstraps():
     for b in range(B):
         rows = np.repeat(np.arange(T), cnt[:, b])
         sk = DecisionTreeRegressor(max_depth=depth, min_samples_leaf=10).fit(X[rows], R[rows, 0])
-        ours = np.array([ca._tree_predict_nb(feat[b], thr[b], val[b], Xb[i]) for i in range(T)])
+        ours = np.array([ca._tree_predict_nb(feat, thr, val, b, Xb[i]) for i in range(T)])
         np.testing.assert_allclose(ours, sk.predict(X), atol=1e-12)
 
 
