@@ -28,6 +28,9 @@ Modules, in the order a chapter meets them:
 ``readouts``
     the chapters' read-outs: the paper's claims, one analysis of an
     error-vs-capacity experiment, the reproduction scorecard's verdicts;
+``experiments``
+    the read-outs of Part II's experiment chapters: their tables, the checks
+    of their prose's claims and the numbers it quotes;
 ``engines``
     the stored comparison of the fast and reference engines on the tabular
     tasks (``book/results/engine_validation.json``);
@@ -165,3 +168,27 @@ from .front import (CLAIM_PARTS, FRONT_ALPHA, FRONT_POLICIES, FRONT_TASKS, KIND_
 __all__ += ["FRONT_TASKS", "FRONT_POLICIES", "FRONT_ALPHA", "PAPER_SEED", "CLAIM_PARTS",
             "STATUS_TEXT", "stored_paired_tests", "verdict_colours", "WhatHolds", "what_holds",
             "KIND_SHORT", "SCORECARD_CHANGES", "Scorecard", "PAPER_INDEX", "paper_index"]
+
+# the read-outs of Part II's experiment chapters (experiments)
+from .experiments import (ChapterTables, coding_table, gain_cells, gain_frame, gap_cells,
+                          glue_imagenet_mmlu, glue_tabular, imagenet_mmlu_checks, say_checks,
+                          separation_table, tabular_checks, task_line, update_influence,
+                          seed_row, seed_tables, seeds_gain_figure, implied_random_table,
+                          matched_rows, matched_table, spread_table, spread_counts,
+                          seeds_summary, seeds_checks, glue_seeds, engine_zmax_table,
+                          engine_folds, check_engine_cells, say_engine_settings,
+                          engine_summary_table, engine_cell_folds, engine_figure,
+                          check_engine_tabular, pairs_summary, mmlu_pairs_figure,
+                          short_model_names, mmlu_pairs_checks, glue_mmlu_pairs)
+
+__all__ += [
+    "ChapterTables", "say_checks", "task_line", "gap_cells", "gain_frame", "gain_cells",
+    "coding_table", "update_influence", "separation_table", "tabular_checks", "glue_tabular",
+    "imagenet_mmlu_checks", "glue_imagenet_mmlu", "seed_row", "seed_tables",
+    "seeds_gain_figure", "implied_random_table", "matched_rows", "matched_table",
+    "spread_table", "spread_counts", "seeds_summary", "seeds_checks", "glue_seeds",
+    "engine_zmax_table", "engine_folds", "check_engine_cells", "say_engine_settings",
+    "engine_summary_table", "engine_cell_folds", "engine_figure", "check_engine_tabular",
+    "pairs_summary", "mmlu_pairs_figure", "short_model_names", "mmlu_pairs_checks",
+    "glue_mmlu_pairs",
+]
