@@ -1260,9 +1260,10 @@ def test_experiment_briefs_speak_plain_words(readings):
 
 
 def test_experiment_figures_start_within_two_screens(readings):
-    """Each experiment chapter's first figure starts within FIRST_FIGURE_SCREENS screens at
-    1280x800 (the page as first seen, folds closed); where it starts at 390x844 is
-    printed (-s). Every failing page in one report."""
+    """Each experiment chapter's first figure starts within FIRST_FIGURE_SCREENS screens,
+    screens of the window's own height, at 1280x800 and at 390x844 (the page as first
+    seen, folds closed); where it starts in both windows is printed (-s). Every failing
+    page in one report."""
     chapters = [p for p in PAGES if EXPERIMENT_CHAPTER.search(Path(p).stem)]
     assert len(chapters) >= 10, chapters
     print("\nfirst figure of each experiment chapter, in screens (1280 px / 390 px):")
@@ -1271,12 +1272,11 @@ def test_experiment_figures_start_within_two_screens(readings):
         for viewport, size in VIEWPORTS.items():
             r = readings(page, viewport)["page"] or {"images": []}
             shown = [img["top"] for img in r["images"] if img.get("visible", True)]
-            tops.append(f"{min(shown) / size['height']:.1f}" if shown else "none")
+            tops.append(f"{min(shown) / size['height']:.2f}" if shown else "none")
         print(f"  {Path(page).stem:24s} " + " / ".join(tops))
-    height = VIEWPORTS["1280"]["height"]
-    report = _book_report(readings, ["1280"], lambda p, v, r: [
-        x for x in [_first_figure_problem(p, r["page"], height)] if x])
-    assert not report, (f"{len(report)} experiment chapters show their first figure late:\n"
+    report = _book_report(readings, VIEWPORTS, lambda p, v, r: [
+        x for x in [_first_figure_problem(p, r["page"], VIEWPORTS[v]["height"])] if x])
+    assert not report, (f"{len(report)} experiment chapter pages show their first figure late:\n"
                         + "\n".join(report))
 
 
@@ -1306,6 +1306,10 @@ def test_first_figure_check_itself():
     late = _first_figure_problem(page, reading((2400, True)), 800)
     assert late == ("the first figure starts at 2400 px, screen 3.0 (within 2 screens: above "
                     "1600 px)"), late
+    phone = VIEWPORTS["390"]["height"]      # two screens of a phone: 1688 px
+    assert _first_figure_problem(page, reading((1680, True)), phone) is None
+    late = _first_figure_problem(page, reading((1692, True)), phone)
+    assert late is not None and "starts at 1692 px, screen 2.0" in late, late
     assert "no output figure" in _first_figure_problem(page, reading(), 800)
     assert "starts at 2000 px" in _first_figure_problem(
         page, reading((0, False), (2000, True)), 800)
