@@ -254,6 +254,19 @@ def _clean_executed(nb):
     return nb
 
 
+#: The matplotlib backend of the chapters' kernels: figures become outputs of
+#: the cells that draw them (Jupyter's default, set explicitly by :func:`reproduce`).
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+
+def _restore_env(name, value):
+    """Put the environment variable ``name`` back to ``value`` (``None``: unset)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output=False):
     """Re-execute chapters through papermill and write the executed notebooks.
 
@@ -264,7 +277,9 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
     ``book/executed/NAME.ipynb``.  A failing cell raises and nothing is written
     for that chapter.  Without names every chapter runs, in name order except
     that a chapter runs after the chapters whose results it reads (front
-    matter ``capassign: reads: [...]``).
+    matter ``capassign: reads: [...]``).  The kernels draw with matplotlib's
+    inline backend whatever ``MPLBACKEND`` the caller's shell sets, so that
+    every figure is stored with the cell that draws it.
 
     Parameters
     ----------
@@ -311,14 +326,16 @@ def reproduce(chapters=(), *, parameters=None, kernel_name="python3", log_output
             else tempfile.mkdtemp(prefix="capassign-memo-"))
     if memo:
         os.environ[capassign.MEMO_ENV] = memo
+    # A non-inline MPLBACKEND in the caller's shell (Agg, say) would reach the
+    # kernel and leave every figure out of the stored notebook, silently.
+    old_backend = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = INLINE_BACKEND
     try:
         return [_execute_chapter(name, parameters, kernel_name, log_output)
                 for name in names]
     finally:
-        if old_path is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old_path
+        _restore_env("PYTHONPATH", old_path)
+        _restore_env("MPLBACKEND", old_backend)
         if memo:
             os.environ.pop(capassign.MEMO_ENV, None)
             shutil.rmtree(memo, ignore_errors=True)

@@ -8,6 +8,7 @@ builds strictly.
 
 
 import json
+import os
 import warnings
 
 import nbformat
@@ -186,6 +187,29 @@ def test_a_value_papermill_would_write_as_code_is_refused(tmp_path, monkeypatch)
     with pytest.raises(ValueError, match=r"^parameters n: the value 3 does not pass to "
                                          r"papermill as data$"):
         pipeline.reproduce(["tiny"], parameters={"n": 3}, kernel_name="python3")
+
+
+TINY_FIGURE = TINY.split("# Tiny", 1)[0] + """# Tiny figure
+
+```{code-cell} ipython3
+import matplotlib.pyplot as plt
+plt.plot([0, 1], [1, 0])
+plt.show()
+```
+"""
+
+
+def test_reproduce_stores_figures_whatever_the_shells_backend(tmp_path, monkeypatch):
+    # a shell with MPLBACKEND=Agg used to reach the kernel: the figure was drawn
+    # off-screen and the stored notebook silently held no image
+    _, executed = _chapter_tree(tmp_path, monkeypatch, text=TINY_FIGURE)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    pipeline.reproduce(["tiny"], kernel_name="python3")
+    nb = nbformat.read(executed / "tiny.ipynb", as_version=4)
+    kinds = [k for cell in nb.cells if cell.cell_type == "code"
+             for out in cell.outputs for k in out.get("data", {})]
+    assert "image/png" in kinds
+    assert os.environ["MPLBACKEND"] == "Agg"   # the caller's environment is restored
 
 
 def test_failing_cell_fails_reproduce(tmp_path, monkeypatch):
