@@ -8155,10 +8155,9 @@ def _masked_choice(mu, Q, eta, allowed):
     argmax_a mu[a] - eta Q[a], the first such agent on ties."""
     if allowed is None:
         return int(_select_nb(mu, Q, eta))
-    s = mu - eta * Q
-    if np.isnan(s).any():
+    if np.isnan(mu).any():            # as _select_nb: a NaN estimate raises, allowed or not
         raise ValueError(_NAN_ESTIMATE)
-    return int(np.argmax(np.where(allowed, s, -np.inf)))
+    return int(_select_nb(np.where(allowed, mu, -np.inf), Q, eta))
 
 
 class Router(_Team):
