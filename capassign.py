@@ -4812,11 +4812,11 @@ def _forgetting(settings):
 # it draws), one kernel (_explore_nb) and one call per engine: in
 # _router_decide_nb, the tail that every router score kernel ends with, in
 # _run_nb after its scores, and in _reference_mu; its parameter is a field of
-# ModelSettings, carried to the router kernels in the _RouterRule that
-# _RewardModel.set_limits builds and to _run_nb in the _RunModels of
-# _run_models.  A new family is one more class and one more registry entry
-# (plus its field of _RunModels and its branch of _run_nb, the one compiled
-# loop of all families).
+# ModelSettings, carried to the router kernels in the step state _eta that
+# _RewardModel.__init__ builds (_STEP_EPSILON) and to _run_nb in the
+# _RunModels of _run_models.  A new family is one more class and one more
+# registry entry (plus its field of _RunModels and its branch of _run_nb, the
+# one compiled loop of all families).
 #
 # A :class:`Router` (section 7) owns everything else: task ids, pending tasks,
 # their expiry, the virtual queues and the orchestration of the saved state.
@@ -4861,39 +4861,41 @@ def _all_finite_nb(X):
 @_njit(cache=True)
 def _router_step_nb(eta):
     """The step eta_t of a router's next task from its step state ``eta`` =
-    [eta0, t0, power, t] (:func:`_step_parts` and the tasks assigned so far),
-    whose t then moves on by one task."""
+    [eta0, t0, power, t, epsilon] (:func:`_step_parts`, the tasks assigned so
+    far and the epsilon of :func:`_router_decide_nb`), whose t then moves on
+    by one task."""
     eta_t = _eta_step_nb(eta[0], eta[1], eta[2], eta[3])
     eta[3] += 1.0
     return eta_t
 
 
-#: What a router's decision reads besides the estimates (:meth:`_RewardModel.score`):
-#: the queues ``Q`` (Eq. 1), the capacities ``alpha`` and ``constrained``, the
-#: step state ``eta`` of :func:`_router_step_nb` (Eq. 2) and the ``epsilon`` of
-#: the epsilon-greedy mode (:class:`ModelSettings`; read in that mode only).
-_RouterRule = namedtuple("_RouterRule", "Q alpha constrained eta epsilon")
+#: Where the step state of a router (:func:`_router_step_nb`) keeps the
+#: epsilon of the epsilon-greedy mode: the numbers of the decision rule in one
+#: array, which every score kernel takes anyway, so that epsilon passes
+#: through none of the families' kernels and costs no argument (the arrays of
+#: the rule as one tuple cost about 0.1 us per decision to type and unbox, a
+#: few per cent of the lightest policies' time in ``bench --router``).
+_STEP_EPSILON = 4
 
 
-@_njit(cache=True)
-def _router_decide_nb(mu, mode, rng, step, rule):
+@_njit(cache=True, inline="always")
+def _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta):
     """The tail of every router score kernel, its estimates ``mu`` (one row
     per task) made: the exploration of the mode (:func:`_explore_nb` in mode
     :data:`_EGREEDY`, the draws of :func:`_run_nb` at one decision), then
-    with ``step`` (a single task) the agent of Eq. 2, the queues moved by
-    Eq. 1 and the step's t by one task; -1 without ``step``.  ``rule`` holds
-    the fields of :data:`_RouterRule`."""
-    rule = _RouterRule(*rule)
+    with ``step`` (a single task) the agent of Eq. 2, the queues ``Q`` moved
+    by Eq. 1 (capacities ``alpha``, ``constrained``) and the step's t by one
+    task; -1 without ``step``.  ``eta``: the step state of :func:`_router_step_nb`."""
     if mode == _EGREEDY:
-        _explore_nb(mu, mu.shape[0], rule.epsilon, rng)
+        _explore_nb(mu, mu.shape[0], eta[_STEP_EPSILON], rng)
     if not step:
         return -1
-    return _online_step_nb(mu[0], rule.Q, _router_step_nb(rule.eta), rule.alpha,
-                           rule.constrained)
+    return _online_step_nb(mu[0], Q, _router_step_nb(eta), alpha, constrained)
 
 
 @_njit(cache=True)
-def _router_noncontextual_mu_nb(X, learned, n, s, cum, mode, rng, mu, step, rule):
+def _router_noncontextual_mu_nb(X, learned, n, s, cum, mode, rng, mu, step, Q, alpha,
+                                constrained, eta):
     """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
     probability alpha_a) as in :func:`_run_nb`, then the decision of
     :func:`_router_decide_nb`.
@@ -4905,9 +4907,8 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, mode, rng, mu, step, rule
     """
     if not _all_finite_nb(X):
         return -2
-    r = _RouterRule(*rule)
-    A = r.Q.shape[0]
-    share = _selection_shares_nb(r.alpha, r.constrained)  # alpha unless free agents take a rest
+    A = Q.shape[0]
+    share = _selection_shares_nb(alpha, constrained)  # alpha unless free agents take a rest
     chosen = np.int64(0)  # not a literal 0: _queue_update_one_nb compiles once
     for i in range(X.shape[0]):
         if not learned:
@@ -4915,16 +4916,17 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, mode, rng, mu, step, rule
         for a in range(A):
             mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
     if learned:
-        return _router_decide_nb(mu, mode, rng, step, rule)
+        return _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta)
     if not step:
         return -1
-    _router_step_nb(r.eta)
-    _queue_update_one_nb(r.Q, r.alpha, r.constrained, chosen)
+    _router_step_nb(eta)
+    _queue_update_one_nb(Q, alpha, constrained, chosen)
     return chosen
 
 
 @_njit(cache=True)
-def _router_logistic_mu_nb(X, xd, L, mode, kappa, rng, mu, step, rule):
+def _router_logistic_mu_nb(X, xd, L, mode, kappa, rng, mu, step, Q, alpha, constrained,
+                           eta):
     """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``,
     then the decision of :func:`_router_decide_nb`.
 
@@ -4947,7 +4949,7 @@ def _router_logistic_mu_nb(X, xd, L, mode, kappa, rng, mu, step, rule):
                                                          L.gauss[1])
             L.gauss[0] = 1.0 if has_spare else 0.0
             L.gauss[1] = spare
-    return _router_decide_nb(mu, mode, rng, step, rule)
+    return _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta)
 
 
 @_njit(cache=True)
@@ -4962,7 +4964,8 @@ def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx, discount, gamma
 
 
 @_njit(cache=True)
-def _router_tree_mu_nb(X, edges, n_edges, F, mode, rng, mu, step, rule):
+def _router_tree_mu_nb(X, edges, n_edges, F, mode, rng, mu, step, Q, alpha, constrained,
+                       eta):
     """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
 
     The draws are those of :func:`_run_nb` at one decision (``mode``:
@@ -4979,7 +4982,7 @@ def _router_tree_mu_nb(X, edges, n_edges, F, mode, rng, mu, step, rule):
         _bin_row_nb(X[i], edges, n_edges, xb)
         for a in range(F.feat.shape[0]):
             mu[i, a] = _tree_mu_nb(F, a, xb, mode, rng)
-    return _router_decide_nb(mu, mode, rng, step, rule)
+    return _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta)
 
 
 @_njit(cache=True)
@@ -5076,9 +5079,10 @@ class _RewardModel:
         self.A, self.d, self.settings = config.A, config.d, config.settings
         self._mode = _parse_policy(config.policy).mode     # the kernels' integer mode
         self._rng = rng
-        # the step state [eta0, t0, power, t] that a one-task step reads and advances
-        self._eta = np.array([*_step_parts(config.eta), 0.0])
-        _RewardModel.set_limits(self, config.alpha, config.constrained, Q)
+        self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
+        # the step state [eta0, t0, power, t, epsilon] that a one-task step reads
+        # and advances (_router_step_nb; epsilon read in mode _EGREEDY only)
+        self._eta = np.array([*_step_parts(config.eta), 0.0, float(config.settings.epsilon)])
         _first_use(self.group, self.kernels, _FIRST_USE_TIME[self.group])
 
     def see(self, X, copy=True):
@@ -5132,7 +5136,7 @@ class _RewardModel:
                 arr = np.concatenate([arr, getattr(fresh, attr)])
             setattr(self, attr, np.ascontiguousarray(arr))
         self.A = len(keep) + (0 if fresh is None else fresh.A)
-        _RewardModel.set_limits(self, alpha, constrained, Q)
+        self._Q, self._alpha, self._constrained = Q, alpha, constrained
         self._regrouped(keep, fresh)
 
     def _match(self, fresh):
@@ -5141,15 +5145,10 @@ class _RewardModel:
     def _regrouped(self, keep, fresh):
         """Refresh what depends on the set of agents after :meth:`regroup`."""
 
-    def set_limits(self, alpha, constrained, Q=None):
+    def set_limits(self, alpha, constrained):
         """The capacities in force changed (:meth:`Router.set_capacities`,
-        :meth:`Router.pause`, :meth:`Router.resume`); the agents did not
-        (``Q``: new queues, when they did, :meth:`regroup`).  Refreshes the
-        score kernels' :data:`_RouterRule` (a plain tuple: see _LogisticModel)."""
+        :meth:`Router.pause`, :meth:`Router.resume`); the agents did not."""
         self._alpha, self._constrained = alpha, constrained
-        if Q is not None:
-            self._Q = Q
-        self._rule = (self._Q, alpha, constrained, self._eta, float(self.settings.epsilon))
 
     # --- the family in the simulation engines (section 6) ---
 
@@ -5211,7 +5210,8 @@ class _MarginalModel(_RewardModel):
 
     def score(self, X, mu, step):
         return _router_noncontextual_mu_nb(X, self.learns, self._n, self._s, self._cum,
-                                           self._mode, self._rng, mu, step, self._rule)
+                                           self._mode, self._rng, mu, step, self._Q,
+                                           self._alpha, self._constrained, self._eta)
 
     def learn(self, a, x, r):
         g = self.settings.discount
@@ -5221,8 +5221,8 @@ class _MarginalModel(_RewardModel):
     def _regrouped(self, keep, fresh):
         self._cum = np.cumsum(_selection_shares(self._alpha, self._constrained))
 
-    def set_limits(self, alpha, constrained, Q=None):
-        super().set_limits(alpha, constrained, Q)
+    def set_limits(self, alpha, constrained):
+        super().set_limits(alpha, constrained)
         self._regrouped(None, None)            # the random policy's cumulative shares
 
     def _check_values(self, vals, seen):
@@ -5299,7 +5299,8 @@ class _LogisticModel(_RewardModel):
 
     def score(self, X, mu, step):
         return _router_logistic_mu_nb(X, self._xd, self._L, self._mode, self._kappa,
-                                      self._rng, mu, step, self._rule)
+                                      self._rng, mu, step, self._Q, self._alpha,
+                                      self._constrained, self._eta)
 
     def learn(self, a, x, r):
         _router_logistic_update_nb(a, x, r, self._xd, self._L, self._w_min, self._w_max,
@@ -5559,7 +5560,8 @@ class _TreeModel(_RewardModel):
 
     def score(self, X, mu, step):
         return _router_tree_mu_nb(X, self._edges, self._n_edges, self._tree_state()[3],
-                                  self._mode, self._rng, mu, step, self._rule)
+                                  self._mode, self._rng, mu, step, self._Q, self._alpha,
+                                  self._constrained, self._eta)
 
     def learn(self, a, x, r):
         if self.row_budget is not None and self._nobs[a] >= self.row_budget:
