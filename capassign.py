@@ -7026,10 +7026,11 @@ def _fast_runs(X, R, orders, states, sim, traces):
         models = models._replace(trees=models.trees._replace(sums=_reward_sums(True)))
     stats = np.zeros((runs, 3 * sim.settings.max_depth), dtype=np.int64)
     batched = None if sim.rule.batch == 0 else True
-    absent = tuple(m is None for m in models + (batched,))
+    absent = tuple(m is None for m in models + (batched,))     # _run_nb's arguments from 3 on
     started = _first_use(f"{_parse_policy(sim.policy).family} simulation", ("_run_nb",),
                          _FIRST_USE_TIME["simulation"],
-                         lambda sig: tuple(str(t) == "none" for t in sig[3:9]) == absent)
+                         lambda sig: absent == tuple(str(t) == "none"
+                                                     for t in sig[3:3 + len(absent)]))
     parts = _over_runs(runs, lambda k0, k1: _runs(
         R, orders[k0:k1], sim.rule, models, batched, states[k0:k1], assign[k0:k1],
         queues[k0:k1], stats[k0:k1]))
