@@ -4799,24 +4799,25 @@ def _forgetting(settings):
 #   ``run_bytes(...)`` their memory, ``reference_models(X, A, settings)`` and
 #   ``reference_mu(...)`` its models and estimates in the reference engine.
 #
-# Each class is the one home of a model family: _FAMILIES maps the family of
-# a parsed policy name (_parse_policy) to it, and the family's modes (greedy,
-# Thompson, UCB, epsilon-greedy) reach its kernels as one integer.  A mode
-# has two kinds of home.  A mode of one family, which changes how its
-# estimates are made (UCB of the logistic family), is its suffix in
-# _MODE_SUFFIXES, a branch in the family's estimate kernel (the one both
-# compiled engines call, here _logistic_mu_nb), the same branch in the
-# family's reference_mu, its parameter in ModelSettings and its name in
-# EXPLORATION_POLICIES.  A mode of every family, which acts on the estimates
-# once they are made (epsilon-greedy), is its suffix (and _DRAWING_MODES if
-# it draws), one kernel (_explore_nb) and one call per engine: in
+# Each class is the one home of a model family: _FAMILIES maps the family of a
+# parsed policy name (_parse_policy) to it, and the family's modes (greedy,
+# Thompson, UCB, epsilon-greedy) reach its kernels as one integer.  A mode has
+# two kinds of home.  A mode of one family, which changes how its estimates are
+# made (UCB of the logistic family), is its suffix in _MODE_SUFFIXES, a branch
+# in the family's estimate kernel (the one both compiled engines call, here
+# _logistic_mu_nb), the same rule in its reference model
+# (LaplaceLogistic.upper) and reference_mu, its parameter in ModelSettings
+# (UCB's c reaches the kernel as its kappa, _LogisticModel.spread) and its name
+# in EXPLORATION_POLICIES.  A mode of every family, which acts on the estimates
+# once they are made (epsilon-greedy), is its suffix (and _DRAWING_MODES if it
+# draws), one kernel (_explore_nb) and one call per engine: in
 # _router_decide_nb, the tail that every router score kernel ends with, in
 # _run_nb after its scores, and in _reference_mu; its parameter is a field of
 # ModelSettings, carried to the router kernels in the step state _eta that
-# _RewardModel.__init__ builds (_STEP_EPSILON) and to _run_nb in the
-# _RunModels of _run_models.  A new family is one more class and one more
-# registry entry (plus its field of _RunModels and its branch of _run_nb, the
-# one compiled loop of all families).
+# _RewardModel.__init__ builds (_STEP_EPSILON) and to _run_nb in the _RunModels
+# of _run_models.  A new family is one more class (its router score kernel
+# ending in _router_decide_nb) and one more registry entry (plus its field of
+# _RunModels and its branch of _run_nb, the one compiled loop of all families).
 #
 # A :class:`Router` (section 7) owns everything else: task ids, pending tasks,
 # their expiry, the virtual queues and the orchestration of the saved state.
