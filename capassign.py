@@ -3307,9 +3307,12 @@ class ModelSettings:
                 if k not in _OPTIONAL_SETTINGS or getattr(self, k) != _OPTIONAL_SETTINGS[k]}
 
 
-#: The settings added after the paper's, with their defaults: records omit them
-#: at those values (:meth:`ModelSettings.fields`).
-_OPTIONAL_SETTINGS = {"discount": 1.0, "ucb_c": 1.0, "epsilon": 0.1}
+#: The settings added after the paper's (every field from ``discount`` on),
+#: with their defaults: records omit them at those values
+#: (:meth:`ModelSettings.fields`), so a new setting needs no entry here.
+_OPTIONAL_SETTINGS = {k: f.default for i, (k, f) in
+                      enumerate(ModelSettings.__dataclass_fields__.items())
+                      if i >= list(ModelSettings.__dataclass_fields__).index("discount")}
 
 
 #: The paper's hyper-parameters (App. E).
@@ -3339,6 +3342,8 @@ def _validate_settings(settings, name="settings"):
 _GREEDY, _THOMPSON, _UCB, _EGREEDY = 0, 1, 2, 3
 #: The suffix of each mode in a policy name (none: greedy).
 _MODE_SUFFIXES = {"greedy": _GREEDY, "ts": _THOMPSON, "ucb": _UCB, "egreedy": _EGREEDY}
+#: The modes whose decisions draw random numbers (a propensity below 1).
+_DRAWING_MODES = (_THOMPSON, _EGREEDY)
 
 
 class _Policy(namedtuple("_Policy", "name family mode offline")):
@@ -3358,7 +3363,7 @@ class _Policy(namedtuple("_Policy", "name family mode offline")):
     def stochastic(self):
         """Whether the decision draws random numbers beyond the queues' rule:
         a random family, Thompson draws or epsilon-greedy exploration."""
-        return not self.model.learns or self.mode in (_THOMPSON, _EGREEDY)
+        return not self.model.learns or self.mode in _DRAWING_MODES
 
 
 @functools.lru_cache(maxsize=64)
@@ -4713,14 +4718,18 @@ def _logistic_mu_nb(theta, Sigma, z, mode, kappa, rng, has_spare, spare):
 
 
 @_njit(cache=True, inline="always")
-def _explore_nb(mu, epsilon, rng):
-    """The epsilon-greedy mode (:data:`_EGREEDY`, :class:`ModelSettings`): with
-    probability ``epsilon`` replace the estimates ``mu`` of every agent for one
-    task by independent U[0, 1) draws, before Eq. 2 subtracts the queues'
-    penalty (one uniform, and A more when it explores)."""
-    if _uniform_nb(rng) < epsilon:
-        for a in range(mu.shape[0]):
-            mu[a] = _uniform_nb(rng)
+def _explore_nb(S, n, epsilon, rng):
+    """The epsilon-greedy mode (:data:`_EGREEDY`, :class:`ModelSettings`), the
+    one place both compiled engines apply it: for each of the first ``n``
+    tasks (rows of the estimates ``S``, one column per agent), with
+    probability ``epsilon`` replace the estimates of every agent by
+    independent U[0, 1) draws, before Eq. 2 subtracts the queues' penalty
+    (one uniform per task, and A more when it explores).  The family's
+    estimates of those tasks come first: in this mode they draw nothing."""
+    for i in range(n):
+        if _uniform_nb(rng) < epsilon:
+            for a in range(S.shape[1]):
+                S[i, a] = _uniform_nb(rng)
 
 
 @_njit(cache=True, inline="always")
@@ -4779,7 +4788,8 @@ def _forgetting(settings):
 # - ``score(X, mu, step)``: the estimates mu[i, a] for the rows of X, and with
 #   ``step`` (a single task) the agent of Eq. 2 with the queue step of Eq. 1,
 #   in one compiled call (the draws are those of :func:`_run_nb` at one
-#   decision); -2, changing nothing, when X holds NaN or infinite values;
+#   decision; the family's kernel ends in the shared _router_decide_nb);
+#   -2, changing nothing, when X holds NaN or infinite values;
 # - ``learn(a, x, r)``: agent a's reward r for the context x;
 # - ``state()``: its part of a saved router state, as plain JSON;
 # - ``check_state(...)``, before anything is allocated, and ``restore(...)``:
@@ -4789,11 +4799,24 @@ def _forgetting(settings):
 #   ``run_bytes(...)`` their memory, ``reference_models(X, A, settings)`` and
 #   ``reference_mu(...)`` its models and estimates in the reference engine.
 #
-# Each class is the one home of a model family: _FAMILIES maps the family of
-# a parsed policy name (_parse_policy) to it, and the family's modes (greedy,
-# Thompson, UCB, epsilon-greedy) reach its kernels as one integer.  A new
-# mode of a family is a branch in its score kernel and its reference_mu; a
-# new family is one more class and one more registry entry (plus its field of
+# Each class is the one home of a model family: _FAMILIES maps the family of a
+# parsed policy name (_parse_policy) to it, and the family's modes (greedy,
+# Thompson, UCB, epsilon-greedy) reach its kernels as one integer.  A mode has
+# two kinds of home.  A mode of one family, which changes how its estimates are
+# made (UCB of the logistic family), is its suffix in _MODE_SUFFIXES, a branch
+# in the family's estimate kernel (the one both compiled engines call, here
+# _logistic_mu_nb), the same rule in its reference model
+# (LaplaceLogistic.upper) and reference_mu, its parameter in ModelSettings
+# (UCB's c reaches the kernel as its kappa, _LogisticModel.spread) and its name
+# in EXPLORATION_POLICIES.  A mode of every family, which acts on the estimates
+# once they are made (epsilon-greedy), is its suffix (and _DRAWING_MODES if it
+# draws), one kernel (_explore_nb) and one call per engine: in
+# _router_decide_nb, the tail that every router score kernel ends with, in
+# _run_nb after its scores, and in _reference_mu; its parameter is a field of
+# ModelSettings, carried to the router kernels in the step state _eta that
+# _RewardModel.__init__ builds (_STEP_EPSILON) and to _run_nb in the _RunModels
+# of _run_models.  A new family is one more class (its router score kernel
+# ending in _router_decide_nb) and one more registry entry (plus its field of
 # _RunModels and its branch of _run_nb, the one compiled loop of all families).
 #
 # A :class:`Router` (section 7) owns everything else: task ids, pending tasks,
@@ -4839,23 +4862,49 @@ def _all_finite_nb(X):
 @_njit(cache=True)
 def _router_step_nb(eta):
     """The step eta_t of a router's next task from its step state ``eta`` =
-    [eta0, t0, power, t] (:func:`_step_parts` and the tasks assigned so far),
-    whose t then moves on by one task."""
+    [eta0, t0, power, t, epsilon] (:func:`_step_parts`, the tasks assigned so
+    far and the epsilon of :func:`_router_decide_nb`), whose t then moves on
+    by one task."""
     eta_t = _eta_step_nb(eta[0], eta[1], eta[2], eta[3])
     eta[3] += 1.0
     return eta_t
 
 
+#: Where the step state of a router (:func:`_router_step_nb`) keeps the
+#: epsilon of the epsilon-greedy mode: the numbers of the decision rule in one
+#: array, which every score kernel takes anyway, so that epsilon passes
+#: through none of the families' kernels and costs no argument (the arrays of
+#: the rule as one tuple cost about 0.1 us per decision to type and unbox, a
+#: few per cent of the lightest policies' time in ``bench --router``).
+_STEP_EPSILON = 4
+
+
+@_njit(cache=True, inline="always")
+def _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta):
+    """The tail of every router score kernel, its estimates ``mu`` (one row
+    per task) made: the exploration of the mode (:func:`_explore_nb` in mode
+    :data:`_EGREEDY`, the draws of :func:`_run_nb` at one decision), then
+    with ``step`` (a single task) the agent of Eq. 2, the queues ``Q`` moved
+    by Eq. 1 (capacities ``alpha``, ``constrained``) and the step's t by one
+    task; -1 without ``step``.  ``eta``: the step state of :func:`_router_step_nb`."""
+    if mode == _EGREEDY:
+        _explore_nb(mu, mu.shape[0], eta[_STEP_EPSILON], rng)
+    if not step:
+        return -1
+    return _online_step_nb(mu[0], Q, _router_step_nb(eta), alpha, constrained)
+
+
 @_njit(cache=True)
-def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
-                                constrained, eta, mode, epsilon):
+def _router_noncontextual_mu_nb(X, learned, n, s, cum, mode, rng, mu, step, Q, alpha,
+                                constrained, eta):
     """``marginal`` (running mean reward, App. D.5) or ``random`` (agent a with
-    probability alpha_a) as in :func:`_run_nb`.
+    probability alpha_a) as in :func:`_run_nb`, then the decision of
+    :func:`_router_decide_nb`.
 
     For ``random`` the draw picks the agent directly; ``mu`` is then its
-    indicator (1 for the drawn agent).  ``X`` is only checked (-2 when it
-    holds NaN or infinite values).  ``mode`` :data:`_EGREEDY` explores with
-    probability ``epsilon`` (:func:`_explore_nb`).
+    indicator (1 for the drawn agent), and with ``step`` the queues and the
+    step move as for an agent of Eq. 2.  ``X`` is only checked (-2 when it
+    holds NaN or infinite values).
     """
     if not _all_finite_nb(X):
         return -2
@@ -4867,27 +4916,25 @@ def _router_noncontextual_mu_nb(X, learned, n, s, cum, rng, mu, step, Q, alpha,
             chosen = _random_agent_nb(rng, share, cum)
         for a in range(A):
             mu[i, a] = _marginal_mu_nb(n, s, a) if learned else (1.0 if a == chosen else 0.0)
-        if mode == _EGREEDY:
-            _explore_nb(mu[i], epsilon, rng)
+    if learned:
+        return _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta)
     if not step:
         return -1
-    eta_t = _router_step_nb(eta)
-    if learned:
-        return _online_step_nb(mu[0], Q, eta_t, alpha, constrained)
+    _router_step_nb(eta)
     _queue_update_one_nb(Q, alpha, constrained, chosen)
     return chosen
 
 
 @_njit(cache=True)
 def _router_logistic_mu_nb(X, xd, L, mode, kappa, rng, mu, step, Q, alpha, constrained,
-                           eta, epsilon):
-    """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``.
+                           eta):
+    """Estimates mu[i, a] of the Laplace-logistic models for every row of ``X``,
+    then the decision of :func:`_router_decide_nb`.
 
     Greedy: sigma(theta_hat^T z); Thompson: sigma of a draw of theta~^T z,
     with the normal pairs of :func:`_run_nb` (the unused second draw is
-    kept in ``gauss = [has_spare, spare]``); UCB and epsilon-greedy as in
-    :func:`_logistic_mu_nb` and :func:`_explore_nb`.  ``step`` as in
-    :func:`_router_tree_mu_nb`.
+    kept in ``gauss = [has_spare, spare]``); UCB as in :func:`_logistic_mu_nb`.
+    ``step`` as in :func:`_router_tree_mu_nb`.
     """
     if not _all_finite_nb(X):
         return -2
@@ -4903,11 +4950,7 @@ def _router_logistic_mu_nb(X, xd, L, mode, kappa, rng, mu, step, Q, alpha, const
                                                          L.gauss[1])
             L.gauss[0] = 1.0 if has_spare else 0.0
             L.gauss[1] = spare
-        if mode == _EGREEDY:
-            _explore_nb(mu[i], epsilon, rng)
-    if not step:
-        return -1
-    return _online_step_nb(mu[0], Q, _router_step_nb(eta), alpha, constrained)
+    return _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta)
 
 
 @_njit(cache=True)
@@ -4923,11 +4966,11 @@ def _router_logistic_update_nb(a, x, y, xd, L, w_min, w_max, Sx, discount, gamma
 
 @_njit(cache=True)
 def _router_tree_mu_nb(X, edges, n_edges, F, mode, rng, mu, step, Q, alpha, constrained,
-                       eta, epsilon):
+                       eta):
     """Estimates mu[i, a] of the tree models for every row of ``X`` (App. E.2).
 
-    The draws are those of :func:`_run_nb` at one decision (``mode`` and
-    ``epsilon``: :func:`_tree_mu_nb`, :func:`_explore_nb`).  With ``step``
+    The draws are those of :func:`_run_nb` at one decision (``mode``:
+    :func:`_tree_mu_nb`, then :func:`_router_decide_nb`).  With ``step``
     (a single task), also picks the agent by Eq. 2, advances the queues
     (Eq. 1) and returns it; otherwise returns -1.  Returns -2, changing
     nothing, when ``X`` holds NaN or infinite values.
@@ -4940,11 +4983,7 @@ def _router_tree_mu_nb(X, edges, n_edges, F, mode, rng, mu, step, Q, alpha, cons
         _bin_row_nb(X[i], edges, n_edges, xb)
         for a in range(F.feat.shape[0]):
             mu[i, a] = _tree_mu_nb(F, a, xb, mode, rng)
-        if mode == _EGREEDY:
-            _explore_nb(mu[i], epsilon, rng)
-    if not step:
-        return -1
-    return _online_step_nb(mu[0], Q, _router_step_nb(eta), alpha, constrained)
+    return _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta)
 
 
 @_njit(cache=True)
@@ -5040,11 +5079,11 @@ class _RewardModel:
     def __init__(self, config, rng, Q):
         self.A, self.d, self.settings = config.A, config.d, config.settings
         self._mode = _parse_policy(config.policy).mode     # the kernels' integer mode
-        self._epsilon = float(config.settings.epsilon)        # read in mode _EGREEDY only
         self._rng = rng
         self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
-        # the step state [eta0, t0, power, t] that a one-task step reads and advances
-        self._eta = np.array([*_step_parts(config.eta), 0.0])
+        # the step state [eta0, t0, power, t, epsilon] that a one-task step reads
+        # and advances (_router_step_nb; epsilon read in mode _EGREEDY only)
+        self._eta = np.array([*_step_parts(config.eta), 0.0, float(config.settings.epsilon)])
         _first_use(self.group, self.kernels, _FIRST_USE_TIME[self.group])
 
     def see(self, X, copy=True):
@@ -5172,9 +5211,8 @@ class _MarginalModel(_RewardModel):
 
     def score(self, X, mu, step):
         return _router_noncontextual_mu_nb(X, self.learns, self._n, self._s, self._cum,
-                                           self._rng, mu, step, self._Q, self._alpha,
-                                           self._constrained, self._eta, self._mode,
-                                           self._epsilon)
+                                           self._mode, self._rng, mu, step, self._Q,
+                                           self._alpha, self._constrained, self._eta)
 
     def learn(self, a, x, r):
         g = self.settings.discount
@@ -5263,7 +5301,7 @@ class _LogisticModel(_RewardModel):
     def score(self, X, mu, step):
         return _router_logistic_mu_nb(X, self._xd, self._L, self._mode, self._kappa,
                                       self._rng, mu, step, self._Q, self._alpha,
-                                      self._constrained, self._eta, self._epsilon)
+                                      self._constrained, self._eta)
 
     def learn(self, a, x, r):
         _router_logistic_update_nb(a, x, r, self._xd, self._L, self._w_min, self._w_max,
@@ -5524,7 +5562,7 @@ class _TreeModel(_RewardModel):
     def score(self, X, mu, step):
         return _router_tree_mu_nb(X, self._edges, self._n_edges, self._tree_state()[3],
                                   self._mode, self._rng, mu, step, self._Q, self._alpha,
-                                  self._constrained, self._eta, self._epsilon)
+                                  self._constrained, self._eta)
 
     def learn(self, a, x, r):
         if self.row_budget is not None and self._nobs[a] >= self.row_budget:
@@ -6908,8 +6946,8 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, explore, batched,
                             logistic.kappa, rng, has_spare, spare)
                     if trees is not None:
                         S[jj, a] = _tree_mu_nb(F, a, trees.Xb[i], trees.mode, rng)
-                if explore is not None:
-                    _explore_nb(S[jj], explore, rng)
+            if explore is not None:
+                _explore_nb(S, nb, explore, rng)
             _choose_agents_nb(S, nb, rule, t, batched, Q, N, agent, upper)
         for a in range(A):
             Nb[a] = 0
@@ -6989,10 +7027,11 @@ def _fast_runs(X, R, orders, states, sim, traces):
         models = models._replace(trees=models.trees._replace(sums=_reward_sums(True)))
     stats = np.zeros((runs, 3 * sim.settings.max_depth), dtype=np.int64)
     batched = None if sim.rule.batch == 0 else True
-    absent = tuple(m is None for m in models + (batched,))
+    absent = tuple(m is None for m in models + (batched,))     # _run_nb's arguments from 3 on
     started = _first_use(f"{_parse_policy(sim.policy).family} simulation", ("_run_nb",),
                          _FIRST_USE_TIME["simulation"],
-                         lambda sig: tuple(str(t) == "none" for t in sig[3:9]) == absent)
+                         lambda sig: absent == tuple(str(t) == "none"
+                                                     for t in sig[3:3 + len(absent)]))
     parts = _over_runs(runs, lambda k0, k1: _runs(
         R, orders[k0:k1], sim.rule, models, batched, states[k0:k1], assign[k0:k1],
         queues[k0:k1], stats[k0:k1]))
