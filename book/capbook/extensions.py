@@ -1209,9 +1209,9 @@ def exploration_tests(results):
 
 def exploration_verdicts(tests, level=EXPLORATION_LEVEL):
     """Count, per (task, exploration policy, baseline), the interior capacities where
-    the exploration policy erred less (``better``: mean difference below zero,
-    Holm-adjusted p below ``level``), more (``worse``) or neither was found
-    (``no difference found``), with the mean difference over those capacities.
+    the exploration policy erred less (``less``: mean difference below zero,
+    Holm-adjusted p below ``level``), more (``more``) or no difference was found
+    (``neither``), with the mean difference over those capacities.
 
     Parameters
     ----------
@@ -1223,8 +1223,8 @@ def exploration_verdicts(tests, level=EXPLORATION_LEVEL):
     Returns
     -------
     pandas.DataFrame
-        Indexed by (task, policy, baseline): ``mean diff``, ``better``,
-        ``worse``, ``no difference found``.
+        Indexed by (task, policy, baseline): ``mean diff``, ``less``, ``more``,
+        ``neither``.
 
     Examples
     --------
@@ -1241,7 +1241,8 @@ def exploration_verdicts(tests, level=EXPLORATION_LEVEL):
     out = t.groupby(["task", "policy", "baseline"], sort=False).agg(
         mean_diff=("diff", "mean"), better=("better", "sum"), worse=("worse", "sum"),
         none=("none", "sum"))
-    return out.rename(columns={"mean_diff": "mean diff", "none": "no difference found"})
+    return out.rename(columns={"mean_diff": "mean diff", "better": "less", "worse": "more",
+                               "none": "neither"})
 
 
 def exploration_gains(results, alphas):
@@ -1357,11 +1358,9 @@ def exploration_summary(verdicts):
     difference over the tasks; printed as a table and returned."""
     v = verdicts.reset_index()
     out = v.groupby(["policy", "baseline"], sort=False).agg(
-        better=("better", "sum"), worse=("worse", "sum"),
-        none=("no difference found", "sum"), low=("mean diff", "min"),
-        high=("mean diff", "max"))
-    out = out.rename(columns={"none": "no difference found",
-                              "low": "mean diff, lowest task", "high": "mean diff, highest task"})
+        less=("less", "sum"), more=("more", "sum"), neither=("neither", "sum"),
+        low=("mean diff", "min"), high=("mean diff", "max"))
+    out = out.rename(columns={"low": "mean diff from", "high": "mean diff to"})
     _show(show_table(out, digits=4, caption="All four tasks: interior capacities (task, "
                                             r"$\alpha_1$) where the exploration policy erred "
                                             "less or more than the paper's policy"))
@@ -1420,7 +1419,7 @@ def exploration_checks(summary, verdicts, tests, cost):
     pairs = [(e, g) for g, e in EGREEDY_PAIRS.values()]
     eg = summary.loc[pairs]
     everything = summary.loc[[e for _, e in EGREEDY_PAIRS.values()]]
-    cells = summary[["better", "worse", "no difference found"]].sum(axis=1)
+    cells = summary[["less", "more", "neither"]].sum(axis=1)
     ucb = summary.loc["logistic-ucb"]
     coupon = verdicts.loc["coupon"]
     bc = cost.loc[["bank", "credit"]]
@@ -1428,20 +1427,20 @@ def exploration_checks(summary, verdicts, tests, cost):
                  & tests[["policy", "baseline"]].apply(tuple, axis=1).isin(pairs)]
     return {
         "epsilon-greedy never erred less than its family's greedy or Thompson policy":
-            int(everything.better.sum()) == 0,
+            int(everything.less.sum()) == 0,
         "epsilon-greedy erred more than its family's greedy policy at most capacities":
-            bool((eg.worse > cells.loc[pairs] / 2).all()),
+            bool((eg.more > cells.loc[pairs] / 2).all()),
         "marginal epsilon-greedy: no difference found anywhere":
-            int(summary.loc[("marginal-egreedy", "marginal"), "no difference found"])
+            int(summary.loc[("marginal-egreedy", "marginal"), "neither"])
             == int(cells.loc[("marginal-egreedy", "marginal")]),
         "epsilon-greedy erred more somewhere on Bank, Credit and Cardio":
             all(int(verdicts.loc[name].loc[everything.index.get_level_values(0).unique()]
-                    .worse.sum()) > 0 for name in ("bank", "credit", "cardio")),
+                    .more.sum()) > 0 for name in ("bank", "credit", "cardio")),
         "Coupon: no difference found for any comparison":
-            int(coupon[["better", "worse"]].to_numpy().sum()) == 0,
+            int(coupon[["less", "more"]].to_numpy().sum()) == 0,
         "logistic UCB: differences found in both directions, against greedy":
-            int(ucb.loc["logistic-greedy", "better"]) > 0
-            and int(ucb.loc["logistic-greedy", "worse"]) > 0,
+            int(ucb.loc["logistic-greedy", "less"]) > 0
+            and int(ucb.loc["logistic-greedy", "more"]) > 0,
         "Bank: epsilon-greedy erred more than greedy in most runs at every capacity":
             len(bank) > 0 and bool((bank.lost > bank.runs / 2).all()),
         "Cardio at equal capacities costs more than Bank and Credit anywhere":
@@ -1455,25 +1454,25 @@ def glue_exploration(summary, verdicts, tests, gains, cost, *, runs, settings):
     glue("xp_runs", int(runs))
     glue("xp_epsilon", float(settings.epsilon))
     glue("xp_ucb_c", float(settings.ucb_c))
-    cells = summary[["better", "worse", "no difference found"]].sum(axis=1)
+    cells = summary[["less", "more", "neither"]].sum(axis=1)
     glue("xp_cells", int(cells.iloc[0]))
     for (policy, base), r in summary.iterrows():
         k = f"xp_{key(policy)}_{key(base)}"
-        glue(f"{k}_better", int(r.better))
-        glue(f"{k}_worse", int(r.worse))
-        glue(f"{k}_none", int(r["no difference found"]))
-        glue(f"{k}_lo", float(r["mean diff, lowest task"]))
-        glue(f"{k}_hi", float(r["mean diff, highest task"]))
+        glue(f"{k}_better", int(r.less))
+        glue(f"{k}_worse", int(r.more))
+        glue(f"{k}_none", int(r.neither))
+        glue(f"{k}_lo", float(r["mean diff from"]))
+        glue(f"{k}_hi", float(r["mean diff to"]))
     egreedy = [e for _, e in EGREEDY_PAIRS.values()]
     eg = summary.loc[egreedy]
-    glue("xp_eg_worse", int(eg.worse.sum()))
-    glue("xp_eg_better", int(eg.better.sum()))
+    glue("xp_eg_worse", int(eg.more.sum()))
+    glue("xp_eg_better", int(eg.less.sum()))
     glue("xp_eg_n", int(cells.loc[eg.index].sum()))
     glue("xp_task_eg_n", int(cells.loc[eg.index].sum()) // verdicts.index.get_level_values(
         "task").nunique())
     for name in verdicts.index.get_level_values("task").unique():
         v = verdicts.loc[name]
-        glue(f"xp_{name}_eg_worse", int(v.loc[egreedy].worse.sum()))
+        glue(f"xp_{name}_eg_worse", int(v.loc[egreedy].more.sum()))
     t = tests[tests.policy.isin(egreedy)]
     worst = t.loc[t["diff"].idxmax()]
     glue("xp_eg_max", float(worst["diff"]))
