@@ -1443,6 +1443,8 @@ def exploration_checks(summary, verdicts, tests, cost):
             and int(ucb.loc["logistic-greedy", "more"]) > 0,
         "Bank: epsilon-greedy erred more than greedy in most runs at every capacity":
             len(bank) > 0 and bool((bank.lost > bank.runs / 2).all()),
+        "Bank and Credit: the largest cost ratio is at equal capacities":
+            float(bc.xs(0.5, level="alpha1").to_numpy().max()) == float(bc.to_numpy().max()),
         "Cardio at equal capacities costs more than Bank and Credit anywhere":
             float(cost.loc[("cardio", 0.5)].min()) > float(bc.to_numpy().max()),
     }
