@@ -17,6 +17,10 @@ of functions per chapter, in the order of the chapters:
     :func:`varied_capacities`, :func:`with_hindsight`, the figure, claims, checks;
 ``ext_eta``
     the figure, tables and findings of the queue penalty;
+``ext_exploration``
+    the exploration policies against their family's policies of the paper
+    (:func:`exploration_tests`), the figure of the gains over random, the
+    verdicts, checks and glue;
 ``beyond_uncertainty``
     the spread of the runs, paired against unpaired, the figures, the glue;
 ``beyond_regret``
@@ -1090,6 +1094,405 @@ def glue_eta(et, err, share, task, *, runs):
     glue("et_gap5_max", float(-gap5.min()))
     glue("et_err_a1", float(1 - task.R[:, 0].mean()))     # agent 1 alone (alpha_1 = 1)
     glue("et_err_a2", float(1 - task.R[:, 1].mean()))     # agent 2 alone (alpha_1 = 0)
+
+
+# --- ext_exploration: UCB and epsilon-greedy beside the paper's policies -----------
+
+
+#: The tabular tasks in the order of the paper's Fig. 3 panels (a) to (d).
+TABULAR_TASKS = ("cardio", "bank", "coupon", "credit")
+#: Each exploration policy and the policies of the paper's of its family it is
+#: compared with (the marginal family has no Thompson policy in the paper).
+EXPLORATION_BASELINES = {
+    "marginal-egreedy": ("marginal",),
+    "logistic-ucb": ("logistic-greedy", "logistic-ts"),
+    "logistic-egreedy": ("logistic-greedy", "logistic-ts"),
+    "tree-egreedy": ("tree-greedy", "tree-ts"),
+}
+#: The greedy and epsilon-greedy policy of each family whose greedy policy learns
+#: from the context (the marginal family gains nothing over random to lose).
+EGREEDY_PAIRS = {"logistic": ("logistic-greedy", "logistic-egreedy"),
+                 "tree": ("tree-greedy", "tree-egreedy")}
+#: The level of the Holm-adjusted tests that call a difference found.
+EXPLORATION_LEVEL = 0.05
+
+
+def with_simulations(df, sims):
+    """``df`` (a table of :func:`capassign.error_vs_capacity`) with a row per
+    simulation of ``sims`` in its format, for policies it does not take (the
+    exploration policies run through :func:`capassign.simulate`).
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A table of :func:`capassign.error_vs_capacity` of one task.
+    sims : dict
+        (policy, alpha_1) -> :class:`capassign.SimulationResult` at capacities
+        (alpha_1, 1 - alpha_1), run on the same task orders as ``df``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``df``'s rows, then one per simulation (``task`` as in ``df``).
+
+    Examples
+    --------
+    >>> X, R, _ = ca.synthetic_stream(T=200, d=2, seed=1)
+    >>> df = ca.error_vs_capacity(X, R, ["random"], (0.5,), runs=3, label="toy")
+    >>> sims = {("logistic-ucb", 0.5): ca.simulate(X, R, (0.5, 0.5), "logistic-ucb", runs=3)}
+    >>> with_simulations(df, sims)[["task", "policy", "alpha1", "runs"]].values.tolist()
+    [['toy', 'random', 0.5, 3], ['toy', 'logistic-ucb', 0.5, 3]]
+    """
+    import pandas as pd
+
+    label = df.task.iloc[0] if len(df) else None
+    rows = []
+    for (policy, a1), res in sims.items():
+        m, lo, hi = ca.mean_ci(res.errors)
+        rows.append({"task": label, "policy": policy, "alpha1": float(a1), "runs": res.runs,
+                     "error": m, "std": res.std, "ci_low": lo, "ci_high": hi,
+                     "frac1": float(res.assigned[:, 0].mean()),
+                     "errors": np.asarray(res.errors, dtype=float)})
+    return pd.concat([df, pd.DataFrame(rows)], ignore_index=True)
+
+
+def exploration_tests(results):
+    """Every exploration policy against each policy of its family, paired run by
+    run at the interior capacities, Holm-adjusted over all comparisons of a task.
+
+    The differences are those of :func:`capassign.paired_tests` (error of the
+    exploration policy minus the baseline's, run k of both on the same task
+    order); ``p_holm`` adjusts ``p_t`` by Holm's method over every
+    (comparison, alpha_1) of the same task, as :func:`capassign.paired_tests`
+    does over the policies of one baseline.
+
+    Parameters
+    ----------
+    results : dict
+        Task name -> :func:`capassign.error_vs_capacity` table holding the
+        policies of :data:`EXPLORATION_BASELINES`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        The columns of :func:`capassign.paired_tests` and ``baseline``; one
+        row per (task, exploration policy, baseline, interior alpha_1).
+
+    Examples
+    --------
+    >>> X, R, _ = ca.synthetic_stream(T=200, d=2, seed=1)
+    >>> df = ca.error_vs_capacity(X, R, ["marginal"], (0.0, 0.5), runs=4, label="toy")
+    >>> sims = {("marginal-egreedy", a): ca.simulate(X, R, ca.two_agent_capacities(a),
+    ...                                              "marginal-egreedy", runs=4)
+    ...         for a in (0.0, 0.5)}
+    >>> t = exploration_tests({"toy": with_simulations(df, sims)})
+    >>> t[["policy", "baseline", "alpha1", "runs"]].values.tolist()
+    [['marginal-egreedy', 'marginal', 0.5, 4]]
+    """
+    import pandas as pd
+
+    frames = []
+    for name, df in results.items():
+        inner = df[(df.alpha1 > 0) & (df.alpha1 < 1)]
+        for policy, bases in EXPLORATION_BASELINES.items():
+            for base in bases:
+                pair = inner[inner.policy.isin([policy, base])]
+                if set(pair.policy) == {policy, base}:
+                    frames.append(ca.paired_tests(pair, baseline=base).assign(baseline=base))
+    tests = pd.concat(frames, ignore_index=True)
+    for _, idx in tests.groupby(tests["task"].astype(str), sort=False).groups.items():
+        tests.loc[idx, "p_holm"] = ca._holm(tests.loc[idx, "p_t"].to_numpy())
+    cols = list(tests.columns)
+    cols.insert(cols.index("policy") + 1, cols.pop(cols.index("baseline")))
+    return tests[cols]
+
+
+def exploration_verdicts(tests, level=EXPLORATION_LEVEL):
+    """Count, per (task, exploration policy, baseline), the interior capacities where
+    the exploration policy erred less (``less``: mean difference below zero,
+    Holm-adjusted p below ``level``), more (``more``) or no difference was found
+    (``neither``), with the mean difference over those capacities.
+
+    Parameters
+    ----------
+    tests : pandas.DataFrame
+        :func:`exploration_tests`' table.
+    level : float
+        The level of the adjusted tests.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Indexed by (task, policy, baseline): ``mean diff``, ``less``, ``more``,
+        ``neither``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> t = pd.DataFrame({"task": "toy", "policy": "tree-egreedy", "baseline": "tree-greedy",
+    ...                   "alpha1": [0.4, 0.5], "diff": [0.002, -0.001],
+    ...                   "p_holm": [0.01, 0.4]})
+    >>> exploration_verdicts(t).iloc[0].tolist()
+    [0.0005, 0.0, 1.0, 1.0]
+    """
+    found = tests.p_holm < level
+    t = tests.assign(better=found & (tests["diff"] < 0), worse=found & (tests["diff"] > 0))
+    t = t.assign(none=~(t.better | t.worse))
+    out = t.groupby(["task", "policy", "baseline"], sort=False).agg(
+        mean_diff=("diff", "mean"), better=("better", "sum"), worse=("worse", "sum"),
+        none=("none", "sum"))
+    return out.rename(columns={"mean_diff": "mean diff", "better": "less", "worse": "more",
+                               "none": "neither"})
+
+
+def exploration_gains(results, alphas):
+    """Gain over random assignment of every policy of ``results`` at ``alphas``, with
+    its 95% paired interval (:func:`capbook.gain_frame` of
+    :func:`capassign.paired_tests` against random)."""
+    import pandas as pd
+
+    from .experiments import gain_frame
+
+    tests = ca.paired_tests(pd.concat(results.values(), ignore_index=True))
+    return gain_frame(tests, list(alphas))
+
+
+#: The rows of :func:`plot_exploration`, family by family: the paper's policies,
+#: then the exploration policies of the family.
+EXPLORATION_ROWS = (("marginal", "marginal-egreedy"),
+                    ("logistic-greedy", "logistic-ts", "logistic-ucb", "logistic-egreedy"),
+                    ("tree-greedy", "tree-ts", "tree-egreedy"))
+
+
+def _family_rows(policies):
+    """Row positions of the ``policies`` in a dot plot, family by family
+    (:data:`EXPLORATION_ROWS`), a wider gap between families."""
+    rows, y = {}, 0.0
+    for family in EXPLORATION_ROWS:
+        kept = [p for p in family if p in policies]
+        for p in kept:
+            rows[p] = y
+            y += 1.0
+        y += 0.6 if kept else 0.0
+    return rows
+
+
+def plot_exploration(gains, alpha1=0.5):
+    """Figure: each policy's gain over random assignment at ``alpha1`` with its 95%
+    paired interval, one panel per task, one row per policy grouped by family
+    (the paper's policies filled, the exploration policies open).
+
+    Parameters
+    ----------
+    gains : pandas.DataFrame
+        :func:`exploration_gains`' table.
+    alpha1 : float
+        The capacity shown.
+
+    Returns
+    -------
+    fig, axes
+
+    Examples
+    --------
+    >>> import pandas as pd, matplotlib.pyplot as plt
+    >>> g = pd.DataFrame({"task": "bank", "alpha1": 0.5, "policy": ["tree-greedy", "tree-egreedy"],
+    ...                   "gain": [0.09, 0.08], "low": [0.08, 0.07], "high": [0.1, 0.09]})
+    >>> fig, axes = plot_exploration(g)
+    >>> [t.get_text() for t in axes[0].get_yticklabels()], axes[0].get_title()
+    (['tree greedy', 'tree ε-greedy'], 'Bank')
+    >>> plt.close(fig)
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    g = gains[np.isclose(gains.alpha1, alpha1)]
+    names = list(dict.fromkeys(g.task))
+    rows = _family_rows(set(g.policy))
+    ncols = 2 if len(names) > 1 else 1
+    nrows = -(-len(names) // ncols)
+    fig, axes = book_figure(ncols, nrows, height=2.9 * nrows + 0.5, sharey=True, squeeze=False)
+    axes = list(axes.flat)
+    tick = FuncFormatter(lambda v, _: "0" if abs(v) < 1e-12 else f"{v:g}")
+    for ax, name in zip(axes, names):
+        t = g[g.task == name].set_index("policy")
+        for p, y in rows.items():
+            st, r = policy_style(p), t.loc[p]
+            ax.errorbar(r.gain, y, xerr=[[r.gain - r.low], [r.high - r.gain]], ls="none",
+                        marker=st.get("marker") or "o", color=st.get("color"), capsize=2,
+                        ms=5, mfc="white" if p in EXPLORATION_BASELINES else st.get("color"))
+        ax.axvline(0.0, color="0.3", lw=0.8)
+        ax.xaxis.set_major_locator(MaxNLocator(3))
+        ax.xaxis.set_major_formatter(tick)
+        ax.set_title(TASK_NAMES.get(name, name))
+    for ax in axes[len(names):]:
+        ax.set_visible(False)
+    axes[0].set_yticks(list(rows.values()), [policy_style(p)["label"] for p in rows])
+    axes[0].invert_yaxis()
+    fig.supxlabel(rf"gain over random assignment at $\alpha_1 = {alpha1:g}$", fontsize=11)
+    fig.tight_layout()
+    plt.show()
+    return fig, axes
+
+
+def exploration_folds(tests, titles, *, runs):
+    """Every task's paired tests of the exploration policies against their family's
+    policies (:func:`capbook.paired_table`, a ``baseline`` column beside the
+    policy), folded; a list of tables."""
+    from .present import paired_table
+
+    out = []
+    for name, title in titles.items():
+        t = tests[tests.task == name]
+        table = paired_table(t).drop(columns="task")
+        table.insert(1, "baseline", t["baseline"].to_numpy())
+        out.append(show_table(table, index=False, fold=True,
+                              caption=f"{title}: error difference, exploration policy - "
+                                      f"policy of the paper, over {runs} paired runs"))
+    return out
+
+
+def exploration_summary(verdicts):
+    """Over every task, per (exploration policy, baseline): the interior capacities
+    where it erred less, more or neither was found, and the range of its mean
+    difference over the tasks; printed as a table and returned."""
+    v = verdicts.reset_index()
+    out = v.groupby(["policy", "baseline"], sort=False).agg(
+        less=("less", "sum"), more=("more", "sum"), neither=("neither", "sum"),
+        low=("mean diff", "min"), high=("mean diff", "max"))
+    out = out.rename(columns={"low": "mean diff from", "high": "mean diff to"})
+    _show(show_table(out, digits=4, caption="All four tasks: interior capacities (task, "
+                                            r"$\alpha_1$) where the exploration policy erred "
+                                            "less or more than the paper's policy"))
+    return out
+
+
+def exploration_cost(gains, epsilon):
+    """What epsilon-greedy's exploring costs, measured against the explored tasks alone.
+
+    An exploring decision ignores the context, so if it cost nothing beyond
+    the task it decides, epsilon-greedy would lose epsilon times its greedy
+    policy's gain over random assignment.  The ratio printed (and returned)
+    is the loss measured, greedy's gain minus epsilon-greedy's, over that
+    amount, per (family, task, alpha_1): about 1 when the explored tasks
+    account for the loss, above 1 when exploring costs the later tasks too.
+
+    Parameters
+    ----------
+    gains : pandas.DataFrame
+        :func:`exploration_gains`' table (greedy and epsilon-greedy policies).
+    epsilon : float
+        The exploration probability the policies ran with.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Rows (task, alpha_1), one column per family with both policies.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> g = pd.DataFrame({"task": "toy", "alpha1": 0.5, "policy": ["tree-greedy", "tree-egreedy"],
+    ...                   "gain": [0.05, 0.04], "low": 0.0, "high": 0.1})
+    >>> round(float(exploration_cost(g, 0.1).loc[("toy", 0.5), "tree"]), 6)
+    2.0
+    """
+    import pandas as pd
+
+    gain = gains.pivot_table(index=["task", "alpha1"], columns="policy", values="gain",
+                             sort=False)
+    return pd.DataFrame({family: (gain[g] - gain[e]) / (epsilon * gain[g])
+                         for family, (g, e) in EGREEDY_PAIRS.items()
+                         if {g, e} <= set(gain.columns)})
+
+
+def show_exploration_cost(cost):
+    """Show :func:`exploration_cost`'s ratios, rows (task, family), columns alpha_1."""
+    table = cost.rename_axis(columns="family").stack().unstack("alpha1")
+    return show_table(table, digits=2, caption="Loss of ε-greedy over ε × its greedy "
+                                               "policy's gain, per task and family")
+
+
+def exploration_checks(summary, verdicts, tests, cost):
+    """The claims of the exploration chapter's prose, each checked on this run
+    (claim -> bool, for :func:`capbook.say_checks`)."""
+    pairs = [(e, g) for g, e in EGREEDY_PAIRS.values()]
+    eg = summary.loc[pairs]
+    everything = summary.loc[[e for _, e in EGREEDY_PAIRS.values()]]
+    cells = summary[["less", "more", "neither"]].sum(axis=1)
+    ucb = summary.loc["logistic-ucb"]
+    coupon = verdicts.loc["coupon"]
+    bc = cost.loc[["bank", "credit"]]
+    bank = tests[(tests.task == "bank")
+                 & tests[["policy", "baseline"]].apply(tuple, axis=1).isin(pairs)]
+    return {
+        "epsilon-greedy never erred less than its family's greedy or Thompson policy":
+            int(everything.less.sum()) == 0,
+        "epsilon-greedy erred more than its family's greedy policy at most capacities":
+            bool((eg.more > cells.loc[pairs] / 2).all()),
+        "marginal epsilon-greedy: no difference found anywhere":
+            int(summary.loc[("marginal-egreedy", "marginal"), "neither"])
+            == int(cells.loc[("marginal-egreedy", "marginal")]),
+        "epsilon-greedy erred more somewhere on Bank, Credit and Cardio":
+            all(int(verdicts.loc[name].loc[everything.index.get_level_values(0).unique()]
+                    .more.sum()) > 0 for name in ("bank", "credit", "cardio")),
+        "Coupon: no difference found for any comparison":
+            int(coupon[["less", "more"]].to_numpy().sum()) == 0,
+        "logistic UCB: differences found in both directions, against greedy":
+            int(ucb.loc["logistic-greedy", "less"]) > 0
+            and int(ucb.loc["logistic-greedy", "more"]) > 0,
+        "Bank: epsilon-greedy erred more than greedy in most runs at every capacity":
+            len(bank) > 0 and bool((bank.lost > bank.runs / 2).all()),
+        "Bank and Credit: the largest cost ratio is at equal capacities":
+            float(bc.xs(0.5, level="alpha1").to_numpy().max()) == float(bc.to_numpy().max()),
+        "Cardio at equal capacities costs more than Bank and Credit anywhere":
+            float(cost.loc[("cardio", 0.5)].min()) > float(bc.to_numpy().max()),
+    }
+
+
+def glue_exploration(summary, verdicts, tests, gains, cost, *, runs, settings):
+    """Glue the exploration chapter's numbers (``xp_*``) for its prose."""
+    key = lambda p: p.replace("-", "_")
+    glue("xp_runs", int(runs))
+    glue("xp_epsilon", float(settings.epsilon))
+    glue("xp_ucb_c", float(settings.ucb_c))
+    cells = summary[["less", "more", "neither"]].sum(axis=1)
+    glue("xp_cells", int(cells.iloc[0]))
+    for (policy, base), r in summary.iterrows():
+        k = f"xp_{key(policy)}_{key(base)}"
+        glue(f"{k}_better", int(r.less))
+        glue(f"{k}_worse", int(r.more))
+        glue(f"{k}_none", int(r.neither))
+        glue(f"{k}_lo", float(r["mean diff from"]))
+        glue(f"{k}_hi", float(r["mean diff to"]))
+    egreedy = [e for _, e in EGREEDY_PAIRS.values()]
+    eg = summary.loc[egreedy]
+    glue("xp_eg_worse", int(eg.more.sum()))
+    glue("xp_eg_better", int(eg.less.sum()))
+    glue("xp_eg_n", int(cells.loc[eg.index].sum()))
+    glue("xp_task_eg_n", int(cells.loc[eg.index].sum()) // verdicts.index.get_level_values(
+        "task").nunique())
+    for name in verdicts.index.get_level_values("task").unique():
+        v = verdicts.loc[name]
+        glue(f"xp_{name}_eg_worse", int(v.loc[egreedy].more.sum()))
+    t = tests[tests.policy.isin(egreedy)]
+    worst = t.loc[t["diff"].idxmax()]
+    glue("xp_eg_max", float(worst["diff"]))
+    glue("xp_eg_max_task", TASK_NAMES.get(worst.task, worst.task))
+    glue("xp_eg_max_policy", policy_style(worst.policy)["label"])
+    glue("xp_eg_max_base", policy_style(worst.baseline)["label"])
+    glue("xp_eg_max_alpha", float(worst.alpha1))
+    bank = t[(t.task == "bank") & t.baseline.isin([g for g, _ in EGREEDY_PAIRS.values()])]
+    glue("xp_bank_eg_lost_min", int(bank.lost.min()))
+    mid = gains[np.isclose(gains.alpha1, 0.5)]
+    for r in mid.itertuples():
+        glue(f"xp_{r.task}_{key(r.policy)}_gain05", float(r.gain))
+    bc = cost.loc[["bank", "credit"]].to_numpy().ravel()
+    glue("xp_cost_bc_lo", float(bc.min()))
+    glue("xp_cost_bc_hi", float(bc.max()))
+    glue("xp_cost_bc_median", float(np.median(bc)))
+    for family in cost.columns:
+        glue(f"xp_cost_cardio05_{family}", float(cost.loc[("cardio", 0.5), family]))
 
 
 # --- beyond_uncertainty: intervals, paired tests and how many runs ---------------

@@ -44,10 +44,11 @@ OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky blue": "#56B4E9",
              "vermillion": "#D55E00", "reddish purple": "#CC79A7", "grey": "#7F7F7F"}
 
 #: Colour, line style, marker and label of every policy in every figure of the
-#: book: each policy differs from every other in colour and in line style or
-#: marker, and the colours come from :data:`OKABE_ITO` (the two logistic policies
-#: are blue and green, the two tree policies vermillion and purple, never two
-#: shades of one hue).  :func:`book_figure` makes :data:`capassign.POLICY_STYLE`
+#: book: each policy of the paper differs from every other in colour and in line
+#: style or marker, and the colours come from :data:`OKABE_ITO` (the two logistic
+#: policies are blue and green, the two tree policies vermillion and purple, never
+#: two shades of one hue); the exploration policies beyond the paper's differ from
+#: their family's in marker and line style (logistic UCB also in colour).  :func:`book_figure` makes :data:`capassign.POLICY_STYLE`
 #: (which the library's plots read) take these styles.
 BOOK_POLICY_STYLE = {
     "random": dict(color="0.35", ls=":", marker="o", label="non-contextual (random)"),
@@ -63,6 +64,15 @@ BOOK_POLICY_STYLE = {
     "offline-tree": dict(color=OKABE_ITO["vermillion"], ls=(0, (1, 3)), marker="",
                          label="offline tree (unconstrained)"),
     "hindsight": dict(color="k", ls="-.", marker="", label="hindsight optimum"),
+    # beyond the paper (capassign.EXPLORATION_POLICIES): the family's colour, a
+    # dash-dot line and a marker of their own
+    "marginal-egreedy": dict(color=OKABE_ITO["orange"], ls="-.", marker="P",
+                             label="marginal ε-greedy"),
+    "logistic-ucb": dict(color=OKABE_ITO["sky blue"], ls="-.", marker="o", label="logistic UCB"),
+    "logistic-egreedy": dict(color=OKABE_ITO["blue"], ls="-.", marker="P",
+                             label="logistic ε-greedy"),
+    "tree-egreedy": dict(color=OKABE_ITO["vermillion"], ls="-.", marker="P",
+                         label="tree ε-greedy"),
 }
 
 #: Matplotlib settings of every figure in the book (applied by :func:`book_figure`).
