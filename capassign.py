@@ -11608,7 +11608,7 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     X, R : array_like
         The task stream: features (T x d) and 0/1 rewards (T x A).
     policies : sequence of str
-        Names from :data:`POLICIES`.
+        Names from :data:`POLICIES` or :data:`EXPLORATION_POLICIES`.
     capacities : sequence of sequences
         Capacity vectors, ``None`` for a free agent.
     x : sequence of float, optional
@@ -11634,7 +11634,7 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     """
     pd = _optional("pandas")
 
-    policies = _validate_names(policies, POLICIES, "policies")
+    policies = _validate_names(policies, POLICIES + EXPLORATION_POLICIES, "policies")
     capacities = [list(c) for c in capacities]
     if len(capacities) == 0:
         raise ValueError("capacities must list at least one capacity vector")
@@ -11700,7 +11700,7 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     X, R : array_like
         The task stream: features (T x d) and 0/1 rewards (T x 2).
     policies : sequence of str
-        Names from :data:`POLICIES`.
+        Names from :data:`POLICIES` or :data:`EXPLORATION_POLICIES`.
     alphas : sequence of float
         Capacities of agent 1 (default: the paper's grid).
     runs, eta, seed, engine
@@ -11728,7 +11728,7 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     """
     pd = _optional("pandas")
 
-    policies = _validate_names(policies, POLICIES, "policies")
+    policies = _validate_names(policies, POLICIES + EXPLORATION_POLICIES, "policies")
     hindsight = _validate_bool(hindsight, "hindsight")
     rows = _grid_rows(X, R, policies, [two_agent_capacities(a1) for a1 in alphas], alphas,
                       label, False, dict(eta=eta, runs=runs, seed=seed, engine=engine))
@@ -13292,7 +13292,7 @@ def _sweep_arguments(tasks, policies, capacities, runs, eta, seed, task_seed, se
     as a whole); return its :class:`_SweepPlan` and :data:`_SweepExecution`."""
     ex = _keyword_group(execution, _SweepExecution._field_defaults, "sweep")
     task_items = _sweep_task_items(tasks)
-    policies = _validate_names(policies, POLICIES, "policies", unique=True)
+    policies = _validate_names(policies, POLICIES + EXPLORATION_POLICIES, "policies", unique=True)
     cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
     ex["block"] = runs if ex["block"] is None else _validate_int(ex["block"], "block", lo=1)
@@ -13345,7 +13345,7 @@ def sweep(tasks, policies, capacities, out_dir, *, runs=PAPER_RUNS, eta=DEFAULT_
     tasks : sequence
         Task names of :func:`load_task`, or a dict ``name -> (X, R)``.
     policies : sequence of str
-        Names from :data:`POLICIES`.
+        Names from :data:`POLICIES` or :data:`EXPLORATION_POLICIES`.
     capacities : sequence
         Capacity vectors (sequences, ``None`` for a free agent), or numbers
         alpha_1 meaning the two-agent vector (alpha_1, 1 - alpha_1).

@@ -125,3 +125,20 @@ def test_new_policies_are_not_in_the_papers_lists():
     assert not set(ca.EXPLORATION_POLICIES) & set(ca.POLICIES)
     with pytest.raises(ValueError, match="policy must be one of 'random'"):
         ca.simulate(np.zeros((4, 1)), np.zeros((4, 2)), [0.5, 0.5], "logistic-egreedyy")
+
+
+def test_the_grid_functions_run_the_exploration_policies_like_simulate(stream, tmp_path):
+    # error_vs_capacity / simulate_grid and sweep used to refuse these names
+    X, R = stream
+    X, R = X[:, :2], R[:, :2]
+    df = ca.error_vs_capacity(X, R, ["random", "logistic-ucb", "tree-egreedy"], [0.3, 0.7],
+                              runs=2, seed=4)
+    for policy in ("logistic-ucb", "tree-egreedy"):
+        for alpha in (0.3, 0.7):
+            row = df[(df.policy == policy) & np.isclose(df.alpha1, alpha)]
+            sim = ca.simulate(X, R, [alpha, 1 - alpha], policy, runs=2, seed=4)
+            assert row.error.item() == sim.errors.mean()
+    table = ca.sweep({"s": (X, R)}, ["marginal-egreedy"], [0.5], tmp_path / "out", runs=2)
+    assert set(table.policy) == {"marginal-egreedy"} and len(table) > 0
+    with pytest.raises(ValueError, match="policies"):
+        ca.error_vs_capacity(X, R, ["tree-ucb"], [0.5], runs=1)
