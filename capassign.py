@@ -4745,7 +4745,8 @@ def _mode_rule_nb(S, n, mode, param, rng):
     agent), ``mode`` the policy's integer mode and ``param`` the value of its
     parameter (:meth:`_Policy.mode_param`).  Returns the largest estimate the
     rule can leave in ``S`` for the rest of a run, -1.0 when the family's own
-    bound holds (the early exit of :func:`_run_nb`).
+    bound holds (the early exit of :func:`_run_nb`, which reads it once, with
+    ``n`` 0: a rule on no task changes and draws nothing).
 
     In the epsilon-greedy mode (:data:`_EGREEDY`, ``param`` the epsilon of
     :class:`ModelSettings`), for each task, with probability epsilon the
@@ -6969,6 +6970,9 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, mode_rule, batche
     dead = _initial_dead_nb(alpha, constrained, batch, random is not None)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     cap = -1.0  # the bound the mode's rule puts on the estimates (-1: the family's)
+    if mode_rule is not None:
+        rule_mode, rule_param = mode_rule
+        cap = _mode_rule_nb(S, 0, rule_mode, rule_param, rng)  # on no task: the bound alone
     total = 0
     t = np.int64(0)  # not a literal 0: the kernels called in the loop compile once
     while t < T:
@@ -6995,7 +6999,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, mode_rule, batche
                     if trees is not None:
                         S[jj, a] = _tree_mu_nb(F, a, trees.Xb[i], trees.mode, rng)
             if mode_rule is not None:
-                cap = _mode_rule_nb(S, nb, mode_rule[0], mode_rule[1], rng)
+                _mode_rule_nb(S, nb, rule_mode, rule_param, rng)
             _choose_agents_nb(S, nb, rule, t, batched, Q, N, agent, upper)
         for a in range(A):
             Nb[a] = 0
