@@ -5214,7 +5214,8 @@ class _RewardModel:
     def reference_mu(models, x, policy, rng, settings):
         """The estimates of every agent for the context ``x`` in the reference
         engine: Thompson draws in mode :data:`_THOMPSON`, else the estimates
-        (the engine adds the exploration of :data:`_EGREEDY`)."""
+        (the engine then applies the rule of the modes of every family,
+        :func:`_reference_mode_rule`)."""
         if policy.mode == _THOMPSON:
             return [m.sample(x, rng) for m in models]
         return [m.predict(x) for m in models]
