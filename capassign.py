@@ -3340,10 +3340,14 @@ def _validate_settings(settings, name="settings"):
 #: itself (greedy), a posterior draw (Thompson), an upper bound (UCB) or the
 #: estimate with uniform exploration (epsilon-greedy, :class:`ModelSettings`).
 _GREEDY, _THOMPSON, _UCB, _EGREEDY = 0, 1, 2, 3
-#: The suffix of each mode in a policy name (none: greedy).
-_MODE_SUFFIXES = {"greedy": _GREEDY, "ts": _THOMPSON, "ucb": _UCB, "egreedy": _EGREEDY}
-#: The modes whose decisions draw random numbers (a propensity below 1).
-_DRAWING_MODES = (_THOMPSON, _EGREEDY)
+#: The mode table, one row per mode: its suffix in a policy name (none:
+#: greedy), whether its decisions draw random numbers (a propensity below 1)
+#: and the name of its parameter in :class:`ModelSettings` (``None``: none),
+#: whose value every engine receives as one number (:meth:`_Policy.mode_param`).
+_MODES = {_GREEDY: ("greedy", False, None), _THOMPSON: ("ts", True, None),
+          _UCB: ("ucb", False, "ucb_c"), _EGREEDY: ("egreedy", True, "epsilon")}
+_MODE_SUFFIXES = {suffix: mode for mode, (suffix, _, _) in _MODES.items()}
+_DRAWING_MODES = tuple(mode for mode, (_, draws, _) in _MODES.items() if draws)
 
 
 class _Policy(namedtuple("_Policy", "name family mode offline")):
@@ -3364,6 +3368,21 @@ class _Policy(namedtuple("_Policy", "name family mode offline")):
         """Whether the decision draws random numbers beyond the queues' rule:
         a random family, Thompson draws or epsilon-greedy exploration."""
         return not self.model.learns or self.mode in _DRAWING_MODES
+
+    def mode_param(self, settings):
+        """The value of the mode's parameter in ``settings`` (:data:`_MODES`),
+        ``None`` for a mode without one: what every engine passes, unread, to
+        the rule of the modes of every family (:func:`_mode_rule_nb`).
+
+        Examples
+        --------
+        >>> _parse_policy("tree-egreedy").mode_param(ModelSettings(epsilon=0.2))
+        0.2
+        >>> _parse_policy("logistic-ts").mode_param(ModelSettings()) is None
+        True
+        """
+        name = _MODES[self.mode][2]
+        return None if name is None else float(getattr(settings, name))
 
 
 @functools.lru_cache(maxsize=64)
@@ -4718,18 +4737,30 @@ def _logistic_mu_nb(theta, Sigma, z, mode, kappa, rng, has_spare, spare):
 
 
 @_njit(cache=True, inline="always")
-def _explore_nb(S, n, epsilon, rng):
-    """The epsilon-greedy mode (:data:`_EGREEDY`, :class:`ModelSettings`), the
-    one place both compiled engines apply it: for each of the first ``n``
-    tasks (rows of the estimates ``S``, one column per agent), with
-    probability ``epsilon`` replace the estimates of every agent by
-    independent U[0, 1) draws, before Eq. 2 subtracts the queues' penalty
-    (one uniform per task, and A more when it explores).  The family's
-    estimates of those tasks come first: in this mode they draw nothing."""
-    for i in range(n):
-        if _uniform_nb(rng) < epsilon:
-            for a in range(S.shape[1]):
-                S[i, a] = _uniform_nb(rng)
+def _mode_rule_nb(S, n, mode, param, rng):
+    """The rule of the modes of every family, which act on a family's
+    estimates once they are made, the one place both compiled engines apply
+    them (the reference engine's is :func:`_reference_mode_rule`): ``S`` the
+    estimates (one row per task, the first ``n`` rows used, one column per
+    agent), ``mode`` the policy's integer mode and ``param`` the value of its
+    parameter (:meth:`_Policy.mode_param`).  Returns the largest estimate the
+    rule can leave in ``S`` for the rest of a run, -1.0 when the family's own
+    bound holds (the early exit of :func:`_run_nb`, which reads it once, with
+    ``n`` 0: a rule on no task changes and draws nothing).
+
+    In the epsilon-greedy mode (:data:`_EGREEDY`, ``param`` the epsilon of
+    :class:`ModelSettings`), for each task, with probability epsilon the
+    estimates of every agent are replaced by independent U[0, 1) draws,
+    before Eq. 2 subtracts the queues' penalty (one uniform per task, and A
+    more when it explores; the family's estimates draw nothing in this mode),
+    so that no estimate above 1 is left.  The other modes change nothing."""
+    if mode == _EGREEDY:
+        for i in range(n):
+            if _uniform_nb(rng) < param:
+                for a in range(S.shape[1]):
+                    S[i, a] = _uniform_nb(rng)
+        return 1.0
+    return -1.0
 
 
 @_njit(cache=True, inline="always")
@@ -4768,8 +4799,10 @@ _LogisticRun = namedtuple("_LogisticRun", "Xd mode gamma kappa w_min w_max disco
 _TreeRun = namedtuple("_TreeRun", ("Xb", "mode") + _TreeConfig._fields + ("sums",))
 #: The model arguments of :func:`_run_nb`, by name: a family's
 #: :meth:`_RewardModel.run_args` fills its own, the others stay ``None``.
-#: ``explore``: the epsilon of the epsilon-greedy mode (``None``: greedy).
-_RunModels = namedtuple("_RunModels", "random marginal logistic trees explore",
+#: ``mode_rule``: the policy's integer mode and the value of its parameter
+#: (:meth:`_Policy.mode_param`) for :func:`_mode_rule_nb`, ``None`` for a mode
+#: without a parameter.
+_RunModels = namedtuple("_RunModels", "random marginal logistic trees mode_rule",
                         defaults=(None, None, None, None, None))
 
 
@@ -4801,21 +4834,25 @@ def _forgetting(settings):
 #
 # Each class is the one home of a model family: _FAMILIES maps the family of a
 # parsed policy name (_parse_policy) to it, and the family's modes (greedy,
-# Thompson, UCB, epsilon-greedy) reach its kernels as one integer.  A mode has
-# two kinds of home.  A mode of one family, which changes how its estimates are
-# made (UCB of the logistic family), is its suffix in _MODE_SUFFIXES, a branch
-# in the family's estimate kernel (the one both compiled engines call, here
-# _logistic_mu_nb), the same rule in its reference model
+# Thompson, UCB, epsilon-greedy) reach its kernels as one integer.  Every mode
+# is one row of the mode table _MODES (its suffix, whether it draws, the name
+# of its parameter in ModelSettings), and every engine receives the value of
+# that parameter as one generic number (_Policy.mode_param): the router in its
+# step state (_STEP_MODE_PARAM, filled by _RewardModel.__init__), _run_nb in
+# the field mode_rule of _RunModels (filled by _run_models), the reference
+# engine in _reference_mu.  Beyond that a mode has two kinds of home.  A mode
+# of one family, which changes how its estimates are made (UCB of the logistic
+# family), is a branch in the family's estimate kernel (the one both compiled
+# engines call, here _logistic_mu_nb), the same rule in its reference model
 # (LaplaceLogistic.upper) and reference_mu, its parameter in ModelSettings
 # (UCB's c reaches the kernel as its kappa, _LogisticModel.spread) and its name
 # in EXPLORATION_POLICIES.  A mode of every family, which acts on the estimates
-# once they are made (epsilon-greedy), is its suffix (and _DRAWING_MODES if it
-# draws), one kernel (_explore_nb) and one call per engine: in
-# _router_decide_nb, the tail that every router score kernel ends with, in
-# _run_nb after its scores, and in _reference_mu; its parameter is a field of
-# ModelSettings, carried to the router kernels in the step state _eta that
-# _RewardModel.__init__ builds (_STEP_EPSILON) and to _run_nb in the _RunModels
-# of _run_models.  A new family is one more class (its router score kernel
+# once they are made (epsilon-greedy), is its row, its parameter in
+# ModelSettings, a branch of the compiled rule _mode_rule_nb (which every
+# compiled engine calls: _router_decide_nb, the tail of every router score
+# kernel, and _run_nb after its scores), a branch of its numpy counterpart
+# _reference_mode_rule and its names in EXPLORATION_POLICIES; no engine
+# changes.  A new family is one more class (its router score kernel
 # ending in _router_decide_nb) and one more registry entry (plus its field of
 # _RunModels and its branch of _run_nb, the one compiled loop of all families).
 #
@@ -4862,33 +4899,34 @@ def _all_finite_nb(X):
 @_njit(cache=True)
 def _router_step_nb(eta):
     """The step eta_t of a router's next task from its step state ``eta`` =
-    [eta0, t0, power, t, epsilon] (:func:`_step_parts`, the tasks assigned so
-    far and the epsilon of :func:`_router_decide_nb`), whose t then moves on
-    by one task."""
+    [eta0, t0, power, t, mode_param] (:func:`_step_parts`, the tasks assigned
+    so far and the value of the mode's parameter for :func:`_router_decide_nb`),
+    whose t then moves on by one task."""
     eta_t = _eta_step_nb(eta[0], eta[1], eta[2], eta[3])
     eta[3] += 1.0
     return eta_t
 
 
-#: Where the step state of a router (:func:`_router_step_nb`) keeps the
-#: epsilon of the epsilon-greedy mode: the numbers of the decision rule in one
-#: array, which every score kernel takes anyway, so that epsilon passes
-#: through none of the families' kernels and costs no argument (the arrays of
-#: the rule as one tuple cost about 0.1 us per decision to type and unbox, a
-#: few per cent of the lightest policies' time in ``bench --router``).
-_STEP_EPSILON = 4
+#: Where the step state of a router (:func:`_router_step_nb`) keeps the value
+#: of the mode's parameter (:meth:`_Policy.mode_param`, 0.0 for a mode without
+#: one) that the rule of the modes of every family reads (:func:`_mode_rule_nb`):
+#: the numbers of the decision rule in one array, which every score kernel
+#: takes anyway, so that the parameter passes through none of the families'
+#: kernels and costs no argument (the arrays of the rule as one tuple cost
+#: about 0.1 us per decision to type and unbox, a few per cent of the lightest
+#: policies' time in ``bench --router``).  Not part of a saved state.
+_STEP_MODE_PARAM = 4
 
 
 @_njit(cache=True, inline="always")
 def _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta):
     """The tail of every router score kernel, its estimates ``mu`` (one row
-    per task) made: the exploration of the mode (:func:`_explore_nb` in mode
-    :data:`_EGREEDY`, the draws of :func:`_run_nb` at one decision), then
+    per task) made: the rule of the modes of every family (:func:`_mode_rule_nb`,
+    the draws of :func:`_run_nb` at one decision), then
     with ``step`` (a single task) the agent of Eq. 2, the queues ``Q`` moved
     by Eq. 1 (capacities ``alpha``, ``constrained``) and the step's t by one
     task; -1 without ``step``.  ``eta``: the step state of :func:`_router_step_nb`."""
-    if mode == _EGREEDY:
-        _explore_nb(mu, mu.shape[0], eta[_STEP_EPSILON], rng)
+    _mode_rule_nb(mu, mu.shape[0], mode, eta[_STEP_MODE_PARAM], rng)
     if not step:
         return -1
     return _online_step_nb(mu[0], Q, _router_step_nb(eta), alpha, constrained)
@@ -5078,12 +5116,14 @@ class _RewardModel:
 
     def __init__(self, config, rng, Q):
         self.A, self.d, self.settings = config.A, config.d, config.settings
-        self._mode = _parse_policy(config.policy).mode     # the kernels' integer mode
+        policy = _parse_policy(config.policy)
+        self._mode = policy.mode                           # the kernels' integer mode
         self._rng = rng
         self._Q, self._alpha, self._constrained = Q, config.alpha, config.constrained
-        # the step state [eta0, t0, power, t, epsilon] that a one-task step reads
-        # and advances (_router_step_nb; epsilon read in mode _EGREEDY only)
-        self._eta = np.array([*_step_parts(config.eta), 0.0, float(config.settings.epsilon)])
+        # the step state [eta0, t0, power, t, mode_param] that a one-task step
+        # reads and advances (_router_step_nb, _STEP_MODE_PARAM)
+        param = policy.mode_param(config.settings)
+        self._eta = np.array([*_step_parts(config.eta), 0.0, 0.0 if param is None else param])
         _first_use(self.group, self.kernels, _FIRST_USE_TIME[self.group])
 
     def see(self, X, copy=True):
@@ -5174,7 +5214,8 @@ class _RewardModel:
     def reference_mu(models, x, policy, rng, settings):
         """The estimates of every agent for the context ``x`` in the reference
         engine: Thompson draws in mode :data:`_THOMPSON`, else the estimates
-        (the engine adds the exploration of :data:`_EGREEDY`)."""
+        (the engine then applies the rule of the modes of every family,
+        :func:`_reference_mode_rule`)."""
         if policy.mode == _THOMPSON:
             return [m.sample(x, rng) for m in models]
         return [m.predict(x) for m in models]
@@ -6582,12 +6623,19 @@ def _reference_run(X, R, order, sim, rng):
 
 def _reference_mu(family, models, x, policy, rng, settings):
     """The estimates of a reference run's agents for context ``x``: the
-    family's (:meth:`_RewardModel.reference_mu`), and in the epsilon-greedy
-    mode, with probability epsilon, independent U[0, 1) draws instead
-    (:func:`_explore_nb`, with numpy's draws)."""
+    family's (:meth:`_RewardModel.reference_mu`), then the rule of the modes
+    of every family (:func:`_reference_mode_rule`)."""
     mu = family.reference_mu(models, x, policy, rng, settings)
-    if policy.mode == _EGREEDY and rng.random() < settings.epsilon:
-        mu = list(rng.random(len(models)))
+    return _reference_mode_rule(mu, policy.mode, policy.mode_param(settings), rng)
+
+
+def _reference_mode_rule(mu, mode, param, rng):
+    """:func:`_mode_rule_nb` in the reference engine, for the estimates
+    ``mu`` of one task (a list, one per agent), with numpy's draws: in the
+    epsilon-greedy mode, with probability epsilon (``param``) independent
+    U[0, 1) draws instead.  The other modes return ``mu`` unchanged."""
+    if mode == _EGREEDY and rng.random() < param:
+        mu = list(rng.random(len(mu)))
     return mu
 
 
@@ -6875,15 +6923,16 @@ def _logistic_prior_nb(A, p, gamma):
 
 
 @_njit(cache=True, nogil=True)
-def _run_nb(R, order, rule, random, marginal, logistic, trees, explore, batched, rng, out,
+def _run_nb(R, order, rule, random, marginal, logistic, trees, mode_rule, batched, rng, out,
             work):
     """One run of a policy over the tasks ``order``: Algorithm 1 with one reward model
     (App. E), online or in mini-batches (Sec. 4.2).
 
     The policy's model is whichever of ``random`` (``True``), ``marginal`` (its discount,
     1.0: none), ``logistic`` (:data:`_LogisticRun`) and ``trees`` (:data:`_TreeRun`) is not
-    ``None`` (the fields of :data:`_RunModels`, by name at the callers); ``explore`` is the
-    epsilon of the epsilon-greedy mode (:func:`_explore_nb`), ``None`` for the other modes;
+    ``None`` (the fields of :data:`_RunModels`, by name at the callers); ``mode_rule`` is the
+    policy's mode and the value of its parameter for the rule of the modes of every family
+    (:func:`_mode_rule_nb`), ``None`` for a mode without a parameter;
     ``batched`` is ``None`` online (``rule.batch`` 0) and ``True`` in mini-batches.
     numba compiles one kernel per combination of ``None`` arguments and prunes the branches a
     ``None`` rules out (each is guarded by ``model is not None``) before typing the body, so a
@@ -6921,6 +6970,10 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, explore, batched,
         F, scratch = work
     dead = _initial_dead_nb(alpha, constrained, batch, random is not None)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
+    cap = -1.0  # the bound the mode's rule puts on the estimates (-1: the family's)
+    if mode_rule is not None:
+        rule_mode, rule_param = mode_rule
+        cap = _mode_rule_nb(S, 0, rule_mode, rule_param, rng)  # on no task: the bound alone
     total = 0
     t = np.int64(0)  # not a literal 0: the kernels called in the loop compile once
     while t < T:
@@ -6946,8 +6999,8 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, explore, batched,
                             logistic.kappa, rng, has_spare, spare)
                     if trees is not None:
                         S[jj, a] = _tree_mu_nb(F, a, trees.Xb[i], trees.mode, rng)
-            if explore is not None:
-                _explore_nb(S, nb, explore, rng)
+            if mode_rule is not None:
+                _mode_rule_nb(S, nb, rule_mode, rule_param, rng)
             _choose_agents_nb(S, nb, rule, t, batched, Q, N, agent, upper)
         for a in range(A):
             Nb[a] = 0
@@ -6968,8 +7021,8 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, explore, batched,
         a = agent[0]
         if _may_die_nb(a, rule, dead):
             # the largest estimate agent a can give for the rest of the run
-            if explore is not None:                # an exploring draw: below 1
-                _check_dead_nb(a, 1.0, True, Q, eta, dead)
+            if cap >= 0.0:                         # the mode's rule bounds the estimates
+                _check_dead_nb(a, cap, True, Q, eta, dead)
             elif marginal is not None:
                 _check_dead_nb(a, s[a] / n[a], True, Q, eta, dead)
             elif logistic is not None:
@@ -7011,8 +7064,9 @@ def _run_models(X, policy, settings):
     ``policy`` (a name) on the contexts ``X``: those of its family's entry
     (:meth:`_RewardModel.run_args`)."""
     policy = _parse_policy(policy)
-    explore = float(settings.epsilon) if policy.mode == _EGREEDY else None
-    return policy.model.run_args(policy, X, settings)._replace(explore=explore)
+    param = policy.mode_param(settings)
+    return policy.model.run_args(policy, X, settings)._replace(
+        mode_rule=None if param is None else (policy.mode, param))
 
 
 def _fast_runs(X, R, orders, states, sim, traces):

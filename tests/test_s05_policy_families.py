@@ -115,7 +115,7 @@ def test_each_family_fills_its_own_run_arguments(policy):
              "tree": "trees"}[model_family(policy)]
     assert [f for f in ("random", "marginal", "logistic", "trees") if getattr(args, f) is not None] \
         == [field]
-    assert (args.explore is not None) == policy.endswith("-egreedy")
+    assert (args.mode_rule is not None) == policy.endswith(("-egreedy", "-ucb"))
     models = ca._parse_policy(policy).model.reference_models(X, 3, ca.PAPER_SETTINGS)
     assert (models is None) == (policy == "random") or len(models) == 3
 
