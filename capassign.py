@@ -445,14 +445,16 @@ def _validate_matrix(M, name, *, ndim=2, finite=True, dtype=float, min_rows=0, s
     return arr
 
 
-def _validate_names(values, allowed, name, *, min_count=1, unique=False):
+def _validate_names(values, allowed, name, *, min_count=1, unique=False, also=()):
     """A list of at least ``min_count`` names, each one of ``allowed``; return it as a list.
 
     A single string is refused (TypeError: it is one name, not a list of
     them); every entry is checked by :func:`_validate_choice` under the name
     ``name[i]``, so a wrong entry reads as it would alone:
     ``"policies[0] must be one of 'random', ..., got 'ucb'"``.  With
-    ``allowed=None`` any string is a name; ``unique`` refuses repeated names.
+    ``allowed=None`` any string is a name; ``unique`` refuses repeated names;
+    the names in ``also`` are accepted without being listed in the error (the
+    exploration policies beside the paper's, as :func:`_validate_policy`).
     """
     expected = ("a list of names" if min_count < 1 else "a non-empty list of names"
                 if min_count == 1 else f"a list of at least {min_count} names")
@@ -462,6 +464,8 @@ def _validate_names(values, allowed, name, *, min_count=1, unique=False):
     if len(values) < min_count:
         raise ValueError(f"{name} must be {expected}, got {values!r}")
     for i, v in enumerate(values):
+        if isinstance(v, str) and v in also:
+            continue
         if allowed is not None:
             _validate_choice(v, allowed, f"{name}[{i}]")
         elif not isinstance(v, str):
@@ -11688,7 +11692,7 @@ def simulate_grid(X, R, policies, capacities, *, x=None, label=None, **kwargs):
     """
     pd = _optional("pandas")
 
-    policies = _validate_names(policies, POLICIES + EXPLORATION_POLICIES, "policies")
+    policies = _validate_names(policies, POLICIES, "policies", also=EXPLORATION_POLICIES)
     capacities = [list(c) for c in capacities]
     if len(capacities) == 0:
         raise ValueError("capacities must list at least one capacity vector")
@@ -11782,7 +11786,7 @@ def error_vs_capacity(X, R, policies, alphas=PAPER_ALPHAS, *, runs=PAPER_RUNS,
     """
     pd = _optional("pandas")
 
-    policies = _validate_names(policies, POLICIES + EXPLORATION_POLICIES, "policies")
+    policies = _validate_names(policies, POLICIES, "policies", also=EXPLORATION_POLICIES)
     hindsight = _validate_bool(hindsight, "hindsight")
     rows = _grid_rows(X, R, policies, [two_agent_capacities(a1) for a1 in alphas], alphas,
                       label, False, dict(eta=eta, runs=runs, seed=seed, engine=engine))
@@ -13346,7 +13350,8 @@ def _sweep_arguments(tasks, policies, capacities, runs, eta, seed, task_seed, se
     as a whole); return its :class:`_SweepPlan` and :data:`_SweepExecution`."""
     ex = _keyword_group(execution, _SweepExecution._field_defaults, "sweep")
     task_items = _sweep_task_items(tasks)
-    policies = _validate_names(policies, POLICIES + EXPLORATION_POLICIES, "policies", unique=True)
+    policies = _validate_names(policies, POLICIES, "policies", unique=True,
+                               also=EXPLORATION_POLICIES)
     cap_list = _sweep_capacity_list(capacities)
     runs = _validate_int(runs, "runs", lo=1)
     ex["block"] = runs if ex["block"] is None else _validate_int(ex["block"], "block", lo=1)
