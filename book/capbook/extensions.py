@@ -1117,45 +1117,6 @@ EGREEDY_PAIRS = {"logistic": ("logistic-greedy", "logistic-egreedy"),
 EXPLORATION_LEVEL = 0.05
 
 
-def with_simulations(df, sims):
-    """``df`` (a table of :func:`capassign.error_vs_capacity`) with a row per
-    simulation of ``sims`` in its format, for policies it does not take (the
-    exploration policies run through :func:`capassign.simulate`).
-
-    Parameters
-    ----------
-    df : pandas.DataFrame
-        A table of :func:`capassign.error_vs_capacity` of one task.
-    sims : dict
-        (policy, alpha_1) -> :class:`capassign.SimulationResult` at capacities
-        (alpha_1, 1 - alpha_1), run on the same task orders as ``df``.
-
-    Returns
-    -------
-    pandas.DataFrame
-        ``df``'s rows, then one per simulation (``task`` as in ``df``).
-
-    Examples
-    --------
-    >>> X, R, _ = ca.synthetic_stream(T=200, d=2, seed=1)
-    >>> df = ca.error_vs_capacity(X, R, ["random"], (0.5,), runs=3, label="toy")
-    >>> sims = {("logistic-ucb", 0.5): ca.simulate(X, R, (0.5, 0.5), "logistic-ucb", runs=3)}
-    >>> with_simulations(df, sims)[["task", "policy", "alpha1", "runs"]].values.tolist()
-    [['toy', 'random', 0.5, 3], ['toy', 'logistic-ucb', 0.5, 3]]
-    """
-    import pandas as pd
-
-    label = df.task.iloc[0] if len(df) else None
-    rows = []
-    for (policy, a1), res in sims.items():
-        m, lo, hi = ca.mean_ci(res.errors)
-        rows.append({"task": label, "policy": policy, "alpha1": float(a1), "runs": res.runs,
-                     "error": m, "std": res.std, "ci_low": lo, "ci_high": hi,
-                     "frac1": float(res.assigned[:, 0].mean()),
-                     "errors": np.asarray(res.errors, dtype=float)})
-    return pd.concat([df, pd.DataFrame(rows)], ignore_index=True)
-
-
 def exploration_tests(results):
     """Every exploration policy against each policy of its family, paired run by
     run at the interior capacities, Holm-adjusted over all comparisons of a task.
@@ -1181,11 +1142,9 @@ def exploration_tests(results):
     Examples
     --------
     >>> X, R, _ = ca.synthetic_stream(T=200, d=2, seed=1)
-    >>> df = ca.error_vs_capacity(X, R, ["marginal"], (0.0, 0.5), runs=4, label="toy")
-    >>> sims = {("marginal-egreedy", a): ca.simulate(X, R, ca.two_agent_capacities(a),
-    ...                                              "marginal-egreedy", runs=4)
-    ...         for a in (0.0, 0.5)}
-    >>> t = exploration_tests({"toy": with_simulations(df, sims)})
+    >>> df = ca.error_vs_capacity(X, R, ["marginal", "marginal-egreedy"], (0.0, 0.5),
+    ...                           runs=4, label="toy")
+    >>> t = exploration_tests({"toy": df})
     >>> t[["policy", "baseline", "alpha1", "runs"]].values.tolist()
     [['marginal-egreedy', 'marginal', 0.5, 4]]
     """
