@@ -1367,20 +1367,22 @@ def _entropic_newton(mu, w, alpha, cons, free_exists, active, lam, eps):
     value, S = smooth(lam)
     for _ in range(40 if idx.size else 0):
         load = (wcol * S).sum(axis=0)
-        g = alpha[idx] - load[idx]
-        if float(np.max(np.abs(g))) < 1e-10:
+        g_all = alpha[idx] - load[idx]
+        move = _newton_coordinates(lam[idx], g_all, free_exists, mu.shape[1])
+        sub, g = idx[move], g_all[move]
+        if not sub.size or float(np.max(np.abs(g))) < 1e-10:
             break
-        WS = wcol * S[:, idx]
-        H = -np.array([[float(np.sum(WS[:, p] * S[:, j])) for j in idx]
-                       for p in range(idx.size)])
-        H[np.diag_indices(idx.size)] += load[idx] + 1e-12
+        WS = wcol * S[:, sub]
+        H = -np.array([[float(np.sum(WS[:, p] * S[:, j])) for j in sub]
+                       for p in range(sub.size)])
+        H[np.diag_indices(sub.size)] += load[sub] + 1e-12
         step = _solve_small(H / eps, g)
         if step is None or not np.all(np.isfinite(step)):
             break
         t = 1.0
         while True:   # backtracking line search
             trial = lam.copy()
-            trial[idx] -= t * step
+            trial[sub] -= t * step
             if free_exists:
                 trial[idx] = np.maximum(trial[idx], 0.0)
             new_value, new_S = smooth(trial)
@@ -1394,6 +1396,25 @@ def _entropic_newton(mu, w, alpha, cons, free_exists, active, lam, eps):
         if done:
             break
     return lam
+
+
+def _newton_coordinates(lam, g, free_exists, A):
+    """Which prices a Newton step of :func:`_entropic_newton` moves (a mask over
+    its ``active`` coordinates, whose prices are ``lam`` and gradient ``g``).
+
+    With equality rows, all of them.  With ``<=`` rows the prices are bounded
+    below by 0, and a price at 0 whose gradient points below 0 is held there:
+    the step is Newton's on the other coordinates (projected Newton).  When
+    every one of the A agents would move, the smoothed dual's Hessian is
+    singular along (1, ..., 1) (the smoothed loads sum to one whatever the
+    common shift), so the lowest price is held as well.
+    """
+    if not free_exists:
+        return np.ones(lam.size, dtype=bool)
+    move = (lam > 0.0) | (g < 0.0)
+    if move.all() and lam.size == A:
+        move[np.argmin(lam)] = False
+    return move
 
 
 def _two_agent_prices(mu, w, alpha):
@@ -1574,8 +1595,8 @@ def optimal_assignment(mu, capacities, weights=None, *, bounds="exact"):
     constrained agents or from the smoothed dual, HiGHS on the contexts near
     a tie, with contexts that are equal near the prices merged, every other
     context checked to be at its best agent under the resulting prices),
-    which takes seconds for 10^6 contexts and A <= 5, with or without ties
-    (``python -m capassign bench --oracle``).  Rewards of
+    which takes seconds for 10^6 contexts and A <= 5, with or without ties,
+    exact shares or limits (``python -m capassign bench --oracle``).  Rewards of
     magnitude above 1e6 are first shifted by each context's best reward and
     scaled (the assignment is unchanged, the prices are scaled back); rewards
     whose differences within a context overflow raise ``ValueError``.  With a
@@ -13889,7 +13910,7 @@ def plot_paired_differences(tests, ax=None, *, title=None, legend=True):
 
 
 def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=0, tied=True,
-                     out=print):
+                     limits=True, out=print):
     """Time :func:`optimal_assignment` on random instances of growing size.
 
     For every number of agents A in ``agents`` and every n in ``sizes``, the
@@ -13901,7 +13922,12 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
     largest n and A: 0/1 rewards (at most 2^A distinct rows) and rewards on a
     10-level grid {0, 1/9, ..., 1} (at most 10^A distinct rows, and many
     exact ties of reward differences), as piecewise-constant estimates
-    produce.  This is ``python -m capassign bench --oracle``.
+    produce.  With ``limits``, one more line times limits
+    (``bounds="upper"``) at the largest n and A: capacities 1.5 / A each, and
+    rewards scaled down from agent 0 (1) to agent A - 1 (0.5), so that agent
+    0's limit binds and the others are slack (prices 0); its error is the
+    largest excess of a load over its limit.  This is
+    ``python -m capassign bench --oracle``.
 
     Parameters
     ----------
@@ -13913,6 +13939,8 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
         Seed of the random rewards.
     tied : bool
         Also time the two tied instances.
+    limits : bool
+        Also time the instance with limits.
     out : callable
         Receives each line (``print`` by default).
 
@@ -13926,23 +13954,28 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
     optimal_assignment, A = 2, n = 100: ... s (HiGHS, whole programme), max |load - alpha| = ...
     optimal_assignment, A = 2, n = 100, binary mu (4 distinct rows): ... s (HiGHS, whole ...
     optimal_assignment, A = 2, n = 100, 10-level mu (... distinct rows): ... s (HiGHS, whole ...
+    optimal_assignment, A = 2, n = 100, limits 0.75 each: ... s (HiGHS, whole programme), max ...
     """
 
     from scipy.optimize import linprog  # noqa: F401  (imported once, before the clock)
 
-    def timed(mu, kind=None):
+    def timed(mu, kind=None, limit=None):
         n, A = mu.shape
         groups = _distinct_rows(mu)          # outside the clock: only for the label
         distinct = n if groups is None else groups[0].size
         label = "" if kind is None else f", {kind} mu ({distinct:,} distinct rows)"
+        alpha = 1.0 / A if limit is None else limit
         start = time.perf_counter()
-        res = optimal_assignment(mu, [1.0 / A] * A)
+        res = optimal_assignment(mu, [alpha] * A, bounds="exact" if limit is None else "upper")
         took = time.perf_counter() - start
         method = ("HiGHS, whole programme" if distinct <= ORACLE_LP_MAX_CONTEXTS
                   else "dual method")
-        err = float(np.max(np.abs(res.loads - 1.0 / A)))
-        out(f"optimal_assignment, A = {A}, n = {n:,}{label}: {took:.2f} s ({method}), "
-            f"max |load - alpha| = {err:.1e}")
+        if limit is None:
+            error = f"max |load - alpha| = {float(np.max(np.abs(res.loads - alpha))):.1e}"
+        else:
+            label = f", limits {limit:g} each"
+            error = f"max (load - alpha)+ = {max(float(np.max(res.loads - alpha)), 0.0):.1e}"
+        out(f"optimal_assignment, A = {A}, n = {n:,}{label}: {took:.2f} s ({method}), {error}")
 
     rng = np.random.default_rng(seed)
     for A in agents:
@@ -13952,6 +13985,9 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
         n, A = max(sizes), max(agents)
         for kind, levels in (("binary", 2), ("10-level", 10)):
             timed(rng.integers(0, levels, size=(n, A)) / (levels - 1), kind)
+    if limits:
+        n, A = max(sizes), max(agents)
+        timed(rng.random((n, A)) * np.linspace(1.0, 0.5, A), limit=1.5 / A)
 
 
 # --- the engines ---------------------------------------------------------------

@@ -381,6 +381,33 @@ def test_ties_of_reward_differences_keep_the_dual_method_small(monkeypatch, caps
     check_solution(res, mu, caps, np.full(12_000, 1 / 12_000))
 
 
+@pytest.mark.parametrize("caps", [[0.3, 0.6, 0.5], [0.2, 0.5, 0.3, 0.4]])
+def test_upper_bounds_keep_the_dual_method_small(monkeypatch, caps):
+    # limits summing above one (<= rows, prices >= 0): the smoothed dual's seed
+    # holds the slack agents' prices at 0 (projected Newton), so the first small
+    # programme is the answer.  Before, its Newton step on all prices (singular
+    # along (1, ..., 1)) failed, the seed stayed at 0 and the candidate set grew
+    # to the whole programme: 160 s for 200,000 contexts instead of 0.4 s.
+    rng = np.random.default_rng(len(caps))
+    n = 3 * ca.ORACLE_LP_MAX_CONTEXTS
+    mu = rng.random((n, len(caps))) * np.linspace(1.0, 0.6, len(caps))
+    sizes = _programme_sizes(monkeypatch)
+    res = ca.optimal_assignment(mu, caps, bounds="upper")
+    assert max(sizes) <= ca._DUAL_FIRST_CANDIDATES + len(caps), sizes
+    monkeypatch.setattr(ca, "ORACLE_LP_MAX_CONTEXTS", 10**9)
+    full = ca.optimal_assignment(mu, caps, bounds="upper")          # HiGHS on all of it
+    assert math.isclose(res.value, full.value, abs_tol=1e-9)
+    # the prices are optimal for the dual (on n points they need not be unique)
+    lam = res.shadow_prices
+    w = np.full(n, 1 / n)
+    assert np.all(lam >= 0.0) and lam[0] > 0.0 and np.all(lam[1:] == 0.0)
+    assert math.isclose(float(w @ np.max(mu - lam, axis=1) + np.dot(caps, lam)),
+                        full.value, abs_tol=1e-9)
+    # the seed itself is within 1e-3 of them
+    seed = ca._entropic_prices(mu, w, np.array(caps), np.ones(len(caps), bool), 1.0)
+    np.testing.assert_allclose(seed, lam, atol=1e-3)
+
+
 def test_tied_contexts_share_their_group_in_context_order():
     # two groups of four equal rows, interleaved; agent 0 takes all of the
     # first group (mass 0.5) and 0.1 of the second: the second group's first

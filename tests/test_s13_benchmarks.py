@@ -9,15 +9,18 @@ import capassign as ca
 def test_oracle_benchmark_prints_times(capsys):
     ca.benchmark_oracle(sizes=(1000, 4000), agents=(2, 3), seed=0)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 6 and all(" s (" in line for line in lines)
+    assert len(lines) == 7 and all(" s (" in line for line in lines)
     assert "n = 1,000" in lines[0] and "n = 4,000" in lines[1] and "A = 3" in lines[2]
     # the tied instances at the largest n and A: 0/1 rewards (at most 2^3
     # distinct rows) and a 10-level grid, each through the whole programme
     assert lines[4].startswith("optimal_assignment, A = 3, n = 4,000, binary mu (8 distinct "
                                "rows): ") and "HiGHS, whole programme" in lines[4]
     assert lines[5].startswith("optimal_assignment, A = 3, n = 4,000, 10-level mu (")
+    # limits at the largest n and A: 0.5 each, through the dual method
+    assert lines[6].startswith("optimal_assignment, A = 3, n = 4,000, limits 0.5 each: ")
+    assert "dual method" in lines[6] and "max (load - alpha)+ = " in lines[6]
     assert all(float(line.rsplit("= ", 1)[1]) < 1e-9 for line in lines)   # capacities met
-    ca.benchmark_oracle(sizes=(100,), agents=(2,), tied=False)
+    ca.benchmark_oracle(sizes=(100,), agents=(2,), tied=False, limits=False)
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
