@@ -300,6 +300,34 @@ def test_dual_method_equals_the_lp(inst, first):
     assert math.isclose(res.value, _lp_value(mu, caps, w), abs_tol=1e-9)
 
 
+@FAST
+@given(inst=instances(n_max=14, a_min=3), spare=st.floats(1.05, 2.0), first=st.integers(1, 6))
+def test_dual_method_with_limits_equals_the_lp(inst, spare, first):
+    # limits (bounds="upper", summing above one) through the dual method, whose
+    # seed is then the projected Newton of _entropic_newton, against HiGHS on
+    # the whole programme; the optimality conditions of the <= rows
+    mu, caps, w = inst
+    caps = [min(1.0, c * spare) for c in caps]
+    assume(sum(caps) > 1.0 + 1e-6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ca, "ORACLE_LP_MAX_CONTEXTS", 0)
+        mp.setattr(ca, "_DUAL_FIRST_CANDIDATES", first)
+        res = ca.optimal_assignment(mu, caps, w, bounds="upper")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ca, "ORACLE_LP_MAX_CONTEXTS", 10**9)
+        lp = ca.optimal_assignment(mu, caps, w, bounds="upper")
+    assert math.isclose(res.value, lp.value, abs_tol=1e-9)
+    alpha, P, lam = np.array(caps), res.assignment, res.shadow_prices
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    assert np.all(w @ P <= alpha + 1e-7) and np.all(lam >= 0.0)
+    assert np.all((lam <= 1e-9) | (w @ P >= alpha - 1e-7))     # a price only on a full agent
+    adj = mu - lam
+    on_best = adj >= adj.max(axis=1, keepdims=True) - 1e-8
+    assert np.all((P[w > 0] <= 1e-9) | on_best[w > 0])
+    dual = float(w @ np.max(mu - lam, axis=1) + alpha @ lam)       # strong duality
+    assert math.isclose(dual, res.value, abs_tol=1e-8)
+
+
 @pytest.mark.parametrize("A, caps", [(2, [0.3, 0.7]), (3, [0.5, 0.2, 0.3]),
                                      (4, [0.6, None, 0.4, None]), (5, [0.2] * 5)])
 def test_many_contexts_go_through_the_dual_and_are_optimal(A, caps):
