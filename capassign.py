@@ -13981,12 +13981,11 @@ def benchmark_oracle(*, sizes=(10**3, 10**4, 10**5, 10**6), agents=(2, 5), seed=
     for A in agents:
         for n in sizes:
             timed(rng.random((n, A)))
+    n, A = max(sizes), max(agents)          # the tied and limits instances' size
     if tied:
-        n, A = max(sizes), max(agents)
         for kind, levels in (("binary", 2), ("10-level", 10)):
             timed(rng.integers(0, levels, size=(n, A)) / (levels - 1), kind)
     if limits:
-        n, A = max(sizes), max(agents)
         timed(rng.random((n, A)) * np.linspace(1.0, 0.5, A), limit=1.5 / A)
 
 
