@@ -190,10 +190,10 @@ def _online_forest_check(X, R, bins, n_rows, seed, B=20, depth=3, min_leaf=10, e
     head, nxt = np.full((d, mb), -1, np.int32), np.zeros((d, T), np.int32)
     forest = ca._Forest(W, HC, nc, ns, feat, thr, val, head, nxt)
     stats = np.zeros(3 * depth, np.int64)
-    refit = ca._new_refit_nb(B, depth, stats)
+    refit = ca._new_refit_nb(B, depth, stats, HC)
     checked = 0
     for k in range(n_rows):
-        ca._online_observe_nb(Xb[k], y[k], k, depth, n_bins, rng, forest)
+        ca._online_observe_nb(Xb[k], y[k], k, n_bins, rng, forest, refit.wv, refit.live)
         if (k + 1) % every:
             continue
         n = k + 1
@@ -242,3 +242,28 @@ def test_xoshiro_matches_reference_sequence():
     state = np.array([0x9E3779B97F4A7C15, 7, 2**63 + 5, 12345], dtype=np.uint64)
     py = [int(v) for v in state]
     assert [int(ca._next_u64_nb(state)) for _ in range(50)] == [nxt(py) for _ in range(50)]
+
+
+def test_poisson_draw_by_guide_table_is_the_inversion_count():
+    # The guide table only shortcuts the count #{k : F_k <= u}: on every cell
+    # it calls whole, that count is constant (checked at both ends), and the
+    # compiled draw equals the count of all 40 comparisons on a long stream
+    # of uniforms and at (and just below) every term of the CDF.
+    cdf = ca._POISSON1_CDF
+    left, whole = ca._POISSON1_LEFT, ca._POISSON1_WHOLE
+    cells = left.shape[0]
+    count = lambda u: int((np.asarray(u)[..., None] >= cdf).sum(axis=-1))
+    for i in range(cells):
+        lo, hi_below = i / cells, np.nextafter((i + 1) / cells, 0.0)
+        assert count(lo) == left[i]
+        if whole[i]:
+            assert count(hi_below) == left[i], i
+    assert 1 <= (~whole).sum() <= 10
+    state = np.array([1, 2, 3, 4], dtype=np.uint64)
+    twin = state.copy()
+    for _ in range(20000):
+        u = ca._uniform_nb(twin)
+        assert ca._poisson1_nb(state) == count(u)
+    for F in cdf[cdf < 1.0]:                   # at, and just below, every term
+        for u in (F, np.nextafter(F, 0.0)):
+            assert ca._poisson1_inverse_nb(u) == count(u)
