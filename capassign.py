@@ -4404,7 +4404,7 @@ def _online_observe_nb(xb, y, k, n_bins, rng, f, wv, live):
     _online_add_row_nb(xb, y, k, n_bins, f, wv, live)
 
 
-@_njit(cache=True)
+@_njit(cache=True, inline="always")
 def _online_add_row_nb(xb, y, k, n_bins, f, wv, live):
     """Add row k, with its weights ``f.W[:, k]`` already drawn, to an online forest.
 
@@ -4420,11 +4420,10 @@ def _online_add_row_nb(xb, y, k, n_bins, f, wv, live):
     tree gives.  ``wv``, ``live``: the caller's scratch (:data:`_Refit`),
     overwritten.
 
-    Nothing here allocates or can raise (the number of internal nodes is read
-    from ``HC``, not computed as 2^max_depth - 1: an integer power has a path
-    that raises).  numba then drops the reference counting of the arguments,
-    which a function with an allocation or a raising path keeps (24 atomic
-    operations per row).
+    Inlined into its callers.  Nothing here allocates or can raise (the
+    number of internal nodes is read from ``HC``, not computed as
+    2^max_depth - 1: an integer power has a path that raises), so that a
+    caller without either keeps no reference counts (:func:`_tree_observe_nb`).
     """
     W, HC, node_c, node_s, feat, thr, head, nxt = (f.W, f.HC, f.node_c, f.node_s, f.feat,
                                                    f.thr, f.head, f.nxt)
@@ -4689,16 +4688,20 @@ def _fit_forest_nb(Xb, y, W, n_bins, max_bins, max_depth, min_leaf, sums):
     return f.feat, f.thr, f.val
 
 
-@_njit(cache=True, inline="always")
-def _tree_mu_nb(F, a, xb, mode, rng):
-    """Agent a's estimate for the binned context ``xb`` (App. E.2) from its
+@_njit(cache=True)
+def _tree_mu_nb(F, a, X, i, mode, rng):
+    """Agent a's estimate for the binned context ``X[i]`` (App. E.2) from its
     B trees ``F.feat[a], F.thr[a], F.val[a]`` (``F``: :data:`_Forests` or
     :data:`_Trees`), as both the simulation and the router score: before the
     first refit (``F.fitted[a]`` False) 0.5 (greedy) or a U[0, 1] draw
     (Thompson); then the mean of the B trees (greedy) or one tree drawn
     uniformly (Thompson).  ``mode``: the policy's integer mode
-    (:data:`_THOMPSON` or another, which scores greedily)."""
+    (:data:`_THOMPSON` or another, which scores greedily).  A call of its
+    own, taking the context as a row of ``X``: an inlined function's
+    arguments and a view of the row at the call would each cost the caller
+    reference counts per task (see :func:`_tree_observe_nb`)."""
     feat, thr, val = F.feat, F.thr, F.val
+    xb = X[i]
     n_trees = feat.shape[1]
     thompson = mode == _THOMPSON
     if not F.fitted[a]:
@@ -4757,28 +4760,40 @@ def _forget_nb(F, a, cfg, rng, discount):
             _thin_forest_nb(F, a, cfg, rng)
 
 
-@_njit(cache=True, inline="always")
-def _tree_learn_nb(F, a, xb, y, cfg, rng, r):
-    """Agent a observed reward y for the binned context ``xb`` (App. E.2).
+@_njit(cache=True)
+def _tree_observe_nb(F, a, X, i, y, cfg, rng, r):
+    """Agent a observed reward y for the binned context ``X[i]`` (App. E.2):
+    the row is stored in ``F.Xa``, ``F.ya``, given its Poisson weights and
+    added to the forest (:func:`_online_observe_nb`, with the row scratch of
+    the :data:`_Refit` ``r``).  The caller then refits the forest every
+    ``cfg.refit_every`` rewards of the agent (:func:`_tree_refit_nb`) and
+    keeps the row arrays of ``F`` large enough.
 
-    The row is stored, given its Poisson weights and added to the forest
-    (:func:`_online_observe_nb`); every ``cfg.refit_every`` rewards of the
-    agent the forest is refit (:func:`_online_refit_nb`) with the caller's
-    scratch ``r`` (:data:`_Refit`, allocated once, not per refit).  The
-    caller keeps the row arrays of ``F`` large enough.
+    The engines call it as a function of its own, with the context as a row
+    of ``X``; it allocates nothing, has no path that raises, and the kernels
+    it calls are inlined.  numba then keeps no reference counts on the arrays
+    it reads, neither here nor at the call.  (A view of the row, or this
+    body inlined into the engine, costs an atomic increment and decrement
+    per array and row: about 100 of them per decision of tree-greedy on two
+    agents, 7-10 per cent of its time on bank and the synthetic stream.)
     """
+    xb = X[i]
     k = F.nobs[a]
     for j in range(xb.shape[0]):
         F.Xa[a, k, j] = xb[j]
     F.ya[a, k] = y
-    fa = _agent_forest_nb(F, a)
-    _online_observe_nb(xb, y, k, cfg.n_bins, rng, fa, r.wv, r.live)
+    _online_observe_nb(xb, y, k, cfg.n_bins, rng, _agent_forest_nb(F, a), r.wv, r.live)
     F.nobs[a] = k + 1
-    if F.nobs[a] % cfg.refit_every == 0:
-        _forget_nb(F, a, cfg, rng, cfg.discount)
-        _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_depth, cfg.min_leaf,
-                         fa, r)
-        F.fitted[a] = True
+
+
+@_njit(cache=True)
+def _tree_refit_nb(F, a, cfg, rng, r):
+    """The refit of agent a's forest on its rows so far (:func:`_online_refit_nb`,
+    with the scratch ``r``), after its forgetting (:func:`_forget_nb`)."""
+    _forget_nb(F, a, cfg, rng, cfg.discount)
+    _online_refit_nb(F.Xa[a], F.ya[a], F.nobs[a], cfg.n_bins, cfg.max_depth, cfg.min_leaf,
+                     _agent_forest_nb(F, a), r)
+    F.fitted[a] = True
 
 
 @_njit(cache=True, inline="always")
@@ -5085,23 +5100,25 @@ def _router_tree_mu_nb(X, edges, n_edges, F, mode, rng, mu, step, Q, alpha, cons
     if not _all_finite_nb(X):
         return -2
     F = _Trees(*F)
-    xb = np.empty(X.shape[1], dtype=np.uint8)
+    xb = np.empty((1, X.shape[1]), dtype=np.uint8)
     for i in range(X.shape[0]):
-        _bin_row_nb(X[i], edges, n_edges, xb)
+        _bin_row_nb(X[i], edges, n_edges, xb[0])
         for a in range(F.feat.shape[0]):
-            mu[i, a] = _tree_mu_nb(F, a, xb, mode, rng)
+            mu[i, a] = _tree_mu_nb(F, a, xb, 0, mode, rng)
     return _router_decide_nb(mu, mode, rng, step, Q, alpha, constrained, eta)
 
 
 @_njit(cache=True)
 def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     """Agent a observed reward y for context x: the row is binned and learnt
-    as in :func:`_run_nb` (:func:`_tree_learn_nb`)."""
-    xb = np.empty(x.shape[0], dtype=np.uint8)
-    _bin_row_nb(x, edges, n_edges, xb)
-    F = _Forests(*F)
+    as in :func:`_run_nb` (:func:`_tree_observe_nb`, :func:`_tree_refit_nb`)."""
+    xb = np.empty((1, x.shape[0]), dtype=np.uint8)
+    _bin_row_nb(x, edges, n_edges, xb[0])
+    F, cfg, r = _Forests(*F), _TreeConfig(*cfg), _Refit(*r)
     F.ya[a, F.nobs[a]] = y      # the reward in the forest's dtype: uint8, or float64 if graded
-    _tree_learn_nb(F, a, xb, F.ya[a, F.nobs[a]], _TreeConfig(*cfg), rng, _Refit(*r))
+    _tree_observe_nb(F, a, xb, 0, F.ya[a, F.nobs[a]], cfg, rng, r)
+    if F.nobs[a] % cfg.refit_every == 0:
+        _tree_refit_nb(F, a, cfg, rng, r)
 
 
 @_njit(cache=True)
@@ -7039,6 +7056,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, mode_rule, batche
         cfg = _TreeConfig(trees.n_bins, trees.max_bins, trees.n_trees, trees.max_depth,
                           trees.min_leaf, trees.refit_every, trees.discount)
         F, scratch = work
+        Xb = trees.Xb            # bound once: a field read per task would cost a reference count
     dead = _initial_dead_nb(alpha, constrained, batch, random is not None)
     S, agent, N, Nb, upper = _decision_scratch_nb(batch, A)
     cap = -1.0  # the bound the mode's rule puts on the estimates (-1: the family's)
@@ -7069,7 +7087,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, mode_rule, batche
                             theta[a], Sigma[a], logistic.Xd[i], logistic.mode,
                             logistic.kappa, rng, has_spare, spare)
                     if trees is not None:
-                        S[jj, a] = _tree_mu_nb(F, a, trees.Xb[i], trees.mode, rng)
+                        S[jj, a] = _tree_mu_nb(F, a, Xb, i, trees.mode, rng)
             if mode_rule is not None:
                 _mode_rule_nb(S, nb, rule_mode, rule_param, rng)
             _choose_agents_nb(S, nb, rule, t, batched, Q, N, agent, upper)
@@ -7087,7 +7105,9 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, mode_rule, batche
                 _logistic_learn_nb(theta[a], Sigma[a], logistic.Xd[i], float(r), logistic.w_min,
                                    logistic.w_max, Sx, logistic.discount, logistic.gamma, Wd)
             if trees is not None:
-                _tree_learn_nb(F, a, trees.Xb[i], r, cfg, rng, scratch)
+                _tree_observe_nb(F, a, Xb, i, r, cfg, rng, scratch)
+                if F.nobs[a] % cfg.refit_every == 0:
+                    _tree_refit_nb(F, a, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         a = agent[0]
         if _may_die_nb(a, rule, dead):

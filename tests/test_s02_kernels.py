@@ -100,7 +100,8 @@ def test_each_model_compiles_its_own_kernels_only():
            "marginal": {"_marginal_mu_nb"} | choose,
            "logistic-ts": {"_logistic_learn_nb", "_logistic_bound_nb",
                            "_logistic_mu_nb"} | choose,
-           "tree-greedy": {"_tree_learn_nb", "_tree_bound_nb", "_tree_mu_nb"} | choose}
+           "tree-greedy": {"_tree_observe_nb", "_tree_refit_nb", "_tree_bound_nb",
+                           "_tree_mu_nb"} | choose}
     every = set().union(*own.values())
 
     def used(kernel, args):
