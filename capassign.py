@@ -4775,7 +4775,7 @@ def _tree_observe_nb(F, a, X, i, y, cfg, rng, r):
     it reads, neither here nor at the call.  (A view of the row, or this
     body inlined into the engine, costs an atomic increment and decrement
     per array and row: about 100 of them per decision of tree-greedy on two
-    agents, 7-10 per cent of its time on bank and the synthetic stream.)
+    agents when it was so.)
     """
     xb = X[i]
     k = F.nobs[a]
