@@ -4765,9 +4765,10 @@ def _tree_observe_nb(F, a, X, i, y, cfg, rng, r):
     """Agent a observed reward y for the binned context ``X[i]`` (App. E.2):
     the row is stored in ``F.Xa``, ``F.ya``, given its Poisson weights and
     added to the forest (:func:`_online_observe_nb`, with the row scratch of
-    the :data:`_Refit` ``r``).  The caller then refits the forest every
-    ``cfg.refit_every`` rewards of the agent (:func:`_tree_refit_nb`) and
-    keeps the row arrays of ``F`` large enough.
+    the :data:`_Refit` ``r``).  Returns whether the forest is due for its
+    refit, every ``cfg.refit_every`` rewards of the agent, which the caller
+    then makes (:func:`_tree_refit_nb`); the caller keeps the row arrays of
+    ``F`` large enough.
 
     The engines call it as a function of its own, with the context as a row
     of ``X``; it allocates nothing, has no path that raises, and the kernels
@@ -4784,6 +4785,7 @@ def _tree_observe_nb(F, a, X, i, y, cfg, rng, r):
     F.ya[a, k] = y
     _online_observe_nb(xb, y, k, cfg.n_bins, rng, _agent_forest_nb(F, a), r.wv, r.live)
     F.nobs[a] = k + 1
+    return (k + 1) % cfg.refit_every == 0
 
 
 @_njit(cache=True)
@@ -5116,8 +5118,7 @@ def _router_tree_update_nb(a, x, y, edges, n_edges, cfg, rng, F, r):
     _bin_row_nb(x, edges, n_edges, xb[0])
     F, cfg, r = _Forests(*F), _TreeConfig(*cfg), _Refit(*r)
     F.ya[a, F.nobs[a]] = y      # the reward in the forest's dtype: uint8, or float64 if graded
-    _tree_observe_nb(F, a, xb, 0, F.ya[a, F.nobs[a]], cfg, rng, r)
-    if F.nobs[a] % cfg.refit_every == 0:
+    if _tree_observe_nb(F, a, xb, 0, F.ya[a, F.nobs[a]], cfg, rng, r):
         _tree_refit_nb(F, a, cfg, rng, r)
 
 
@@ -7107,8 +7108,7 @@ def _run_nb(R, order, rule, random, marginal, logistic, trees, mode_rule, batche
                 _logistic_learn_nb(theta[a], Sigma[a], logistic.Xd[i], float(r), logistic.w_min,
                                    logistic.w_max, Sx, logistic.discount, logistic.gamma, Wd)
             if trees is not None:
-                _tree_observe_nb(F, a, Xb, i, r, cfg, rng, scratch)
-                if F.nobs[a] % cfg.refit_every == 0:
+                if _tree_observe_nb(F, a, Xb, i, r, cfg, rng, scratch):
                     _tree_refit_nb(F, a, cfg, rng, scratch)
         _queue_update_nb(Q, alpha, constrained, Nb, nb)  # Nb: one task online
         a = agent[0]
