@@ -14391,8 +14391,8 @@ def benchmark_router_state(*, rewards=100_000, budgets=(None, 10_000, 1_000), d=
     # rebuild of a budget) compiled or loaded before timing: otherwise the
     # first row carries the one-time cost (with an empty numba cache, about
     # 10 s: 99.6 instead of 13.1 us per task)
-    warm = Router(2, [0.5, 0.5], "tree-greedy", X_reference=X[:1000], seed=seed,
-                  tree_row_budget=40)
+    warm = Router(2, [0.5, 0.5], "tree-greedy", X_reference=X[:1000], eta=PAPER_ETA,
+                  seed=seed, tree_row_budget=40)
     for i in range(min(rewards, 200)):
         a = warm.assign(X[i])
         warm.update(i, a, R[i, a])
